@@ -1,0 +1,47 @@
+"""The command line of the box: `serve` runs the daemon, `attach` runs a relay.
+
+It is what runs as `python3 -S runner-<hash>.pyz ...` inside a sandbox, and as
+`owsandbox runner serve|attach ...` from an installed package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .protocol import DEFAULT_MAX_FRAME_BYTES
+from .shells import DEFAULT_OUTPUT_LIMIT
+
+
+def build_parser(prog: str = "runner") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="The owsandbox tool runner (inside the sandbox).")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the daemon on a Unix socket")
+    serve.add_argument("--socket", required=True, help="socket path; its folder is made private (0700)")
+    serve.add_argument("--cwd", default=None, help="the folder new shells start in")
+    serve.add_argument("--log-dir", default=None, help="where output past the in-memory cap is kept")
+    serve.add_argument("--exit-with-parent", action="store_true", help="stop when the parent process goes")
+    serve.add_argument("--max-frame-bytes", type=int, default=DEFAULT_MAX_FRAME_BYTES)
+    serve.add_argument("--output-limit", type=int, default=DEFAULT_OUTPUT_LIMIT,
+                       help="characters of a command's output kept in memory")
+    attach = sub.add_parser("attach", help="relay stdin/stdout to the daemon's socket")
+    attach.add_argument("--socket", required=True)
+    attach.add_argument("--silence-seconds", type=float, default=0,
+                        help="leave after this long without a byte from the client (0 = never)")
+    return parser
+
+
+def main(argv: list[str] | None = None, prog: str = "runner") -> int:
+    args = build_parser(prog).parse_args(argv)
+    if args.command == "serve":
+        from .daemon import serve as run_daemon
+
+        return run_daemon(args.socket, args.cwd, args.exit_with_parent, args.log_dir,
+                          args.max_frame_bytes, args.output_limit)
+    from .relay import attach as run_relay
+
+    return run_relay(args.socket, args.silence_seconds)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,365 @@
+"""Named, persistent bash shells that run one command at a time and can be stopped without dying.
+
+Each shell is `bash -i --norc --noprofile --noediting` on pipes, in a session of its own. Interactive mode is
+what makes Stop keep state: SIGINT to the shell's process group aborts the running command line
+and bash goes on reading with its folder and variables intact, where a non-interactive bash would
+die. A command is sent as `eval $'...' </dev/null`, so a syntax error cannot swallow what follows,
+and nothing the command runs can wait on a prompt: its stdin is empty. After it, a separate line
+prints an end marker on stdout and on stderr (through descriptors saved at start, so a command that
+redirects its own output cannot hide them); the result goes out once both markers are in, so both
+streams are drained.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import selectors
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from typing import IO, Any
+
+from .output import LiveBatcher, MarkerScanner, OutputRecord, StreamDecoder
+from .protocol import INTERNAL_ERROR, SHELL_BUSY, RunnerError
+
+DEFAULT_OUTPUT_LIMIT = 1024 * 1024  # characters kept in memory per command
+
+_MARK_OUT_FD = 63
+_MARK_ERR_FD = 62
+_INIT = (
+    "PS1=''; PS2=''; PS0=''; PROMPT_COMMAND=''; set +H +o history +m; unset HISTFILE; "
+    f"exec {_MARK_OUT_FD}>&1 {_MARK_ERR_FD}>&2\n"
+)
+
+_ANSI_C = {i: f"\\x{i:02x}" for i in range(256) if not 32 <= i < 127}
+_ANSI_C.update({ord("\\"): "\\\\", ord("'"): "\\'", ord("\n"): "\\n", ord("\t"): "\\t"})
+
+
+def ansi_c_quote(text: str) -> str:
+    """`text` as a bash $'...' word that yields exactly its UTF-8 bytes."""
+    return "$'" + text.encode("utf-8", "surrogateescape").decode("latin-1").translate(_ANSI_C) + "'"
+
+
+def marker_lines(token: str) -> str:
+    return (
+        f"__ows_s=$?; printf '\\037\\036OWS:%s:%s:%s\\n' {token} \"$__ows_s\" \"$PWD\" >&{_MARK_OUT_FD}; "
+        f"printf '\\037\\036OWS:%s\\n' {token} >&{_MARK_ERR_FD}\n"
+    )
+
+
+def session_members(sid: int) -> list[int]:
+    """Process ids in session `sid` (read from /proc), the session leader included."""
+    pids = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return pids
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 3 and int(fields[3]) == sid:
+            pids.append(int(name))
+    return pids
+
+
+def _signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+
+
+class Command:
+    """One command in flight on a shell."""
+
+    def __init__(self, command: str, token: str, record: OutputRecord, batcher: LiveBatcher,
+                 on_live: Callable[[dict[str, Any]], None] | None,
+                 on_done: Callable[[dict[str, Any]], None], timeout_s: float | None) -> None:
+        self.command = command
+        self.token = token
+        self.record = record
+        self.batcher = batcher
+        self.on_live = on_live
+        self.on_done = on_done
+        self.timeout_s = timeout_s
+        self.started = time.monotonic()
+        self.exit_code: int | None = None
+        self.cwd: str | None = None
+        self.out_done = False
+        self.err_done = False
+        self.stop_reason: str | None = None  # "interrupt" or "timeout"
+        self.finished = threading.Event()
+        self.frames_sent = 0
+
+
+class Shell:
+    """A persistent bash. `run` starts a command and returns; `on_done` gets its result."""
+
+    def __init__(self, name: str, cwd: str, env: dict[str, str] | None = None,
+                 log_dir: str | None = None, output_limit: int = DEFAULT_OUTPUT_LIMIT,
+                 live_delay: float = 0.04, on_exit: Callable[[Shell], None] | None = None) -> None:
+        self.name = name
+        self.cwd = cwd
+        self.log_dir = log_dir
+        self.output_limit = output_limit
+        self.live_delay = live_delay
+        self.on_exit = on_exit
+        self._lock = threading.Lock()
+        self._current: Command | None = None
+        self._log_count = 0
+        self.alive = True
+        self.exit_status: int | None = None
+        self.last_command: str | None = None
+        shell_env = dict(os.environ if env is None else env)
+        shell_env.setdefault("PAGER", "cat")
+        shell_env.setdefault("GIT_PAGER", "cat")
+        shell_env["OWSANDBOX_SHELL"] = name
+        self._proc = subprocess.Popen(
+            ["bash", "--norc", "--noprofile", "--noediting", "-i"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            cwd=cwd, env=shell_env, start_new_session=True, bufsize=0,
+        )
+        self.pid = self._proc.pid
+        assert self._proc.stdin and self._proc.stdout and self._proc.stderr
+        self._stdin: IO[bytes] = self._proc.stdin
+        self._scanners = {"stdout": MarkerScanner(), "stderr": MarkerScanner()}
+        self._decoders = {"stdout": StreamDecoder(), "stderr": StreamDecoder()}
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._proc.stdout, selectors.EVENT_READ, "stdout")
+        self._selector.register(self._proc.stderr, selectors.EVENT_READ, "stderr")
+        ready = threading.Event()
+        self._starting = Command(":", "start", OutputRecord(1 << 16, self._open_log), LiveBatcher(),
+                                 None, lambda _result: ready.set(), None)
+        self._current = self._starting
+        self._write(_INIT + marker_lines("start"))
+        self._reader = threading.Thread(target=self._read_loop, name=f"shell-{name}", daemon=True)
+        self._reader.start()
+        if not ready.wait(30) or not self.alive:
+            self.kill()
+            raise RunnerError(INTERNAL_ERROR, f"shell '{name}' did not start (bash in {cwd})")
+
+    # -- commands ---------------------------------------------------------------------------
+
+    @property
+    def busy(self) -> bool:
+        return self._current is not None
+
+    def run(self, command: str, on_done: Callable[[dict[str, Any]], None],
+            on_live: Callable[[dict[str, Any]], None] | None = None, timeout_s: float | None = None) -> None:
+        with self._lock:
+            if not self.alive:
+                raise RunnerError(SHELL_BUSY, f"shell '{self.name}' has exited")
+            if self._current is not None:
+                raise RunnerError(SHELL_BUSY, f"shell '{self.name}' is running another command")
+            token = secrets.token_hex(8)
+            cmd = Command(command, token, OutputRecord(self.output_limit, self._open_log),
+                          LiveBatcher(self.live_delay), on_live, on_done, timeout_s)
+            self._current = cmd
+            self.last_command = command
+        try:
+            self._write(f"eval {ansi_c_quote(command)} </dev/null\n" + marker_lines(token))
+        except OSError:
+            pass  # the reader sees the shell go and finishes the command
+        if timeout_s is not None:
+            timer = threading.Timer(timeout_s, self._stop, args=(cmd, "timeout"))
+            timer.daemon = True
+            timer.start()
+
+    def interrupt(self) -> bool:
+        """Stop the running command (as Ctrl-C would); False when nothing was running."""
+        cmd = self._current
+        if cmd is None or cmd is self._starting:
+            return False
+        self._stop(cmd, "interrupt")
+        return True
+
+    def _stop(self, cmd: Command, reason: str) -> None:
+        with self._lock:
+            if self._current is not cmd or cmd.stop_reason is not None:
+                return
+            cmd.stop_reason = reason
+        threading.Thread(target=self._escalate, args=(cmd,), daemon=True).start()
+
+    def _escalate(self, cmd: Command) -> None:
+        """SIGINT; then the end marker again (in case the abort ate it); then TERM and KILL for
+        everything in the shell's session but bash itself; last, the shell."""
+        try:
+            os.killpg(self.pid, signal.SIGINT)
+        except OSError:
+            pass
+        if cmd.finished.wait(1.0):
+            return
+        try:
+            self._write(marker_lines(cmd.token))
+        except OSError:
+            pass
+        if cmd.finished.wait(0.5):
+            return
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            _signal_all([p for p in session_members(self.pid) if p != self.pid], sig)
+            if cmd.finished.wait(1.0):
+                return
+        self.kill()
+
+    def _write(self, text: str) -> None:
+        self._stdin.write(text.encode("utf-8", "surrogateescape"))
+        self._stdin.flush()
+
+    def _open_log(self) -> tuple[str, IO[bytes]]:
+        folder = self.log_dir or os.path.join(os.environ.get("TMPDIR", "/tmp"), f"owsandbox-logs-{os.getuid()}")
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        self._log_count += 1
+        path = os.path.join(folder, f"{self.name}-{self.pid}-{self._log_count}.log")
+        return path, open(path, "wb")  # noqa: SIM115 - the record closes it
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def _read_loop(self) -> None:
+        open_streams = 2
+        while open_streams:
+            cmd = self._current
+            deadline = cmd.batcher.deadline() if cmd is not None else None
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            # Wake at least twice a second: a shell that exited while a background job still holds
+            # its pipes sends no EOF, so its exit is noticed by polling.
+            events = self._selector.select(0.5 if timeout is None else min(timeout, 0.5))
+            now = time.monotonic()
+            if not events and self._proc.poll() is not None:
+                break
+            for key, _ in events:
+                stream = key.data
+                data = os.read(key.fd, 65536)
+                if not data:
+                    self._selector.unregister(key.fileobj)
+                    open_streams -= 1
+                    self._on_data(stream, self._scanners[stream].flush(), now, final=True)
+                    continue
+                for kind, payload in self._scanners[stream].feed(data):
+                    if kind == "data":
+                        self._on_data(stream, payload, now)
+                    else:
+                        self._on_marker(stream, payload)
+            cmd = self._current
+            if cmd is not None and cmd.on_live is not None:
+                self._send_live(cmd, cmd.batcher.due(time.monotonic()))
+        self._proc.wait()
+        self._exited()
+
+    def _on_data(self, stream: str, raw: bytes, now: float, final: bool = False) -> None:
+        text = self._decoders[stream].decode(raw, final)
+        cmd = self._current
+        if cmd is None or not raw:
+            return  # printed by a background job between commands: nobody is listening
+        cmd.record.add(stream, raw, text)
+        if cmd.on_live is not None:
+            self._send_live(cmd, cmd.batcher.add(stream, text, now))
+
+    def _send_live(self, cmd: Command, frames: list[dict[str, Any]]) -> None:
+        for frame in frames:
+            cmd.frames_sent += 1
+            frame["seq"] = cmd.frames_sent
+            assert cmd.on_live is not None
+            cmd.on_live(frame)
+
+    def _on_marker(self, stream: str, payload: bytes) -> None:
+        cmd = self._current
+        parts = payload.decode("utf-8", "replace").split(":", 2)
+        if cmd is None or parts[0] != cmd.token:
+            return  # a stale marker, printed again after an abort: drop it
+        if stream == "stdout":
+            if len(parts) == 3:
+                try:
+                    cmd.exit_code = int(parts[1])
+                except ValueError:
+                    cmd.exit_code = None
+                cmd.cwd = parts[2]
+            cmd.out_done = True
+        else:
+            cmd.err_done = True
+        if cmd.out_done and cmd.err_done:
+            self._finish(cmd)
+
+    def _finish(self, cmd: Command, error: str | None = None) -> None:
+        with self._lock:
+            if self._current is not cmd:
+                return
+            self._current = None
+            if cmd.cwd:
+                self.cwd = cmd.cwd
+        cmd.batcher.discard()  # what the live view did not get yet is in the record
+        output = cmd.record.finish()
+        if error is None and cmd.stop_reason == "interrupt":
+            error = "interrupted by user"
+        elif error is None and cmd.stop_reason == "timeout":
+            error = f"timed out after {cmd.timeout_s:g} s"
+        result: dict[str, Any] = {
+            "command": cmd.command,
+            "cwd": self.cwd,
+            "exit_code": cmd.exit_code,
+            "output": output,
+            "timed_out": cmd.stop_reason == "timeout",
+            "truncated": cmd.record.truncated,
+        }
+        if error is not None:
+            result["error"] = error
+        result["duration_ms"] = round((time.monotonic() - cmd.started) * 1000, 3)
+        result["output_bytes"] = cmd.record.output_bytes
+        if cmd.record.log_path:
+            result["log_path"] = cmd.record.log_path
+        if cmd.record.segments is not None:
+            result["segments"] = cmd.record.segments
+        cmd.finished.set()
+        cmd.on_done(result)
+
+    def _exited(self) -> None:
+        self.alive = False
+        self.exit_status = self._proc.returncode
+        cmd = self._current
+        if cmd is not None:
+            if cmd.exit_code is None and self.exit_status is not None and self.exit_status >= 0:
+                cmd.exit_code = self.exit_status
+            reason = f"the shell '{self.name}' exited (status {self.exit_status})"
+            if cmd.stop_reason == "interrupt":
+                reason = "interrupted by user; the shell had to be ended, and a new one starts in its folder"
+            self._finish(cmd, reason)
+        for stream in (self._proc.stdout, self._proc.stderr, self._proc.stdin):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+        self._selector.close()
+        if self.on_exit is not None:
+            self.on_exit(self)
+
+    # -- ending -----------------------------------------------------------------------------
+
+    def kill(self) -> None:
+        """End the shell and everything started in its session."""
+        members = session_members(self.pid)
+        _signal_all(members, signal.SIGKILL)
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+    def close(self, wait: float = 5.0) -> None:
+        self.kill()
+        self._reader.join(wait)
+
+    def describe(self) -> dict[str, Any]:
+        cmd = self._current
+        busy = cmd is not None and cmd is not self._starting
+        return {"name": self.name, "cwd": self.cwd, "busy": busy, "pid": self.pid,
+                "command": cmd.command if busy and cmd else None,
+                "running_s": round(time.monotonic() - cmd.started, 3) if busy and cmd else None}
