@@ -218,8 +218,11 @@ class Daemon:
             state, seq = self.ledger.begin(request_id)
             replay = self.outbox.frame_for(seq) if state == ANSWERED and seq is not None else None
         if state == ANSWERED:
-            if replay is not None:
-                conn.send(replay)
+            if replay is None:  # answered, but the answer is no longer kept: say so, run nothing
+                replay = P.encode(P.error(request_id, P.UNKNOWN_TASK,
+                                          f"request '{request_id}' already ran and its answer is no longer kept; "
+                                          "its outcome is unknown"))
+            conn.send(replay)
             return
         if state != NEW:
             return  # running already: its answer comes when it is done

@@ -191,14 +191,16 @@ class Shell:
         threading.Thread(target=self._escalate, args=(cmd,), daemon=True).start()
 
     def _escalate(self, cmd: Command) -> None:
-        """SIGINT; then the end marker again (in case the abort ate it); then TERM and KILL for
-        everything in the shell's session but bash itself; last, the shell."""
-        try:
-            os.killpg(self.pid, signal.SIGINT)
-        except OSError:
-            pass
-        if cmd.finished.wait(1.0):
-            return
+        """SIGINT, repeated (one that lands while bash is between reading the line and starting the
+        program is lost); then the end marker again (in case an abort ate it); then TERM and KILL
+        for everything in the shell's session but bash itself; last, the shell."""
+        for wait in (0.1, 0.2, 0.3, 0.4):
+            try:
+                os.killpg(self.pid, signal.SIGINT)
+            except OSError:
+                pass
+            if cmd.finished.wait(wait):
+                return
         try:
             self._write(marker_lines(cmd.token))
         except OSError:

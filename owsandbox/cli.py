@@ -1,0 +1,64 @@
+"""The `owsandbox` command: `runner build|serve|attach`, `run` (one command in a sandbox)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _runner(argv: list[str]) -> int:
+    if argv and argv[0] == "build":
+        parser = argparse.ArgumentParser(prog="owsandbox runner build",
+                                         description="Pack the in-box runner into its zipapp and print its path.")
+        parser.add_argument("--out", default=None, help="folder for the zipapp (default: the user cache)")
+        args = parser.parse_args(argv[1:])
+        from .runner.bundle import build_runner_zipapp
+
+        print(build_runner_zipapp(args.out))
+        return 0
+    from .runner.box.cli import main as box_main
+
+    return box_main(argv, prog="owsandbox runner")
+
+
+def _run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="owsandbox run", description="Run shell commands in a sandbox.")
+    parser.add_argument("--provider", default=None, help="sandbox provider (default: $OWSANDBOX_PROVIDER or local)")
+    parser.add_argument("--cwd", default=None, help="the workspace folder (default: here)")
+    parser.add_argument("--json", action="store_true", help="print each result as JSON")
+    parser.add_argument("commands", nargs="+", help="commands, each run on the same shell in turn")
+    args = parser.parse_args(argv)
+    from .runner.workspace import open_workspace
+
+    status = 0
+    workspace = open_workspace(args.cwd, args.provider)
+    try:
+        for command in args.commands:
+            result = workspace.executor.run(command)
+            if args.json:
+                print(json.dumps(result))
+            else:
+                sys.stdout.write(result["output"])
+                if result.get("error"):
+                    print(f"[{result['error']}]", file=sys.stderr)
+            status = result["exit_code"] if isinstance(result["exit_code"], int) else 1
+    finally:
+        workspace.close()
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = {"runner": _runner, "run": _run}
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
+        print("usage: owsandbox {runner build|serve|attach, run} ...", file=sys.stderr if argv else sys.stdout)
+        if argv and argv[0] not in ("-h", "--help"):
+            print(f"owsandbox: unknown command '{argv[0]}'", file=sys.stderr)
+            return 2
+        return 0
+    return commands[argv[0]](argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""Packs the box into one file that any sandbox with Python 3 can run.
+
+The zipapp is named by the hash of its content (`runner-<12 hex>.pyz`), so a provider copies a
+version into a box once and a changed runner never meets a stale copy. It is written to a temp file
+and renamed, so a reader never sees half a zipapp.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+
+BOX_DIR = Path(__file__).resolve().parent / "box"
+PACKAGE = "owbox"
+_MAIN = f"import sys\nfrom {PACKAGE}.cli import main\nsys.exit(main())\n".encode()
+_STAMP = (1980, 1, 1, 0, 0, 0)  # fixed times: the same sources always give the same bytes
+
+
+def default_dir() -> Path:
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "owsandbox"
+
+
+def _sources() -> list[tuple[str, bytes]]:
+    files = [("__main__.py", _MAIN)]
+    for path in sorted(BOX_DIR.glob("*.py")):
+        files.append((f"{PACKAGE}/{path.name}", path.read_bytes()))
+    return files
+
+
+def zipapp_bytes() -> tuple[str, bytes]:
+    """The zipapp's file name and content."""
+    sources = _sources()
+    digest = hashlib.sha256()
+    for name, data in sources:
+        digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in sources:
+            info = zipfile.ZipInfo(name, _STAMP)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            zf.writestr(info, data)
+    return f"runner-{digest.hexdigest()[:12]}.pyz", buffer.getvalue()
+
+
+def build_runner_zipapp(out_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The path of the zipapp in `out_dir`, written only when that version is not there yet."""
+    folder = Path(out_dir) if out_dir is not None else default_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    name, data = zipapp_bytes()
+    target = folder / name
+    if target.exists() and target.stat().st_size == len(data):
+        return target
+    fd, temp = tempfile.mkstemp(prefix=".runner-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(temp, 0o644)
+        os.replace(temp, target)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise
+    return target

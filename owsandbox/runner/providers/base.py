@@ -1,0 +1,34 @@
+"""What every provider is: a way to start the daemon in a box and to open a pipe to it.
+
+Everything else — the protocol, resume, shells, files — is shared, so a provider is small.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..transport import PipeTransport
+
+
+class Provider:
+    name = "provider"
+    enforcement = "none"
+
+    def create(self) -> None:
+        """Make the box and start its daemon."""
+        raise NotImplementedError
+
+    def open_runner(self) -> PipeTransport:
+        """A new pipe to the daemon (a relay running `attach`)."""
+        raise NotImplementedError
+
+    def restart_daemon(self) -> None:
+        """Stop the daemon and start a new one, as a sandbox restart would."""
+        raise NotImplementedError
+
+    def destroy(self) -> None:
+        """Stop everything this provider started and remove what it made."""
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, Any]:
+        return {"provider": self.name, "enforcement": self.enforcement}

@@ -1,0 +1,66 @@
+"""A workspace is where commands run: a folder, a provider, and an executor for it.
+
+`open_workspace` picks the provider by argument or by `OWSANDBOX_PROVIDER`, so the same code runs
+commands in this process (`direct`) or in a sandbox's daemon (`local`, and the isolating providers).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from .client import RunnerClient
+from .executor import DirectExecutor, RunnerExecutor
+from .providers import KNOWN, RUNNER_PROVIDERS, Provider
+
+DEFAULT_PROVIDER = "local"
+PROVIDER_ENV = "OWSANDBOX_PROVIDER"
+
+
+class DirectWorkspace:
+    def __init__(self, cwd: str | os.PathLike[str] | None = None) -> None:
+        self.cwd = str(Path(cwd or os.getcwd()).resolve())
+        self.executor = DirectExecutor(self.cwd)
+
+    def describe(self) -> dict[str, Any]:
+        return {"provider": "direct", "enforcement": "none", "cwd": self.cwd}
+
+    def close(self) -> None:
+        self.executor.close()
+
+
+class RunnerWorkspace:
+    def __init__(self, provider: Provider, cwd: str, ping_seconds: float = 5.0) -> None:
+        self.provider = provider
+        self.cwd = cwd
+        provider.create()
+        try:
+            self.client = RunnerClient(provider.open_runner, ping_seconds=ping_seconds)
+            self.client.connect()
+        except BaseException:
+            provider.destroy()
+            raise
+        self.executor = RunnerExecutor(self.client, cwd=cwd)
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.provider.describe(), "cwd": self.cwd, "instance_id": self.client.instance_id,
+                "restarts": self.client.restarts}
+
+    def close(self) -> None:
+        try:
+            self.client.close()
+        finally:
+            self.provider.destroy()
+
+
+def open_workspace(cwd: str | os.PathLike[str] | None = None, provider: str | None = None,
+                   **options: Any) -> DirectWorkspace | RunnerWorkspace:
+    name = provider or os.environ.get(PROVIDER_ENV) or DEFAULT_PROVIDER
+    folder = str(Path(cwd or os.getcwd()).resolve())
+    if name == "direct":
+        return DirectWorkspace(folder)
+    factory = RUNNER_PROVIDERS.get(name)
+    if factory is None:
+        raise ValueError(f"unknown sandbox provider '{name}'; known providers: {', '.join(KNOWN)}")
+    return RunnerWorkspace(factory(cwd=folder, **options), folder)

@@ -1,0 +1,289 @@
+"""Delivery rules across breaks: resume, run-once, restarts, relays that outlive their client."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from owsandbox.runner.box import protocol as P
+from owsandbox.runner.client import RunnerClient
+from owsandbox.runner.executor import RunnerExecutor
+from owsandbox.runner.providers.local import LocalProvider
+
+from .test_runner_shells import run_in_background, wait_until_busy
+
+
+def test_a_cut_pipe_resumes_and_the_answer_made_while_away_arrives(box, workspace):
+    _, client = box
+    ex = RunnerExecutor(client, cwd=str(workspace))
+    ex.run("cd /tmp && export STAYS=yes")
+    instance = client.instance_id
+    worker, result = run_in_background(lambda: ex.run("sleep 1; echo finished-while-cut"))
+    wait_until_busy(client)
+    client.cut()  # the relay dies mid-command, as a dropped connection would
+    worker.join(30)
+    assert result["output"] == "finished-while-cut\n" and result["exit_code"] == 0
+    assert client.instance_id == instance and client.restarts == 0 and client.reconnects == 1
+    assert ex.run("echo $STAYS $PWD")["output"] == "yes /tmp\n"
+
+
+def test_many_cuts_lose_and_repeat_nothing(box, workspace):
+    _, client = box
+    ex = RunnerExecutor(client, cwd=str(workspace), shell="counter")
+    results = []
+    for i in range(12):
+        worker, result = run_in_background(lambda i=i: ex.run(f"sleep 0.1; echo {i} >> count.txt; echo {i}"))
+        if i % 2 == 0:
+            wait_until_busy(client, "counter")
+            client.cut()
+        worker.join(30)
+        results.append(result["output"])
+    assert results == [f"{i}\n" for i in range(12)]
+    assert (workspace / "count.txt").read_text() == "".join(f"{i}\n" for i in range(12))
+
+
+def test_a_request_id_sent_three_times_runs_once(box, workspace):
+    _, client = box
+    target = workspace / "runs.txt"
+    frame = P.encode(P.request("fixed-id", "shell.run", {"command": f"echo ran >> {target}; sleep 0.3"}))
+    call = client.start_call("shell.run", {"command": "true"})  # an ordinary call to wait on afterwards
+    client.wait(call, 10)
+    for _ in range(3):
+        client._transport.send(frame)
+    time.sleep(0.1)
+    done = client.call("shell.run", {"shell": "after", "command": "sleep 0.5; echo later"}, timeout=10)
+    assert done["output"] == "later\n"
+    for _ in range(2):  # and again after it finished: the kept answer is sent, nothing runs
+        client._transport.send(frame)
+    assert client.call("shell.run", {"command": "cat runs.txt"}, timeout=10)["output"] == "ran\n"
+
+
+def test_a_restarted_daemon_fails_the_running_command_as_unknown(box, workspace):
+    provider, client = box
+    (workspace / "deep").mkdir()
+    ex = RunnerExecutor(client, cwd=str(workspace))
+    ex.run("cd deep && export LOST=1")
+    worker, result = run_in_background(lambda: ex.run("sleep 30"))
+    wait_until_busy(client)
+    provider.restart_daemon()
+    worker.join(30)
+    assert "outcome of this command is unknown" in result["error"]
+    assert result["exit_code"] is None
+    assert client.restarts == 1
+    assert ex.run("echo [$LOST] ${PWD##*/}")["output"] == "[] deep\n"  # variables gone, folder kept
+
+
+def test_the_newest_connection_wins(box, workspace):
+    provider, client = box
+    old = client._transport
+    second = provider.open_runner()
+    try:
+        second.send(P.encode(P.request("h2", "runner.hello", {"protocol_version": 1})))
+        answer = json.loads(second.read().split(b"\n")[0])
+        assert answer["result"]["instance_id"] == client.instance_id
+        old.proc.wait(10)  # the daemon closed the older pipe, so its relay left
+    finally:
+        second.close()
+    # The client noticed, came back, and works.
+    assert RunnerExecutor(client).run("echo back")["output"] == "back\n"
+
+
+def test_a_relay_nobody_talks_to_leaves_by_itself(zipapp, workspace):
+    provider = LocalProvider(cwd=workspace, runner_path=zipapp)
+    provider.create()
+    try:
+        relay = subprocess.Popen(
+            [sys.executable, "-S", str(zipapp), "attach", "--socket", provider.socket_path, "--silence-seconds", "0.5"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert relay.wait(timeout=10) == 0
+        assert b"silent" in relay.stderr.read()
+        relay.stdin.close()
+        relay.stdout.close()
+        relay.stderr.close()
+    finally:
+        provider.destroy()
+
+
+def test_a_relay_that_cannot_connect_exits_2_and_says_why(zipapp, tmp_path):
+    done = subprocess.run([sys.executable, "-S", str(zipapp), "attach", "--socket", str(tmp_path / "none.sock")],
+                          stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+    assert done.returncode == 2
+    assert done.stdout == b"" and b"cannot connect" in done.stderr
+
+
+def test_the_relay_leaves_when_its_stdin_closes(box):
+    provider, _ = box
+    relay = provider.open_runner()
+    relay.proc.stdin.close()
+    assert relay.proc.wait(10) == 0
+    relay.close()
+
+
+def test_a_client_that_cannot_reach_the_sandbox_fails_loudly(tmp_path):
+    from owsandbox.runner.transport import PipeTransport
+
+    client = RunnerClient(lambda: PipeTransport(["sh", "-c", "echo no such box >&2; exit 255"]),
+                          reconnect_timeout=0.5)
+    with pytest.raises(P.RunnerError) as err:
+        client.connect()
+    assert err.value.code == P.RUNNER_UNREACHABLE and "no such box" in err.value.message
+    client.close()
+
+
+def test_banners_before_the_frames_are_dropped(zipapp, workspace):
+    """A provider's login noise on the pipe must not break the stream."""
+    from owsandbox.runner.transport import PipeTransport
+
+    provider = LocalProvider(cwd=workspace, runner_path=zipapp)
+    provider.create()
+    try:
+        argv = ["sh", "-c", 'echo "Welcome to the box"; echo "[1,2]"; printf "\\377\\n"; exec "$@"', "sh",
+                sys.executable, "-S", str(zipapp), "attach", "--socket", provider.socket_path]
+        client = RunnerClient(lambda: PipeTransport(argv))
+        client.connect()
+        assert RunnerExecutor(client).run("echo through")["output"] == "through\n"
+        client.close()
+    finally:
+        provider.destroy()
+
+
+def test_the_daemon_socket_is_private(box):
+    provider, _ = box
+    folder = os.path.dirname(provider.socket_path)
+    assert os.stat(folder).st_mode & 0o777 == 0o700
+    assert os.stat(provider.socket_path).st_mode & 0o777 == 0o600
+
+
+def test_the_daemon_leaves_with_its_parent(zipapp, tmp_path):
+    """The parent starts the daemon with --exit-with-parent, prints its pid and dies."""
+    script = (
+        "import subprocess, sys\n"
+        f"p = subprocess.Popen([sys.executable, '-S', {str(zipapp)!r}, 'serve', '--socket', {str(tmp_path / 's' / 'sock')!r},"
+        " '--exit-with-parent'], stdout=subprocess.PIPE, start_new_session=True)\n"
+        "print(p.stdout.readline().decode().strip(), flush=True)\n"
+    )
+    parent = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
+    pid = json.loads(parent.stdout)["pid"]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}") and _state(pid) != "Z":
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{pid}") or _state(pid) == "Z"
+    assert not (tmp_path / "s" / "sock").exists()
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+# -- bad input: a clear error, and the daemon keeps serving -------------------------------------
+
+def raw_call(sock_path: str, frames: list[bytes], answers: int) -> list[dict]:
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(sock_path)
+        sock.sendall(b"".join(frames))
+        reader = sock.makefile("rb")
+        return [json.loads(reader.readline()) for _ in range(answers)]
+
+
+def test_bad_requests_get_clear_errors(box):
+    provider, client = box
+    client.close()  # talk to the daemon directly
+    answers = raw_call(provider.socket_path, [
+        P.encode(P.request("m", "no.such", {})),
+        P.encode(P.request("p", "shell.run", {"shell": "main"})),
+        P.encode(P.request("t", "shell.run", {"command": 5})),
+        P.encode({"jsonrpc": "2.0", "id": "o", "method": "fs.read", "params": [1]}),
+        P.encode(P.request("i", "shell.interrupt", {"shell": "nope"})),
+        b"not json at all\n",
+        P.encode(P.request("ok", "shell.run", {"command": "echo alive"})),
+    ], 6)
+    by_id = {a["id"]: a for a in answers}
+    assert by_id["m"]["error"]["code"] == P.METHOD_NOT_FOUND and "no.such" in by_id["m"]["error"]["message"]
+    assert by_id["p"]["error"] == {"code": P.INVALID_PARAMS, "message": "missing param 'command'"}
+    assert by_id["t"]["error"]["code"] == P.INVALID_PARAMS and "'command' must be a string" in by_id["t"]["error"]["message"]
+    assert by_id["o"]["error"]["code"] == P.INVALID_PARAMS
+    assert by_id["i"]["error"]["code"] == P.UNKNOWN_SHELL
+    assert by_id["ok"]["result"]["output"] == "alive\n"
+
+
+def test_a_frame_over_the_limit_is_refused_by_id_and_nothing_runs(zipapp, workspace):
+    provider = LocalProvider(cwd=workspace, runner_path=zipapp, daemon_args=["--max-frame-bytes", "4096"])
+    provider.create()
+    try:
+        huge = P.encode(P.request("big", "shell.run", {"command": "touch made-it; : " + "x" * 10000}))
+        answers = raw_call(provider.socket_path, [huge, P.encode(P.request("next", "shell.run", {"command": "echo fine"}))], 2)
+        assert answers[0]["id"] == "big" and answers[0]["error"]["code"] == P.INVALID_REQUEST
+        assert "larger than the limit of 4096 bytes" in answers[0]["error"]["message"]
+        assert answers[1]["result"]["output"] == "fine\n"
+        assert not (workspace / "made-it").exists()
+        # The client refuses to send such a frame in the first place.
+        client = RunnerClient(provider.open_runner)
+        client.connect()
+        with pytest.raises(P.RunnerError, match="larger than the runner's limit"):
+            client.call("shell.run", {"command": "x" * 10000}, timeout=5)
+        client.close()
+    finally:
+        provider.destroy()
+
+
+def test_an_answer_no_longer_kept_is_reported_not_rerun(box, workspace):
+    provider, client = box
+    client.close()
+    target = workspace / "once.txt"
+    frame = P.encode(P.request("gone", "shell.run", {"command": f"echo x >> {target}"}))
+    first = raw_call(provider.socket_path, [frame], 1)[0]
+    ack = P.encode(P.notification("session.ack", {"seq": first["seq"]}))
+    again = raw_call(provider.socket_path, [ack, frame], 1)[0]
+    assert again["error"]["code"] == P.UNKNOWN_TASK and "no longer kept" in again["error"]["message"]
+    assert target.read_text() == "x\n"
+
+
+def test_resume_replays_what_was_not_acknowledged(box, workspace):
+    provider, client = box
+    client.close()
+    answers = raw_call(provider.socket_path, [P.encode(P.request(f"r{i}", "shell.run", {"command": f"echo {i}"}))
+                                              for i in range(3)], 3)
+    seqs = [a["seq"] for a in answers]
+    replayed = raw_call(provider.socket_path, [P.encode(P.notification("session.ack", {"seq": seqs[0]})),
+                                               P.encode(P.request("res", "session.resume", {"last_seq": seqs[0]}))], 3)
+    assert [r.get("id") for r in replayed] == ["r1", "r2", "res"]
+    assert replayed[2]["result"]["replayed"] == 2 and replayed[2]["result"]["gap"] is False
+
+
+def test_interrupt_is_answered_while_the_shell_is_busy(box):
+    _, client = box
+    ex = RunnerExecutor(client)
+    worker, _ = run_in_background(lambda: ex.run("sleep 20"))
+    wait_until_busy(client)
+    started = time.monotonic()
+    answer = client.call("shell.interrupt", {"shell": "main"}, timeout=5)
+    assert answer == {"shell": "main", "interrupted": True}
+    assert time.monotonic() - started < 1
+    worker.join(10)
+    assert not worker.is_alive()
+
+
+def test_a_thread_per_call_is_safe(box):
+    _, client = box
+    outputs: dict[int, str] = {}
+
+    def one(i: int) -> None:
+        outputs[i] = client.call("shell.run", {"shell": f"s{i}", "command": f"echo {i}"}, timeout=30)["output"]
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert outputs == {i: f"{i}\n" for i in range(8)}

@@ -1,0 +1,225 @@
+"""Shells through the whole runner: zipapp daemon, relay, resumable client, executor."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from owsandbox.runner.box import protocol as P
+from owsandbox.runner.executor import DirectExecutor, RunnerExecutor
+
+
+def run_in_background(fn) -> tuple[threading.Thread, dict]:
+    box: dict = {}
+    worker = threading.Thread(target=lambda: box.update(fn()))
+    worker.start()
+    return worker, box
+
+
+def wait_until_busy(client, shell: str = "main", timeout: float = 10) -> None:
+    """Block until the daemon reports `shell` running a command (an event, not a guess)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        shells = {s["name"]: s for s in client.call("shell.list", timeout=5)["shells"]}
+        if shells.get(shell, {}).get("busy"):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"shell {shell} never became busy")
+
+
+def test_shell_syntax_reaches_bash_unchanged(box, workspace):
+    _, client = box
+    ex = RunnerExecutor(client, cwd=str(workspace))
+    assert ex.run("printf 'one\\ntwo\\nthree\\n'")["output"] == "one\ntwo\nthree\n"
+    assert ex.run("printf 'b\\na\\nb\\n' > words.txt 2>&1")["output"] == ""
+    assert ex.run("sort words.txt | uniq -c | sort -rn | head -1")["output"].split() == ["2", "b"]
+    ex.run("cat > doc.md <<'END'\n# Title\nsaid \"hi\" and 'bye' $HOME\nEND")
+    assert (workspace / "doc.md").read_text() == "# Title\nsaid \"hi\" and 'bye' $HOME\n"
+    assert ex.run("echo 'it''s' \"$((6 * 7))\" ☃")["output"] == "its 42 ☃\n"
+
+
+def test_hello_describes_the_runner(box):
+    _, client = box
+    hello = client.hello
+    assert hello["protocol_version"] == P.PROTOCOL_VERSION
+    assert hello["instance_id"] == client.instance_id
+    assert hello["os"].startswith("Linux") and hello["shell"].startswith("bash ")
+    assert hello["pid"] > 0 and hello["python"] and hello["machine"]
+
+
+def test_another_protocol_version_is_refused(box):
+    _, client = box
+    with pytest.raises(P.RunnerError) as err:
+        client.call("runner.hello", {"protocol_version": 2}, timeout=10)
+    assert err.value.code == P.VERSION_MISMATCH
+    assert "protocol version 1" in err.value.message
+
+
+def test_runner_and_direct_executors_give_equal_results(box, workspace):
+    _, client = box
+    direct = DirectExecutor(str(workspace))
+    try:
+        for command in ("echo out; echo err >&2; false", "cd /; pwd", "printf 'no newline'"):
+            assert RunnerExecutor(client, cwd=str(workspace)).run(command) == direct.run(command)
+    finally:
+        direct.close()
+
+
+def test_each_named_shell_has_its_own_folder_and_variables(box, workspace):
+    _, client = box
+    (workspace / "left").mkdir()
+    (workspace / "right").mkdir()
+    a = RunnerExecutor(client, cwd=str(workspace), shell="a")
+    b = RunnerExecutor(client, cwd=str(workspace), shell="b")
+    a.run("cd left; export SIDE=L")
+    b.run("cd right; export SIDE=R")
+    assert a.run("echo $SIDE ${PWD##*/}")["output"] == "L left\n"
+    assert b.run("echo $SIDE ${PWD##*/}")["output"] == "R right\n"
+    names = [s["name"] for s in client.call("shell.list", timeout=5)["shells"]]
+    assert names == ["a", "b"]
+
+
+def test_a_busy_shell_never_holds_up_another(box, workspace):
+    _, client = box
+    slow = RunnerExecutor(client, cwd=str(workspace), shell="slow")
+    worker, _ = run_in_background(lambda: slow.run("sleep 3"))
+    wait_until_busy(client, "slow")
+    started = time.monotonic()
+    assert RunnerExecutor(client, cwd=str(workspace), shell="fast").run("echo quick")["output"] == "quick\n"
+    assert time.monotonic() - started < 1.5
+    assert worker.is_alive()  # the slow one is still going
+    worker.join()
+
+
+def test_a_shell_takes_one_command_at_a_time(box, workspace):
+    _, client = box
+    ex = RunnerExecutor(client, cwd=str(workspace))
+    worker, first = run_in_background(lambda: ex.run("sleep 1; echo first"))
+    wait_until_busy(client)
+    with pytest.raises(P.RunnerError) as err:
+        client.call("shell.run", {"shell": "main", "command": "echo second"}, timeout=10)
+    assert err.value.code == P.SHELL_BUSY and "running another command" in err.value.message
+    second = ex.run("echo second")
+    worker.join()
+    assert first["output"] == "first\n"
+    assert second["exit_code"] is None and "running another command" in second["error"]
+
+
+def test_live_frames_are_a_view_and_the_result_is_the_record(box, workspace):
+    _, client = box
+    frames: list[dict] = []
+    quick = client.call("shell.run", {"command": "echo instant"}, timeout=10, on_notification=frames.append)
+    assert quick["output"] == "instant\n" and frames == []  # too quick for the live view
+    slow = client.call("shell.run", {"command": "for i in 1 2 3; do echo tick $i; sleep 0.3; done"},
+                       timeout=10, on_notification=frames.append)
+    assert "tick 1" in frames[0]["text"] and frames[0]["method"] == "shell.output"
+    assert [f["seq"] for f in frames] == list(range(1, len(frames) + 1))
+    assert slow["output"] == "tick 1\ntick 2\ntick 3\n"
+
+
+def test_live_frames_keep_stdout_and_stderr_apart_and_the_record_keeps_their_order(box):
+    _, client = box
+    frames: list[dict] = []
+    command = "echo out-1; sleep 0.2; echo err-1 >&2; sleep 0.2; echo out-2; sleep 0.2"
+    result = client.call("shell.run", {"command": command}, timeout=10, on_notification=frames.append)
+    assert [(f["stream"], f["text"]) for f in frames] == [
+        ("stdout", "out-1\n"), ("stderr", "err-1\n"), ("stdout", "out-2\n")]
+    assert [f["offset"] for f in frames] == [0, 6, 12]
+    assert result["output"] == "out-1\nerr-1\nout-2\n"
+    assert result["segments"] == [["stdout", 6], ["stderr", 6], ["stdout", 6]]
+
+
+def test_stop_ends_the_command_and_keeps_folder_and_variables(box, workspace):
+    _, client = box
+    (workspace / "inner").mkdir()
+    ex = RunnerExecutor(client, cwd=str(workspace))
+    ex.run("cd inner; export KEPT=yes; LOCAL=also")
+    for command in ("sleep 30", "while true; do :; done", "python3 -c 'import time; time.sleep(30)'"):
+        worker, box_ = run_in_background(lambda c=command: ex.run(c))
+        wait_until_busy(client)
+        asked = time.monotonic()
+        assert ex.interrupt_now() is True
+        worker.join(10)
+        assert time.monotonic() - asked < 2, command
+        assert box_["error"] == "interrupted by user"
+        assert box_["exit_code"] != 0  # 130 from bash; a Python program chooses its own status
+    assert ex.run("echo $KEPT $LOCAL ${PWD##*/}")["output"] == "yes also inner\n"
+    assert ex.interrupt_now() is False  # nothing running
+
+
+def test_stop_reaches_a_program_that_ignores_sigint(box):
+    _, client = box
+    ex = RunnerExecutor(client)
+    ex.run("export STILL=here")
+    worker, result = run_in_background(lambda: ex.run("trap '' INT; sleep 30"))
+    wait_until_busy(client)
+    ex.interrupt_now()
+    worker.join(15)
+    assert result["error"].startswith("interrupted by user")
+    assert ex.run("echo ok")["output"] == "ok\n"
+
+
+def test_a_timeout_stops_the_command_and_keeps_the_shell(box):
+    _, client = box
+    ex = RunnerExecutor(client)
+    ex.run("export SURVIVES=1")
+    started = time.monotonic()
+    timed = ex.run("echo before; sleep 30", timeout=0.5)
+    assert time.monotonic() - started < 5
+    assert timed["timed_out"] is True and timed["error"] == "timed out after 0.5 s"
+    assert timed["output"].startswith("before\n")
+    assert ex.run("echo $SURVIVES")["output"] == "1\n"
+
+
+def test_a_command_cannot_wait_on_a_prompt(box):
+    _, client = box
+    ex = RunnerExecutor(client)
+    started = time.monotonic()
+    answer = ex.run("read -r reply; echo status=$?; cat; echo cat-done; [ -t 0 ] || echo not-a-terminal")
+    assert answer["output"] == "status=1\ncat-done\nnot-a-terminal\n"
+    assert time.monotonic() - started < 5
+
+
+def test_a_command_that_hides_its_output_still_finishes(box):
+    _, client = box
+    ex = RunnerExecutor(client)
+    hidden = ex.run("exec >/dev/null 2>&1; echo gone")
+    assert hidden["exit_code"] == 0 and hidden["output"] == ""
+    assert ex.run("echo still-here >&2")["output"] == ""  # this shell's output stays hidden, as asked
+    client.call("shell.close", {"shell": "main"}, timeout=10)
+    assert ex.run("echo fresh")["output"] == "fresh\n"
+
+
+def test_exit_ends_the_shell_and_the_next_command_gets_a_new_one_in_the_same_folder(box, workspace):
+    _, client = box
+    (workspace / "here").mkdir()
+    ex = RunnerExecutor(client, cwd=str(workspace))
+    ex.run("cd here; export GONE=1")
+    ended = ex.run("exit 3")
+    assert ended["exit_code"] == 3 and "exited" in ended["error"]
+    assert ex.run("echo [$GONE] ${PWD##*/}")["output"] == "[] here\n"
+
+
+def test_bytes_that_are_not_utf8_do_not_break_frames(box):
+    _, client = box
+    frames: list[dict] = []
+    result = client.call("shell.run", {"command": "printf 'ok \\377\\376 done\\n'; sleep 0.3; printf '\\200\\n' >&2"},
+                         timeout=10, on_notification=frames.append)
+    assert result["output"] == "ok \ufffd\ufffd done\n\ufffd\n"
+    assert frames and frames[0]["text"] == "ok \ufffd\ufffd done\n"
+    assert RunnerExecutor(client).run("echo next")["output"] == "next\n"
+
+
+def test_output_past_the_cap_goes_to_a_log_and_the_result_says_where(box):
+    _, client = box
+    result = client.call("shell.run", {"command": "seq 1 400000"}, timeout=60)
+    expected = "".join(f"{i}\n" for i in range(1, 400001))
+    assert result["truncated"] is True and result["output_bytes"] == len(expected)
+    with open(result["log_path"]) as log:
+        assert log.read() == expected
+    cap = client.hello["output_limit"]
+    assert len(result["output"]) < cap + 500
+    assert result["output"].startswith("1\n2\n3\n") and result["output"].endswith("399999\n400000\n")
+    assert result["log_path"] in result["output"]  # the notice names the log
