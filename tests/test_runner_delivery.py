@@ -165,7 +165,8 @@ def test_the_daemon_leaves_with_its_parent(zipapp, tmp_path):
     """The parent starts the daemon with --exit-with-parent, prints its pid and dies."""
     script = (
         "import subprocess, sys\n"
-        f"p = subprocess.Popen([sys.executable, '-S', {str(zipapp)!r}, 'serve', '--socket', {str(tmp_path / 's' / 'sock')!r},"
+        f"p = subprocess.Popen([sys.executable, '-S', {str(zipapp)!r}, 'serve',"
+        f" '--socket', {str(tmp_path / 's' / 'sock')!r},"
         " '--exit-with-parent'], stdout=subprocess.PIPE, start_new_session=True)\n"
         "print(p.stdout.readline().decode().strip(), flush=True)\n"
     )
@@ -211,7 +212,8 @@ def test_bad_requests_get_clear_errors(box):
     by_id = {a["id"]: a for a in answers}
     assert by_id["m"]["error"]["code"] == P.METHOD_NOT_FOUND and "no.such" in by_id["m"]["error"]["message"]
     assert by_id["p"]["error"] == {"code": P.INVALID_PARAMS, "message": "missing param 'command'"}
-    assert by_id["t"]["error"]["code"] == P.INVALID_PARAMS and "'command' must be a string" in by_id["t"]["error"]["message"]
+    assert by_id["t"]["error"]["code"] == P.INVALID_PARAMS
+    assert "'command' must be a string" in by_id["t"]["error"]["message"]
     assert by_id["o"]["error"]["code"] == P.INVALID_PARAMS
     assert by_id["i"]["error"]["code"] == P.UNKNOWN_SHELL
     assert by_id["ok"]["result"]["output"] == "alive\n"
@@ -222,7 +224,8 @@ def test_a_frame_over_the_limit_is_refused_by_id_and_nothing_runs(zipapp, worksp
     provider.create()
     try:
         huge = P.encode(P.request("big", "shell.run", {"command": "touch made-it; : " + "x" * 10000}))
-        answers = raw_call(provider.socket_path, [huge, P.encode(P.request("next", "shell.run", {"command": "echo fine"}))], 2)
+        after = P.encode(P.request("next", "shell.run", {"command": "echo fine"}))
+        answers = raw_call(provider.socket_path, [huge, after], 2)
         assert answers[0]["id"] == "big" and answers[0]["error"]["code"] == P.INVALID_REQUEST
         assert "larger than the limit of 4096 bytes" in answers[0]["error"]["message"]
         assert answers[1]["result"]["output"] == "fine\n"
@@ -252,12 +255,13 @@ def test_an_answer_no_longer_kept_is_reported_not_rerun(box, workspace):
 def test_resume_replays_what_was_not_acknowledged(box, workspace):
     provider, client = box
     client.close()
-    answers = raw_call(provider.socket_path, [P.encode(P.request(f"r{i}", "shell.run", {"command": f"echo {i}"}))
-                                              for i in range(3)], 3)
-    seqs = [a["seq"] for a in answers]
-    replayed = raw_call(provider.socket_path, [P.encode(P.notification("session.ack", {"seq": seqs[0]})),
-                                               P.encode(P.request("res", "session.resume", {"last_seq": seqs[0]}))], 3)
-    assert [r.get("id") for r in replayed] == ["r1", "r2", "res"]
+    requests = [P.encode(P.request(f"r{i}", "shell.run", {"shell": f"s{i}", "command": f"echo {i}"})) for i in range(3)]
+    answers = sorted(raw_call(provider.socket_path, requests, 3), key=lambda a: a["seq"])
+    assert all(a["result"]["output"] == f"{a['id'][1:]}\n" for a in answers)
+    first = answers[0]["seq"]
+    replayed = raw_call(provider.socket_path, [P.encode(P.notification("session.ack", {"seq": first})),
+                                               P.encode(P.request("res", "session.resume", {"last_seq": first}))], 3)
+    assert [r.get("id") for r in replayed] == [answers[1]["id"], answers[2]["id"], "res"]
     assert replayed[2]["result"]["replayed"] == 2 and replayed[2]["result"]["gap"] is False
 
 

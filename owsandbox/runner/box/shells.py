@@ -51,7 +51,7 @@ def marker_lines(token: str) -> str:
 
 
 def session_members(sid: int) -> list[int]:
-    """Process ids in session `sid` (read from /proc), the session leader included."""
+    """Live process ids in session `sid` (read from /proc), the session leader included."""
     pids = []
     try:
         names = os.listdir("/proc")
@@ -66,7 +66,7 @@ def session_members(sid: int) -> list[int]:
         except OSError:
             continue
         fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 3 and int(fields[3]) == sid:
+        if len(fields) > 3 and int(fields[3]) == sid and fields[0] != b"Z":
             pids.append(int(name))
     return pids
 

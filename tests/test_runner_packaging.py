@@ -1,0 +1,118 @@
+"""The box is one standard-library-only file named by its content, runnable by any python3."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from owsandbox.runner.bundle import BOX_DIR, build_runner_zipapp
+from owsandbox.runner.workspace import DirectWorkspace, RunnerWorkspace, open_workspace
+
+
+def test_the_box_imports_nothing_but_the_standard_library():
+    allowed = set(sys.stdlib_module_names) | {"__future__"}
+    sources = sorted(BOX_DIR.glob("*.py"))
+    assert len(sources) >= 8
+    for source in sources:
+        for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            else:
+                continue
+            for name in names:
+                assert name.split(".")[0] in allowed, f"{source.name} imports {name}"
+
+
+def test_the_zipapp_is_named_by_its_content_and_reused(tmp_path):
+    first = build_runner_zipapp(tmp_path)
+    stamp = first.stat().st_mtime_ns
+    assert first.name.startswith("runner-") and first.suffix == ".pyz" and len(first.stem) == len("runner-") + 12
+    assert build_runner_zipapp(tmp_path) == first and first.stat().st_mtime_ns == stamp
+    with zipfile.ZipFile(first) as zf:
+        names = set(zf.namelist())
+    assert {"__main__.py", "owbox/daemon.py", "owbox/shells.py", "owbox/relay.py"} <= names
+    assert not list(tmp_path.glob(".runner-*"))  # no temp file left behind
+
+
+def test_another_box_gives_another_name(tmp_path, monkeypatch):
+    first = build_runner_zipapp(tmp_path / "a")
+    changed = tmp_path / "box"
+    changed.mkdir()
+    for source in BOX_DIR.glob("*.py"):
+        (changed / source.name).write_bytes(source.read_bytes())
+    (changed / "protocol.py").write_text((BOX_DIR / "protocol.py").read_text() + "\n# changed\n")
+    monkeypatch.setattr("owsandbox.runner.bundle.BOX_DIR", changed)
+    assert build_runner_zipapp(tmp_path / "a").name != first.name
+
+
+def test_the_zipapp_runs_without_site_packages(zipapp):
+    done = subprocess.run([sys.executable, "-S", "-I", str(zipapp), "--help"], capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == 0 and "serve" in done.stdout and "attach" in done.stdout
+
+
+def test_the_console_script_builds_and_runs_the_box(tmp_path):
+    built = subprocess.run([sys.executable, "-m", "owsandbox.cli", "runner", "build", "--out", str(tmp_path)],
+                           capture_output=True, text=True, timeout=60)
+    assert built.returncode == 0
+    path = Path(built.stdout.strip())
+    assert path.parent == tmp_path and path.exists()
+    helped = subprocess.run([sys.executable, "-m", "owsandbox.cli", "runner", "attach", "--help"],
+                            capture_output=True, text=True, timeout=60)
+    assert helped.returncode == 0 and "--silence-seconds" in helped.stdout
+
+
+def test_owsandbox_run_runs_commands_in_a_sandbox(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "owsandbox.cli", "run", "--cwd", str(tmp_path),
+                           "cd /tmp; X=kept", "echo $X $PWD"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout == "kept /tmp\n"
+
+
+def test_the_provider_is_chosen_by_argument_or_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("OWSANDBOX_PROVIDER", "direct")
+    ws = open_workspace(tmp_path)
+    try:
+        assert isinstance(ws, DirectWorkspace)
+        assert ws.describe() == {"provider": "direct", "enforcement": "none", "cwd": str(tmp_path.resolve())}
+        assert ws.executor.run("echo in-process")["output"] == "in-process\n"
+    finally:
+        ws.close()
+    ws = open_workspace(tmp_path, provider="local")
+    try:
+        assert isinstance(ws, RunnerWorkspace)
+        assert ws.describe()["provider"] == "local" and ws.describe()["enforcement"] == "none"
+        assert ws.executor.run("echo via-daemon")["output"] == "via-daemon\n"
+    finally:
+        ws.close()
+
+
+def test_an_unknown_provider_names_the_known_ones(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="known providers: direct, local"):
+        open_workspace(tmp_path, provider="no-such-box")
+    monkeypatch.setenv("OWSANDBOX_PROVIDER", "also-wrong")
+    with pytest.raises(ValueError, match="'also-wrong'"):
+        open_workspace(tmp_path)
+
+
+def test_destroy_leaves_no_process_behind(tmp_path):
+    ws = open_workspace(tmp_path, provider="local")
+    ws.executor.run("sleep 300 & echo started")
+    daemon_pid = ws.provider.daemon.pid
+    shells = ws.client.call("shell.list", timeout=10)["shells"]
+    ws.close()
+    import time
+
+    from owsandbox.runner.box.shells import session_members
+
+    deadline = time.monotonic() + 5  # SIGKILL is delivered asynchronously
+    leaders = [daemon_pid] + [s["pid"] for s in shells]
+    while any(session_members(pid) for pid in leaders) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert [session_members(pid) for pid in leaders] == [[] for _ in leaders]
