@@ -32,7 +32,8 @@ class Transport(Protocol):
 
 
 class _Call:
-    __slots__ = ("request_id", "method", "frame", "on_notification", "done", "value", "error", "sent_to")
+    __slots__ = ("request_id", "method", "frame", "on_notification", "done", "value", "error", "sent_to",
+                 "on_done")
 
     def __init__(self, request_id: str, method: str, frame: bytes, on_notification: Notification | None) -> None:
         self.request_id = request_id
@@ -43,12 +44,15 @@ class _Call:
         self.value: Any = None
         self.error: P.RunnerError | None = None
         self.sent_to: str | None = None  # the instance it was sent to, once sent
+        self.on_done: Callable[[], None] | None = None
 
     def settle(self, value: Any = None, error: P.RunnerError | None = None) -> None:
         if self.done.is_set():
             return
         self.value, self.error = value, error
         self.done.set()
+        if self.on_done is not None:
+            self.on_done()
 
 
 class SeqTracker:
@@ -314,7 +318,7 @@ class RunnerClient:
         return self.wait(call, timeout)
 
     def start_call(self, method: str, params: dict[str, Any] | None = None,
-                   on_notification: Notification | None = None) -> _Call:
+                   on_notification: Notification | None = None, on_done: Callable[[], None] | None = None) -> _Call:
         params = dict(params or {})
         if method == "shell.run":
             known = self.shell_folders.get(params.get("shell") or "main")
@@ -326,6 +330,7 @@ class RunnerClient:
             raise P.RunnerError(P.INVALID_REQUEST, f"the request is {len(frame)} bytes, larger than the runner's "
                                                    f"limit of {self.max_frame_bytes} bytes; nothing was sent")
         call = _Call(request_id, method, frame, on_notification)
+        call.on_done = on_done
         with self._lock:
             if self._closed:
                 raise P.RunnerError(P.RUNNER_UNREACHABLE, "the runner client is closed")

@@ -352,17 +352,20 @@ class Daemon:
                 del self._shells[shell.name]
                 self._last_folders[shell.name] = shell.cwd
 
-    def _run_params(self, p: dict[str, Any]) -> tuple[str, str, str | None, float | None]:
+    def _run_params(self, p: dict[str, Any]) -> tuple[str, str, str | None, dict[str, Any]]:
         name = params.get(p, "shell", str, "main")
         command = params.get(p, "command", str)
         cwd = params.get(p, "cwd", str, None)
-        timeout_s = params.number(p, "timeout_s", None, minimum=0)
-        return name, command, cwd, timeout_s
+        options = {"timeout_s": params.number(p, "timeout_s", None, minimum=0),
+                   "output_limit": params.get(p, "output_limit", int, None)}
+        if options["output_limit"] is not None and options["output_limit"] < 2:
+            raise P.RunnerError(P.INVALID_PARAMS, "param 'output_limit' must be at least 2")
+        return name, command, cwd, options
 
     def _try_run_inline(self, request_id: Any, p: dict[str, Any]) -> bool:
         """Start a command on a shell that is already up without a thread hop; False to go the long way."""
         try:
-            name, command, _cwd, timeout_s = self._run_params(p)
+            name, command, _cwd, options = self._run_params(p)
         except P.RunnerError as err:
             self._answer(request_id, err=err)
             return True
@@ -370,15 +373,15 @@ class Daemon:
             shell = self._shells.get(name)
         if shell is None or not shell.alive:
             return False
-        self._start(request_id, shell, command, timeout_s)
+        self._start(request_id, shell, command, options)
         return True
 
     def _shell_run(self, request_id: Any, p: dict[str, Any]) -> object:
-        name, command, cwd, timeout_s = self._run_params(p)
-        self._start(request_id, self._get_shell(name, cwd), command, timeout_s)
+        name, command, cwd, options = self._run_params(p)
+        self._start(request_id, self._get_shell(name, cwd), command, options)
         return _DEFERRED
 
-    def _start(self, request_id: Any, shell: Shell, command: str, timeout_s: float | None) -> None:
+    def _start(self, request_id: Any, shell: Shell, command: str, options: dict[str, Any]) -> None:
         name = shell.name
 
         def on_live(frame: dict[str, Any]) -> None:
@@ -392,7 +395,7 @@ class Daemon:
             self._answer(request_id, result)
 
         try:
-            shell.run(command, on_done, on_live, timeout_s)
+            shell.run(command, on_done, on_live, **options)
         except P.RunnerError as err:
             self._answer(request_id, err=err)
 

@@ -24,27 +24,31 @@ _MAX_MARKER = 16384  # a marker line carries a token, a status and a folder
 
 
 class MarkerScanner:
-    """Splits one stream into ("data", bytes) and ("marker", payload) events, in order."""
+    """Splits one stream into ("data", chunk) and ("marker", payload) events, in order.
 
-    def __init__(self) -> None:
-        self._held = b""
+    A marker is `start` + payload + newline. Works on bytes (the shell's end markers) and on text
+    (the kernel's display requests) alike.
+    """
 
-    def feed(self, data: bytes) -> list[tuple[str, bytes]]:
+    def __init__(self, start: Any = MARKER_START) -> None:
+        self.start = start
+        self._held = start[:0]
+
+    def feed(self, data: Any) -> list[tuple[str, Any]]:
+        start_seq = self.start
+        newline = "\n" if isinstance(start_seq, str) else b"\n"
         buf = self._held + data if self._held else data
-        self._held = b""
-        events: list[tuple[str, bytes]] = []
+        self._held = start_seq[:0]
+        events: list[tuple[str, Any]] = []
         pos = 0
         while True:
-            start = buf.find(MARKER_START, pos)
+            start = buf.find(start_seq, pos)
             if start < 0:
-                keep = _partial_start(buf, pos)
-                if keep < len(buf):
-                    self._push(events, buf[pos:keep])
-                    self._held = buf[keep:]
-                else:
-                    self._push(events, buf[pos:])
+                keep = _partial_start(buf, pos, start_seq)
+                self._push(events, buf[pos:keep])
+                self._held = buf[keep:]
                 return events
-            end = buf.find(b"\n", start)
+            end = buf.find(newline, start)
             if end < 0:
                 if len(buf) - start > _MAX_MARKER:  # not one of ours: let it through
                     self._push(events, buf[pos : start + 1])
@@ -54,26 +58,26 @@ class MarkerScanner:
                 self._held = buf[start:]
                 return events
             self._push(events, buf[pos:start])
-            events.append(("marker", buf[start + len(MARKER_START) : end]))
+            events.append(("marker", buf[start + len(start_seq) : end]))
             pos = end + 1
 
-    def flush(self) -> bytes:
+    def flush(self) -> Any:
         """Whatever was held back, for a stream that has ended."""
-        held, self._held = self._held, b""
+        held, self._held = self._held, self.start[:0]
         return held
 
     @staticmethod
-    def _push(events: list[tuple[str, bytes]], chunk: bytes) -> None:
+    def _push(events: list[tuple[str, Any]], chunk: Any) -> None:
         if chunk:
             events.append(("data", chunk))
 
 
-def _partial_start(buf: bytes, pos: int) -> int:
-    """Where a trailing proper prefix of MARKER_START begins, or len(buf) if there is none."""
-    first = MARKER_START[:1]
-    idx = buf.find(first, max(pos, len(buf) - len(MARKER_START) + 1))
+def _partial_start(buf: Any, pos: int, start_seq: Any) -> int:
+    """Where a trailing proper prefix of `start_seq` begins, or len(buf) if there is none."""
+    first = start_seq[:1]
+    idx = buf.find(first, max(pos, len(buf) - len(start_seq) + 1))
     while idx >= 0:
-        if MARKER_START.startswith(buf[idx:]):
+        if start_seq.startswith(buf[idx:]):
             return idx
         idx = buf.find(first, idx + 1)
     return len(buf)
@@ -150,6 +154,7 @@ class OutputRecord:
         self._open_log = open_log
         self._parts: list[str] = []
         self._chars = 0
+        self.total_chars = 0
         self._raw: list[bytes] | None = []  # raw bytes, until spilled
         self.output_bytes = 0
         self.segments: list[list[Any]] | None = []
@@ -165,6 +170,7 @@ class OutputRecord:
 
     def add(self, stream: str, raw: bytes, text: str) -> None:
         self.output_bytes += len(raw)
+        self.total_chars += len(text)
         if self._log is not None:
             self._log.write(raw)
             self._keep_tail(text)

@@ -29,9 +29,29 @@ DEFAULT_OUTPUT_LIMIT = 1024 * 1024  # characters kept in memory per command
 
 _MARK_OUT_FD = 63
 _MARK_ERR_FD = 62
+DISPLAY_START = "\x1f\x1dOWD:"  # a line asking the notebook to show a file: mime TAB id TAB path
+_OWDISPLAY = r"""owdisplay() {
+  local mime= id= path= usage='usage: owdisplay FILE [--mime TYPE] [--id ID]'
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --mime) mime=$2; shift 2 || return 2;; --mime=*) mime=${1#*=}; shift;;
+      --id) id=$2; shift 2 || return 2;; --id=*) id=${1#*=}; shift;;
+      -h|--help) echo "$usage"; echo 'Shows FILE (png, jpeg, gif, svg, html, markdown, json, text) in the notebook;'\
+ 'a later call with the same --id replaces that output.'; return 0;;
+      -*) echo "owdisplay: unknown option $1" >&2; echo "$usage" >&2; return 2;;
+      *) if [ -n "$path" ]; then echo "owdisplay: one file at a time" >&2; return 2; fi; path=$1; shift;;
+    esac
+  done
+  [ -n "$path" ] || { echo "$usage" >&2; return 2; }
+  [ -f "$path" ] || { echo "owdisplay: no such file: $path" >&2; return 1; }
+  case $path in /*) ;; *) path=$PWD/$path;; esac
+  printf '\037\035OWD:%s\t%s\t%s\n' "$mime" "$id" "$path"
+}
+export -f owdisplay
+"""
 _INIT = (
     "PS1=''; PS2=''; PS0=''; PROMPT_COMMAND=''; set +H +o history +m; unset HISTFILE; "
-    f"exec {_MARK_OUT_FD}>&1 {_MARK_ERR_FD}>&2\n"
+    f"exec {_MARK_OUT_FD}>&1 {_MARK_ERR_FD}>&2\n" + _OWDISPLAY
 )
 
 _ANSI_C = {i: f"\\x{i:02x}" for i in range(256) if not 32 <= i < 127}
@@ -155,14 +175,16 @@ class Shell:
         return self._current is not None
 
     def run(self, command: str, on_done: Callable[[dict[str, Any]], None],
-            on_live: Callable[[dict[str, Any]], None] | None = None, timeout_s: float | None = None) -> None:
+            on_live: Callable[[dict[str, Any]], None] | None = None, timeout_s: float | None = None,
+            output_limit: int | None = None) -> None:
         with self._lock:
             if not self.alive:
                 raise RunnerError(SHELL_BUSY, f"shell '{self.name}' has exited")
             if self._current is not None:
                 raise RunnerError(SHELL_BUSY, f"shell '{self.name}' is running another command")
             token = secrets.token_hex(8)
-            cmd = Command(command, token, OutputRecord(self.output_limit, self._open_log),
+            limit = self.output_limit if output_limit is None else min(output_limit, self.output_limit)
+            cmd = Command(command, token, OutputRecord(limit, self._open_log),
                           LiveBatcher(self.live_delay), on_live, on_done, timeout_s)
             self._current = cmd
             self.last_command = command
@@ -316,6 +338,7 @@ class Shell:
             result["error"] = error
         result["duration_ms"] = round((time.monotonic() - cmd.started) * 1000, 3)
         result["output_bytes"] = cmd.record.output_bytes
+        result["output_chars"] = cmd.record.total_chars
         if cmd.record.log_path:
             result["log_path"] = cmd.record.log_path
         if cmd.record.segments is not None:

@@ -1,0 +1,1 @@
+"""The Jupyter kernel: cells on sandbox shells, magics, output handling."""

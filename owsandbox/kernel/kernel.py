@@ -1,0 +1,339 @@
+"""The owsandbox kernel: every cell runs as shell commands on a named, persistent bash in a sandbox.
+
+A cell becomes `shell.run` on the current shell (default `main`). Its live output arrives on the
+runner's pump thread and is shown as `stream` messages, stdout and stderr apart, batched for a few
+milliseconds; the record fills in whatever the live view missed. Stop (an `interrupt_request`, or
+SIGINT from a client that signals) becomes `shell.interrupt`: the command ends, the shell and its
+variables stay. A non-zero exit status is an error reply with exactly one `error` output, so a
+notebook run stops at a failing cell. Magics live in `magics.py`, output handling in `output.py`,
+the bash completeness check in `completeness.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+from typing import Any
+
+from ipykernel.kernelbase import Kernel
+
+from .. import __version__
+from ..runner.box import protocol as P
+from . import magics
+from .magics import RunOnShell, UsageError
+from .output import DEFAULT_OUTPUT_LIMIT, CellOutput, Display, Notice, Stream
+from .sandbox import Sandbox, SandboxUnavailable
+
+BATCH_SECONDS = 0.03  # live output is gathered this long before it goes out as one message
+RED, RESET = "\x1b[31m", "\x1b[0m"
+
+_ERROR_NAMES = {P.SHELL_BUSY: "ShellBusy", P.RUNNER_RESTARTED: "SandboxRestarted",
+                P.RUNNER_UNREACHABLE: "SandboxUnreachable", P.FS_ERROR: "FileError",
+                P.INVALID_PARAMS: "UsageError", P.UNKNOWN_SHELL: "UnknownShell"}
+
+
+class CellError(Exception):
+    def __init__(self, ename: str, evalue: str) -> None:
+        super().__init__(evalue)
+        self.ename = ename
+        self.evalue = evalue
+
+
+class OwSandboxKernel(Kernel):
+    implementation = "owsandbox"
+    implementation_version = __version__
+    language = "bash"
+    language_version = "5"
+    language_info = {
+        "name": "bash",
+        "mimetype": "text/x-sh",
+        "file_extension": ".sh",
+        "codemirror_mode": "shell",
+        "pygments_lexer": "bash",
+    }
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.sandbox = Sandbox()
+        self.sandbox.start_in_background()
+        self.settings: dict[str, Any] = {"shell": "main", "timeout": None, "output_limit": DEFAULT_OUTPUT_LIMIT}
+        self._running: dict[str, str] = {}  # shell → the call id of the cell running on it
+        self._running_lock = threading.Lock()
+        self._displays: set[str] = set()
+        self.cell_history: list[str] = []  # for completing the variables that cells assigned
+        self._warned_unisolated = False
+
+    # -- kernel_info ------------------------------------------------------------------------
+
+    @property
+    def banner(self) -> str:  # type: ignore[override]
+        isolation = ("no isolation: commands run on this machine with your permissions"
+                     if self.sandbox.enforcement == "none" else f"isolated by {self.sandbox.enforcement}")
+        return (f"owsandbox {__version__}: bash in a sandbox (provider {self.sandbox.provider_name}; {isolation}).\n"
+                "Cells run on persistent shells; %magics lists the magics.")
+
+    @property
+    def kernel_info(self) -> dict[str, Any]:
+        # The base class also offers a debugger (importing debugpy, which we do not implement).
+        return {"protocol_version": "5.3", "implementation": self.implementation,
+                "implementation_version": self.implementation_version, "language_info": self.language_info,
+                "banner": self.banner, "help_links": [],
+                "supported_features": ["kernel subshells"] if self._supports_kernel_subshells else []}
+
+    # -- sending ----------------------------------------------------------------------------
+
+    def _send(self, parent: dict[str, Any], msg_type: str, content: dict[str, Any]) -> None:
+        """Send on iopub with an explicit parent: safe from any thread."""
+        self.session.send(self.iopub_socket, msg_type, content, parent=parent, ident=self._topic(msg_type))
+
+    def _stream(self, parent: dict[str, Any], text: str, name: str = "stdout") -> None:
+        if text:
+            self._send(parent, "stream", {"name": name, "text": text})
+
+    def _error_reply(self, parent: dict[str, Any], ename: str, evalue: str) -> dict[str, Any]:
+        traceback = [f"{RED}{ename}{RESET}: {evalue}"]
+        self._send(parent, "error", {"ename": ename, "evalue": evalue, "traceback": traceback})
+        return {"status": "error", "execution_count": self.execution_count, "ename": ename, "evalue": evalue,
+                "traceback": traceback}
+
+    # -- execute ----------------------------------------------------------------------------
+
+    async def do_execute(self, code: str, silent: bool, store_history: bool = True,
+                         user_expressions: dict[str, Any] | None = None, allow_stdin: bool = False) -> dict[str, Any]:
+        parent = self.get_parent("shell")
+        ok = {"status": "ok", "execution_count": self.execution_count, "payload": [], "user_expressions": {}}
+        if store_history:
+            self.cell_history = (self.cell_history + [code])[-200:]
+        try:
+            self._warn_once(parent)
+            parsed = magics.parse_cell(code)
+            if parsed is None:
+                await self._run_cell(parent, self.settings["shell"], code)
+                return ok
+            target = await self._run_magics(parent, parsed)
+            if target is not None:
+                await self._run_cell(parent, target.shell, target.code)
+            return ok
+        except CellError as err:
+            return self._error_reply(parent, err.ename, err.evalue)
+        except UsageError as err:
+            return self._error_reply(parent, "UsageError", str(err))
+        except SandboxUnavailable as err:
+            return self._error_reply(parent, "SandboxUnavailable", str(err))
+        except P.RunnerError as err:
+            return self._error_reply(parent, _ERROR_NAMES.get(err.code, "SandboxError"), err.message)
+        except asyncio.CancelledError:
+            return self._error_reply(parent, "Interrupted", "the cell was interrupted")
+        except Exception as exc:  # noqa: BLE001 - every request gets a reply
+            self.log.exception("cell failed")
+            return self._error_reply(parent, "KernelError", f"{type(exc).__name__}: {exc}")
+
+    def _warn_once(self, parent: dict[str, Any]) -> None:
+        if not self._warned_unisolated and self.sandbox.enforcement == "none":
+            self._warned_unisolated = True
+            self._stream(parent, f"[owsandbox: the '{self.sandbox.provider_name}' sandbox does not isolate: "
+                                 "commands run on this machine with your permissions]\n", "stderr")
+
+    async def _run_magics(self, parent: dict[str, Any], parsed: magics.ParsedCell) -> RunOnShell | None:
+        context = _Context(self, parent)
+        loop = asyncio.get_running_loop()
+        if parsed.cell is not None:
+            name, args, body = parsed.cell
+            found = magics.find_magic("cell", name)
+            return await loop.run_in_executor(None, found.run, context, args, body)
+        for name, args in parsed.lines:
+            found = magics.find_magic("line", name)
+            await loop.run_in_executor(None, found.run, context, args, "")
+        if parsed.rest.strip():
+            return RunOnShell(self.settings["shell"], parsed.rest)
+        return None
+
+    async def _run_cell(self, parent: dict[str, Any], shell: str, code: str) -> None:
+        """Run `code` on `shell`, showing its output live; raises CellError for a failure."""
+        if not code.strip():
+            return
+        client = await asyncio.get_running_loop().run_in_executor(None, self.sandbox.wait)
+        client = client.client
+        loop = asyncio.get_running_loop()
+        wake = asyncio.Event()
+        output = CellOutput(self.settings["output_limit"])
+
+        def on_frame(frame: dict[str, Any]) -> None:
+            if frame.get("method") == "shell.output":
+                output.live(frame)
+                loop.call_soon_threadsafe(wake.set)
+
+        params: dict[str, Any] = {"shell": shell, "command": code, "cwd": self.sandbox.cwd,
+                                  "output_limit": self.settings["output_limit"]}
+        if self.settings["timeout"] is not None:
+            params["timeout_s"] = self.settings["timeout"]
+        call = client.start_call("shell.run", params, on_notification=on_frame,
+                                 on_done=lambda: loop.call_soon_threadsafe(wake.set))
+        with self._running_lock:
+            self._running[shell] = call.request_id
+        try:
+            while True:
+                await wake.wait()
+                wake.clear()
+                await self._show(parent, output, shell)
+                if call.done.is_set():
+                    break
+                await asyncio.sleep(BATCH_SECONDS)
+        finally:
+            with self._running_lock:
+                if self._running.get(shell) == call.request_id:
+                    del self._running[shell]
+        if call.error is not None:
+            raise call.error
+        result = call.value
+        output.finish(result)
+        await self._show(parent, output, shell)
+        self._raise_for(result)
+
+    @staticmethod
+    def _raise_for(result: dict[str, Any]) -> None:
+        error = result.get("error")
+        if result.get("timed_out"):
+            raise CellError("TimedOut", error or "the command timed out")
+        if error and error.startswith("interrupted"):
+            raise CellError("Interrupted", error)
+        if error:
+            raise CellError("ShellExited" if "exited" in error else "SandboxError", error)
+        status = result.get("exit_code")
+        if status not in (0, None):
+            raise CellError("ExitStatus", f"the command exited with status {status}")
+
+    async def _show(self, parent: dict[str, Any], output: CellOutput, shell: str) -> None:
+        for event in output.take():
+            if isinstance(event, Stream):
+                self._stream(parent, event.text, event.name)
+            elif isinstance(event, Notice):
+                self._stream(parent, event.text, "stderr")
+            elif isinstance(event, Display):
+                await asyncio.get_running_loop().run_in_executor(None, self._display_file, parent, event, shell)
+
+    def _display_file(self, parent: dict[str, Any], event: Display, shell: str) -> None:
+        context = _Context(self, parent)
+        try:
+            mime = magics.mime_for(event.path, event.mime)
+            bundle = magics.rich_bundle(magics.read_whole(context, event.path, None), mime, event.path)
+        except (UsageError, P.RunnerError) as exc:
+            self._stream(parent, f"owdisplay: {exc}\n", "stderr")
+            return
+        display_id = event.display_id or None
+        update = display_id is not None and display_id in self._displays
+        if display_id is not None:
+            self._displays.add(display_id)
+        context.display(bundle, display_id=display_id, update=update)
+
+    # -- Stop -------------------------------------------------------------------------------
+
+    async def interrupt_request(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
+        """Message-mode interrupts stop the running commands instead of signalling the kernel."""
+        self._interrupt_running()
+        self.session.send(stream, "interrupt_reply", {"status": "ok"}, parent, ident=ident)
+
+    def pre_handler_hook(self) -> None:
+        # A client that signals (interrupt_mode "signal", or Ctrl-C in a terminal) stops the command too.
+        if threading.current_thread() is threading.main_thread():
+            self.saved_sigint_handler = signal.signal(signal.SIGINT, self._on_sigint)
+
+    def post_handler_hook(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, self.saved_sigint_handler)
+
+    def _on_sigint(self, _signum: int, _frame: Any) -> None:
+        self._interrupt_running()
+
+    def _interrupt_running(self) -> None:
+        with self._running_lock:
+            shells = list(self._running)
+        if shells:
+            threading.Thread(target=self._interrupt_shells, args=(shells,), daemon=True).start()
+
+    def _interrupt_shells(self, shells: list[str]) -> None:
+        try:
+            client = self.sandbox.client
+        except SandboxUnavailable:
+            return
+        for shell in shells:
+            try:
+                client.call("shell.interrupt", {"shell": shell}, timeout=10)
+            except (P.RunnerError, TimeoutError):
+                pass
+
+    # -- is_complete, complete, inspect -----------------------------------------------------
+
+    async def do_is_complete(self, code: str) -> dict[str, Any]:
+        from .completeness import check
+
+        status, indent = check(code)
+        reply: dict[str, Any] = {"status": status}
+        if status == "incomplete":
+            reply["indent"] = indent
+        return reply
+
+    async def do_complete(self, code: str, cursor_pos: int) -> dict[str, Any]:
+        from .completion import complete
+
+        loop = asyncio.get_running_loop()
+        try:
+            matches, start, end = await loop.run_in_executor(None, complete, self, code, cursor_pos)
+        except (SandboxUnavailable, P.RunnerError, TimeoutError):
+            matches, start, end = [], cursor_pos, cursor_pos
+        return {"status": "ok", "matches": matches, "cursor_start": start, "cursor_end": end, "metadata": {}}
+
+    async def do_inspect(self, code: str, cursor_pos: int, detail_level: int = 0,
+                         omit_sections: Any = ()) -> dict[str, Any]:
+        from .completion import inspect_word
+
+        loop = asyncio.get_running_loop()
+        try:
+            text = await loop.run_in_executor(None, inspect_word, self, code, cursor_pos)
+        except (SandboxUnavailable, P.RunnerError, TimeoutError):
+            text = ""
+        data = {"text/plain": text} if text else {}
+        return {"status": "ok", "found": bool(text), "data": data, "metadata": {}}
+
+    # -- shutdown ---------------------------------------------------------------------------
+
+    async def do_shutdown(self, restart: bool) -> dict[str, Any]:
+        await asyncio.get_running_loop().run_in_executor(None, self.sandbox.close)
+        return {"status": "ok", "restart": restart}
+
+    def shell_folder(self, shell: str) -> str:
+        try:
+            return self.sandbox.client.shell_folders.get(shell) or self.sandbox.cwd
+        except SandboxUnavailable:
+            return self.sandbox.cwd
+
+
+class _Context:
+    """What a magic may touch: the sandbox, the settings, and this cell's outputs."""
+
+    def __init__(self, kernel: OwSandboxKernel, parent: dict[str, Any]) -> None:
+        self.kernel = kernel
+        self.parent = parent
+        self.settings = kernel.settings
+
+    def call(self, method: str, params: dict[str, Any], timeout: float = 60.0) -> Any:
+        client = self.kernel.sandbox.client
+        if params.get("shell") and params["shell"] not in client.shell_folders:
+            # A shell that has not run a cell yet would start in the workspace, where the daemon is.
+            params = {key: value for key, value in params.items() if key != "shell"}
+        return client.call(method, params, timeout=timeout)
+
+    def stream(self, text: str, name: str = "stdout") -> None:
+        self.kernel._stream(self.parent, text, name)
+
+    def display(self, data: dict[str, Any], metadata: dict[str, Any] | None = None,
+                display_id: str | None = None, update: bool = False) -> None:
+        content: dict[str, Any] = {"data": data, "metadata": metadata or {}}
+        if display_id is not None:
+            content["transient"] = {"display_id": display_id}
+        self.kernel._send(self.parent, "update_display_data" if update else "display_data", content)
+
+    def describe_sandbox(self) -> dict[str, Any]:
+        return {**self.kernel.sandbox.describe(), "shell": self.settings["shell"],
+                "cell timeout": self.settings["timeout"], "output limit": self.settings["output_limit"]}

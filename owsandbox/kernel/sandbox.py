@@ -1,0 +1,89 @@
+"""The kernel's sandbox: chosen at start, created in the background, closed at shutdown.
+
+Creating a sandbox takes a moment (a daemon to start, a relay to open); `kernel_info` must not wait
+for it, so it starts on a thread when the kernel starts and the first cell waits for it. A sandbox
+that could not start is reported to every cell with the reason, and the kernel stays alive.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ..runner.box import protocol as P
+from ..runner.client import RunnerClient
+from ..runner.providers import KNOWN, RUNNER_PROVIDERS
+from ..runner.workspace import DEFAULT_PROVIDER, PROVIDER_ENV, RunnerWorkspace
+
+WORKSPACE_ENV = "OWSANDBOX_WORKSPACE"
+
+
+class SandboxUnavailable(Exception):
+    """The sandbox could not be created or reached; the message says why."""
+
+
+class Sandbox:
+    def __init__(self, cwd: str | None = None, provider: str | None = None) -> None:
+        self.cwd = str(Path(cwd or os.environ.get(WORKSPACE_ENV) or os.getcwd()).resolve())
+        self.provider_name = provider or os.environ.get(PROVIDER_ENV) or DEFAULT_PROVIDER
+        factory = RUNNER_PROVIDERS.get(self.provider_name)
+        self.enforcement = getattr(factory, "enforcement", "unknown")
+        self._workspace: RunnerWorkspace | None = None
+        self._error: str | None = None
+        self._ready = threading.Event()
+        self._closed = False
+        self.started_at = time.time()
+        if factory is None:
+            self._error = (f"unknown sandbox provider '{self.provider_name}' (from {PROVIDER_ENV}); "
+                           f"known providers: {', '.join(p for p in KNOWN if p != 'direct')}")
+            self._ready.set()
+
+    def start_in_background(self) -> None:
+        if not self._ready.is_set():
+            threading.Thread(target=self._start, name="sandbox-start", daemon=True).start()
+
+    def _start(self) -> None:
+        try:
+            workspace = RunnerWorkspace(RUNNER_PROVIDERS[self.provider_name](cwd=self.cwd), self.cwd)
+        except (P.RunnerError, OSError, RuntimeError, ValueError) as exc:
+            self._error = f"the {self.provider_name} sandbox could not start: {exc}"
+        else:
+            if self._closed:
+                workspace.close()
+            else:
+                self._workspace = workspace
+        finally:
+            self._ready.set()
+
+    def wait(self, timeout: float = 60.0) -> RunnerWorkspace:
+        if not self._ready.wait(timeout):
+            raise SandboxUnavailable(f"the {self.provider_name} sandbox did not start within {timeout:g} s")
+        if self._workspace is None:
+            raise SandboxUnavailable(self._error or "the sandbox is closed")
+        return self._workspace
+
+    @property
+    def client(self) -> RunnerClient:
+        return self.wait().client
+
+    def describe(self) -> dict[str, Any]:
+        info: dict[str, Any] = {"provider": self.provider_name, "enforcement": self.enforcement, "cwd": self.cwd}
+        if self._workspace is not None:
+            client = self._workspace.client
+            info.update(self._workspace.provider.describe())
+            info.update(instance_id=client.instance_id, restarts=client.restarts, reconnects=client.reconnects,
+                        runner_pid=client.hello.get("pid"), runner_version=client.hello.get("runner_version"),
+                        os=client.hello.get("os"), shell=client.hello.get("shell"),
+                        uptime_s=round(time.time() - self.started_at, 1))
+        elif self._error:
+            info["error"] = self._error
+        return info
+
+    def close(self) -> None:
+        self._closed = True
+        workspace, self._workspace = self._workspace, None
+        if workspace is not None:
+            workspace.close()
