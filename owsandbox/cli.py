@@ -1,4 +1,5 @@
-"""The `owsandbox` command: `runner build|serve|attach`, `run` (one command in a sandbox)."""
+"""The `owsandbox` command: `runner build|serve|attach`, `run` (one command in a sandbox), `install`/`uninstall`
+(the Jupyter kernelspec)."""
 
 from __future__ import annotations
 
@@ -48,11 +49,24 @@ def _run(argv: list[str]) -> int:
     return status
 
 
+def _install(argv: list[str]) -> int:
+    from .kernelspec import main as kernelspec_main
+
+    return kernelspec_main(["install", *argv])
+
+
+def _uninstall(argv: list[str]) -> int:
+    from .kernelspec import main as kernelspec_main
+
+    return kernelspec_main(["uninstall", *argv])
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"runner": _runner, "run": _run}
+    commands = {"runner": _runner, "run": _run, "install": _install, "uninstall": _uninstall}
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
-        print("usage: owsandbox {runner build|serve|attach, run} ...", file=sys.stderr if argv else sys.stdout)
+        print("usage: owsandbox {runner build|serve|attach, run, install, uninstall} ...",
+              file=sys.stderr if argv else sys.stdout)
         if argv and argv[0] not in ("-h", "--help"):
             print(f"owsandbox: unknown command '{argv[0]}'", file=sys.stderr)
             return 2

@@ -35,3 +35,35 @@ def box(zipapp: Path, workspace: Path):
     finally:
         client.close()
         provider.destroy()
+
+
+KERNEL_NAME = "owsandbox-test"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A kernelspec for the kernel under test, found through JUPYTER_PATH by every Jupyter client
+    that the tests start (jupyter_client, jupyter_kernel_test, nbclient, jupyter console)."""
+    import json
+    import os
+    import sys
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="owsandbox-kernelspec-"))
+    spec = root / "kernels" / KERNEL_NAME
+    spec.mkdir(parents=True)
+    spec.joinpath("kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "owsandbox.kernel", "-f", "{connection_file}"],
+        "display_name": "Sandbox (test)", "language": "bash", "interrupt_mode": "message",
+        "env": {"OWSANDBOX_PROVIDER": "local"},
+    }))
+    os.environ["JUPYTER_PATH"] = str(root) + (os.pathsep + os.environ["JUPYTER_PATH"] if os.environ.get("JUPYTER_PATH")
+                                              else "")
+    config._owsandbox_kernelspec_root = root  # type: ignore[attr-defined]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import shutil
+
+    root = getattr(config, "_owsandbox_kernelspec_root", None)
+    if root is not None:
+        shutil.rmtree(root, ignore_errors=True)

@@ -89,6 +89,11 @@ class LocalProvider(Provider):
 
     def open_runner(self) -> PipeTransport:
         assert self.runner_path, "create() first"
+        if self.daemon is None or self.daemon.poll() is not None:
+            # The daemon died (killed, or the machine ran out of memory): start a new one, as a
+            # sandbox would restart. The client sees a new instance and reports the lost command.
+            self._stop_daemon()
+            self._start_daemon()
         return PipeTransport([self.python, "-S", self.runner_path, "attach", "--socket", self.socket_path,
                               "--silence-seconds", str(self.relay_silence_seconds)])
 

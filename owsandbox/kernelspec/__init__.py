@@ -1,0 +1,208 @@
+"""The Jupyter kernelspec for owsandbox: build kernel.json, install and remove it.
+
+Jupyter finds a kernel through a folder holding `kernel.json` (how to start it) and logos. This module
+builds that folder in one place, so that the copy shipped in the wheel (`share/jupyter/kernels/owsandbox`,
+registered by `pip install`), the one `owsandbox install` writes, and the tests agree. Installing a
+second spec under another name (`--name box-ssh --provider exec --env OWSANDBOX_EXEC=...`) is how one
+notebook server offers several sandboxes.
+
+`jupyter_client` is imported only by `install`/`uninstall`, so building a spec needs nothing beyond the
+standard library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+KERNEL_NAME = "owsandbox"
+DISPLAY_NAME = "Sandbox (bash)"
+KERNEL_MODULE = "owsandbox.kernel"
+RESOURCES = Path(__file__).parent / "resources"
+LOGOS = ("logo-32x32.png", "logo-64x64.png", "logo-svg.svg")
+
+
+class KernelSpecNotFound(KeyError):
+    """No kernelspec of that name is installed (a KeyError, as jupyter_client raises, with a readable message)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+def kernel_dict(
+    provider: str | None = None,
+    env: dict[str, str] | None = None,
+    display_name: str | None = None,
+    executable: str = "python",
+) -> dict[str, Any]:
+    """The content of kernel.json.
+
+    `executable` "python" is replaced by jupyter_client with the interpreter that launches the kernel;
+    `install` passes the full `sys.executable` so the kernel runs where owsandbox is installed.
+    `provider` becomes `OWSANDBOX_PROVIDER` in the kernel's environment (it wins over one in `env`).
+    """
+    kernel_env = dict(env or {})
+    if provider:
+        kernel_env["OWSANDBOX_PROVIDER"] = provider
+    spec: dict[str, Any] = {
+        "argv": [executable, "-m", KERNEL_MODULE, "-f", "{connection_file}"],
+        "display_name": display_name or DISPLAY_NAME,
+        "language": "bash",
+        "interrupt_mode": "message",
+    }
+    if kernel_env:
+        spec["env"] = kernel_env
+    spec["metadata"] = {
+        "owsandbox": {"provider": kernel_env.get("OWSANDBOX_PROVIDER") or "auto"},
+        "debugger": False,
+    }
+    return spec
+
+
+def write_kernelspec(dest: Path | str, **kw: Any) -> Path:
+    """Write kernel.json (from `kernel_dict(**kw)`) and the three logos into `dest`; return `dest`."""
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "kernel.json").write_text(json.dumps(kernel_dict(**kw), indent=2) + "\n", encoding="utf-8")
+    for logo in LOGOS:
+        shutil.copyfile(RESOURCES / logo, dest / logo)
+    return dest
+
+
+def install(
+    user: bool = False,
+    prefix: str | None = None,
+    sys_prefix: bool = False,
+    name: str = KERNEL_NAME,
+    display_name: str | None = None,
+    provider: str | None = None,
+    env: dict[str, str] | None = None,
+) -> str:
+    """Install the kernelspec and return the folder it landed in.
+
+    Where: `user` → the Jupyter data dir (`$JUPYTER_DATA_DIR` or `~/.local/share/jupyter`) `/kernels/NAME`;
+    `prefix` → `PREFIX/share/jupyter/kernels/NAME`; `sys_prefix` → the same with `sys.prefix`;
+    none → the system-wide Jupyter dir (usually `/usr/local/share/jupyter/kernels/NAME`).
+    A spec of the same name there is replaced.
+    """
+    if sys_prefix:
+        if prefix:
+            raise ValueError("Can't specify both prefix and sys_prefix. Please choose one or the other.")
+        prefix = sys.prefix
+    if user and prefix:
+        where = "sys_prefix" if sys_prefix else "prefix"
+        raise ValueError(f"Can't specify both user and {where}. Please choose one or the other.")
+    if display_name is None and name.lower() != KERNEL_NAME:
+        display_name = f"{DISPLAY_NAME} [{name}]"
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    with tempfile.TemporaryDirectory(prefix="owsandbox-kernelspec-") as tmp:
+        staged = write_kernelspec(
+            Path(tmp) / name, provider=provider, env=env, display_name=display_name, executable=sys.executable
+        )
+        return KernelSpecManager().install_kernel_spec(str(staged), name, user=user, prefix=prefix)
+
+
+def _owsandbox_specs(specs: dict[str, str]) -> dict[str, str]:
+    """The installed specs that start the owsandbox kernel (name → folder)."""
+    found = {}
+    for spec_name, folder in sorted(specs.items()):
+        try:
+            spec = json.loads((Path(folder) / "kernel.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if KERNEL_MODULE in spec.get("argv", []) or "owsandbox" in (spec.get("metadata") or {}):
+            found[spec_name] = folder
+    return found
+
+
+def uninstall(name: str = KERNEL_NAME) -> str:
+    """Remove the installed kernelspec `name` and return the folder removed; KernelSpecNotFound if none."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    manager = KernelSpecManager()
+    manager.ensure_native_kernel = False
+    specs = manager.find_kernel_specs()
+    name = name.lower()
+    if name not in specs:
+        ours = _owsandbox_specs(specs)
+        listing = ", ".join(f"{n} ({folder})" for n, folder in ours.items()) or "none"
+        raise KernelSpecNotFound(
+            f"No kernelspec named {name!r} is installed. Installed owsandbox kernelspecs: {listing}. "
+            "(A spec installed with --prefix P is found only when P/share/jupyter is on JUPYTER_PATH.)"
+        )
+    return manager.remove_kernel_spec(name)
+
+
+def _env_pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"malformed {text!r}: expected KEY=VALUE, as in OWSANDBOX_EXEC='ssh me@host'")
+    return key, value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="owsandbox",
+                                     description="Install or remove the owsandbox Jupyter kernelspec.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{install,uninstall}")
+
+    inst = commands.add_parser("install", help="install the kernelspec",
+                               description="Install the owsandbox kernelspec for Jupyter.")
+    where = inst.add_mutually_exclusive_group()
+    where.add_argument("--user", action="store_true", help="install for the current user instead of system-wide")
+    where.add_argument("--sys-prefix", action="store_true",
+                       help=f"install to Python's sys.prefix. Shorthand for --prefix='{sys.prefix}'. "
+                            "For use in conda/virtual-envs.")
+    where.add_argument("--prefix", default=None,
+                       help="install prefix for the kernelspec (PREFIX/share/jupyter/kernels/NAME). "
+                            "Needed to install into a non-default location, such as a conda/virtual-env.")
+    inst.add_argument("--name", default=KERNEL_NAME,
+                      help=f"name of the kernelspec (default: {KERNEL_NAME}); "
+                           "needed to have several sandboxes at the same time")
+    inst.add_argument("--display-name", default=None,
+                      help=f"name shown in Jupyter (default: '{DISPLAY_NAME}', with [NAME] for another --name)")
+    inst.add_argument("--provider", default=None,
+                      help="sandbox provider the kernel uses (sets OWSANDBOX_PROVIDER; default: chosen at start)")
+    inst.add_argument("--env", action="extend", nargs="+", type=_env_pair, default=[], metavar="KEY=VALUE",
+                      help="environment variable for the kernel; repeatable")
+
+    uninst = commands.add_parser("uninstall", help="remove an installed kernelspec",
+                                 description="Remove an installed owsandbox kernelspec.")
+    uninst.add_argument("--name", default=KERNEL_NAME, help=f"name of the kernelspec (default: {KERNEL_NAME})")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`owsandbox install ...` / `owsandbox uninstall ...`; returns the exit status."""
+    parser = _parser()
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command == "uninstall":
+        try:
+            removed = uninstall(args.name)
+        except KernelSpecNotFound as e:
+            print(f"owsandbox uninstall: {e}", file=sys.stderr)
+            return 1
+        print(f"Removed kernelspec {args.name.lower()} from {removed}")
+        return 0
+    try:
+        dest = install(user=args.user, prefix=args.prefix, sys_prefix=args.sys_prefix, name=args.name,
+                       display_name=args.display_name, provider=args.provider, env=dict(args.env))
+    except ValueError as e:
+        print(f"owsandbox install: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        if e.errno in (errno.EACCES, errno.EPERM):
+            print(e, file=sys.stderr)
+            if not args.user:
+                print("Perhaps you want `sudo`, `--user` or `--sys-prefix`?", file=sys.stderr)
+            return 1
+        raise
+    print(f"Installed kernelspec {os.path.basename(dest)} in {dest}")
+    return 0

@@ -1,0 +1,108 @@
+"""A real owsandbox kernel driven through jupyter_client, for tests: start, run cells, stop."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jupyter_client.manager import KernelManager
+
+from .conftest import KERNEL_NAME
+
+
+@dataclass
+class CellRun:
+    reply: dict[str, Any]
+    outputs: list[dict[str, Any]] = field(default_factory=list)  # iopub messages, in order
+    seconds: float = 0.0
+
+    @property
+    def status(self) -> str:
+        return self.reply["content"]["status"]
+
+    def text(self, name: str = "stdout") -> str:
+        return "".join(m["content"]["text"] for m in self.outputs
+                       if m["msg_type"] == "stream" and m["content"]["name"] == name)
+
+    def of_type(self, msg_type: str) -> list[dict[str, Any]]:
+        return [m["content"] for m in self.outputs if m["msg_type"] == msg_type]
+
+    @property
+    def error(self) -> dict[str, Any]:
+        errors = self.of_type("error")
+        assert len(errors) == 1, self.outputs
+        return errors[0]
+
+
+class KernelSession:
+    def __init__(self, workspace: Path, env: dict[str, str] | None = None) -> None:
+        self.workspace = workspace
+        self.km = KernelManager(kernel_name=KERNEL_NAME)
+        kernel_env = {**os.environ, **(env or {})}
+        self.km.start_kernel(cwd=str(workspace), env=kernel_env)
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=60)
+        self.drain()
+
+    @property
+    def pid(self) -> int:
+        return self.km.provisioner.process.pid  # type: ignore[union-attr]
+
+    def drain(self) -> None:
+        while True:
+            try:
+                self.kc.get_iopub_msg(timeout=0.2)
+            except Exception:  # noqa: BLE001 - queue empty
+                return
+
+    def send(self, code: str, subshell_id: str | None = None) -> str:
+        msg = self.kc.session.msg("execute_request", {"code": code, "silent": False, "store_history": True,
+                                                      "user_expressions": {}, "allow_stdin": False,
+                                                      "stop_on_error": False})
+        if subshell_id is not None:
+            msg["header"]["subshell_id"] = subshell_id
+        self.kc.shell_channel.send(msg)
+        return msg["header"]["msg_id"]
+
+    def collect(self, msg_id: str, timeout: float = 60, on_output=None) -> CellRun:
+        """Outputs of `msg_id` until it goes idle, then its reply."""
+        started = time.monotonic()
+        run = CellRun(reply={})
+        while True:
+            msg = self.kc.get_iopub_msg(timeout=timeout)
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                break
+            if msg["msg_type"] not in ("status", "execute_input"):
+                run.outputs.append(msg)
+                if on_output is not None:
+                    on_output(msg)
+        while True:
+            reply = self.kc.get_shell_msg(timeout=timeout)
+            if reply["parent_header"].get("msg_id") == msg_id:
+                run.reply = reply
+                break
+        run.seconds = time.monotonic() - started
+        return run
+
+    def run(self, code: str, timeout: float = 60) -> CellRun:
+        return self.collect(self.send(code), timeout)
+
+    def control(self, msg_type: str, content: dict[str, Any], timeout: float = 10) -> dict[str, Any]:
+        msg = self.kc.session.msg(msg_type, content)
+        self.kc.control_channel.send(msg)
+        while True:
+            reply = self.kc.control_channel.get_msg(timeout=timeout)
+            if reply["parent_header"].get("msg_id") == msg["header"]["msg_id"]:
+                return reply
+
+    def close(self) -> None:
+        try:
+            self.kc.stop_channels()
+        finally:
+            self.km.shutdown_kernel(now=False)
