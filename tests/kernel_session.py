@@ -40,6 +40,7 @@ class CellRun:
 class KernelSession:
     def __init__(self, workspace: Path, env: dict[str, str] | None = None) -> None:
         self.workspace = workspace
+        self.closed = False
         self.km = KernelManager(kernel_name=KERNEL_NAME)
         kernel_env = {**os.environ, **(env or {})}
         self.km.start_kernel(cwd=str(workspace), env=kernel_env)
@@ -90,6 +91,25 @@ class KernelSession:
         run.seconds = time.monotonic() - started
         return run
 
+    def collect_all(self, msg_ids: list[str], timeout: float = 60) -> dict[str, CellRun]:
+        """Outputs and replies of several cells running at once, read on this one thread."""
+        runs = {msg_id: CellRun(reply={}) for msg_id in msg_ids}
+        idle: set[str] = set()
+        while len(idle) < len(runs):
+            msg = self.kc.get_iopub_msg(timeout=timeout)
+            parent = msg["parent_header"].get("msg_id")
+            if parent not in runs:
+                continue
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                idle.add(parent)
+            elif msg["msg_type"] not in ("status", "execute_input"):
+                runs[parent].outputs.append(msg)
+        while any(not run.reply for run in runs.values()):
+            reply = self.kc.get_shell_msg(timeout=timeout)
+            if reply["parent_header"].get("msg_id") in runs:
+                runs[reply["parent_header"]["msg_id"]].reply = reply
+        return runs
+
     def run(self, code: str, timeout: float = 60) -> CellRun:
         return self.collect(self.send(code), timeout)
 
@@ -102,6 +122,9 @@ class KernelSession:
                 return reply
 
     def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
         try:
             self.kc.stop_channels()
         finally:

@@ -95,9 +95,10 @@ class CellOutput:
                                    f"page them with %read {log} --lines 1:200]\n"))
         tail_from = max(self.limit, total - TAIL_CHARS, self.shown)
         output = result.get("output") or ""
-        if total > tail_from:
-            self._events.append(Notice(f"[the last {total - tail_from} characters:]\n"))
-            self._events.append(Stream("stdout", output[len(output) - (total - tail_from) :]))
+        tail = min(total - tail_from, self.limit // 2)  # the record keeps the last limit/2 characters
+        if tail > 0:
+            self._events.append(Notice(f"[the last {tail} characters:]\n"))
+            self._events.append(Stream("stdout", output[len(output) - tail :]))
         self.shown = total
 
     # -- showing ----------------------------------------------------------------------------

@@ -25,7 +25,8 @@ from typing import IO, Any
 from .output import LiveBatcher, MarkerScanner, OutputRecord, StreamDecoder
 from .protocol import INTERNAL_ERROR, SHELL_BUSY, RunnerError
 
-DEFAULT_OUTPUT_LIMIT = 1024 * 1024  # characters kept in memory per command
+DEFAULT_OUTPUT_LIMIT = 1024 * 1024  # characters kept in memory per command, unless the request asks
+MAX_OUTPUT_LIMIT = 16 * 1024 * 1024  # the most a request may ask for
 
 _MARK_OUT_FD = 63
 _MARK_ERR_FD = 62
@@ -183,7 +184,7 @@ class Shell:
             if self._current is not None:
                 raise RunnerError(SHELL_BUSY, f"shell '{self.name}' is running another command")
             token = secrets.token_hex(8)
-            limit = self.output_limit if output_limit is None else min(output_limit, self.output_limit)
+            limit = self.output_limit if output_limit is None else min(output_limit, MAX_OUTPUT_LIMIT)
             cmd = Command(command, token, OutputRecord(limit, self._open_log),
                           LiveBatcher(self.live_delay), on_live, on_done, timeout_s)
             self._current = cmd

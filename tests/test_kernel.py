@@ -1,0 +1,417 @@
+"""The kernel through jupyter_client: cells, live output, Stop, errors, magics, owdisplay, limits."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import signal
+import struct
+import time
+import zlib
+from pathlib import Path
+
+import pytest
+
+from .kernel_session import KernelSession
+
+
+@pytest.fixture(scope="module")
+def module_workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("kernel-ws")
+
+
+@pytest.fixture(scope="module")
+def kernel(module_workspace: Path):
+    session = KernelSession(module_workspace)
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+@pytest.fixture
+def fresh_kernel(tmp_path: Path):
+    session = KernelSession(tmp_path)
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+def png_bytes(width: int = 2, height: int = 2) -> bytes:
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = b"".join(b"\x00" + b"\xff\x00\x00" * width for _ in range(height))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+# -- kernel_info and plain cells ----------------------------------------------------------------
+
+def test_kernel_info_describes_bash_and_the_sandbox(kernel):
+    kernel.kc.kernel_info()
+    info = kernel.kc.get_shell_msg(timeout=10)["content"]
+    language = info["language_info"]
+    assert (language["name"], language["mimetype"], language["file_extension"]) == ("bash", "text/x-sh", ".sh")
+    assert language["codemirror_mode"] == "shell" and language["pygments_lexer"] == "bash"
+    assert "provider local" in info["banner"] and "no isolation" in info["banner"]
+    assert "debugger" not in info.get("supported_features", [])
+
+
+def test_stdout_and_stderr_arrive_apart_and_in_order(kernel):
+    run = kernel.run("echo out-1; sleep 0.2; echo err-1 >&2; sleep 0.2; echo out-2")
+    assert run.status == "ok"
+    streams = [(m["content"]["name"], m["content"]["text"]) for m in run.outputs if m["msg_type"] == "stream"
+               and not m["content"]["text"].startswith("[owsandbox")]
+    assert streams == [("stdout", "out-1\n"), ("stderr", "err-1\n"), ("stdout", "out-2\n")]
+
+
+def test_quick_mixed_output_is_split_by_stream_from_the_record(kernel):
+    run = kernel.run("echo a; echo b >&2; echo c")
+    assert run.text("stdout") == "a\nc\n" and run.text("stderr").endswith("b\n")
+
+
+def test_live_output_arrives_while_the_cell_runs(kernel):
+    seen: list[float] = []
+    started = time.monotonic()
+    msg_id = kernel.send("echo one; sleep 1.5; echo two")
+    run = kernel.collect(msg_id, on_output=lambda m: seen.append(time.monotonic() - started))
+    assert run.text() == "one\ntwo\n"
+    assert seen[0] < 1.0  # "one" was shown long before the cell ended
+
+
+def test_a_partial_line_and_carriage_returns_and_colour_pass_through(kernel):
+    run = kernel.run("printf 'progress 10%%\\rprogress 100%%\\n\\033[31mred\\033[0m'")
+    assert run.text() == "progress 10%\rprogress 100%\n\x1b[31mred\x1b[0m"
+
+
+def test_no_line_is_lost_in_300k_lines(kernel):
+    run = kernel.run("seq 1 300000", timeout=120)
+    assert run.status == "ok"
+    assert run.text() == "".join(f"{i}\n" for i in range(1, 300001))
+
+
+def test_state_persists_between_cells(kernel, module_workspace):
+    (module_workspace / "inner").mkdir(exist_ok=True)
+    assert kernel.run("cd inner && export COLOR=teal && count=3").status == "ok"
+    assert kernel.run("echo $COLOR $count ${PWD##*/}").text() == "teal 3 inner\n"
+    kernel.run("cd ..")
+
+
+def test_a_failing_command_is_an_error_with_exactly_one_error_output(kernel):
+    run = kernel.run("echo before; ls /no/such/place")
+    assert run.status == "error"
+    assert run.reply["content"]["ename"] == "ExitStatus"
+    assert run.error["ename"] == "ExitStatus" and "status 2" in run.error["evalue"]
+    assert run.text("stdout") == "before\n" and "No such file" in run.text("stderr")
+    assert kernel.run("echo next").text() == "next\n"
+
+
+def test_an_empty_cell_is_fine(kernel):
+    assert kernel.run("   \n").status == "ok"
+
+
+# -- Stop ---------------------------------------------------------------------------------------
+
+def _wait_for_text(kernel: KernelSession, msg_id: str, text: str) -> list[dict]:
+    seen: list[dict] = []
+    while True:
+        msg = kernel.kc.get_iopub_msg(timeout=30)
+        if msg["parent_header"].get("msg_id") == msg_id:
+            seen.append(msg)
+            if msg["msg_type"] == "stream" and text in msg["content"]["text"]:
+                return seen
+
+
+def test_stop_by_message_ends_the_command_and_keeps_the_shell(kernel):
+    kernel.run("export KEEP=kept; FOLDER_BEFORE=$PWD")
+    msg_id = kernel.send("echo started; sleep 60")
+    _wait_for_text(kernel, msg_id, "started")
+    asked = time.monotonic()
+    kernel.km.interrupt_kernel()  # interrupt_mode "message": an interrupt_request on control
+    run = kernel.collect(msg_id)
+    assert time.monotonic() - asked < 2
+    assert run.status == "error" and run.reply["content"]["ename"] == "Interrupted"
+    assert kernel.run('echo $KEEP; [ "$PWD" = "$FOLDER_BEFORE" ] && echo same-folder').text() == "kept\nsame-folder\n"
+
+
+def test_stop_by_signal_ends_the_command_too(kernel):
+    kernel.run("export STILL=yes")
+    msg_id = kernel.send("echo started; while true; do :; done")
+    _wait_for_text(kernel, msg_id, "started")
+    os.kill(kernel.pid, signal.SIGINT)  # what a client with interrupt_mode "signal" does
+    run = kernel.collect(msg_id)
+    assert run.reply["content"]["ename"] == "Interrupted"
+    assert kernel.run("echo $STILL").text() == "yes\n"
+
+
+def test_a_cell_timeout_stops_the_command_and_reports_it(kernel):
+    assert kernel.run("%timeout 0.5").status == "ok"
+    try:
+        run = kernel.run("echo waiting; sleep 30")
+    finally:
+        kernel.run("%timeout off")
+    assert run.status == "error" and run.error["ename"] == "TimedOut"
+    assert "waiting" in run.text()
+    assert kernel.run("echo after").text() == "after\n"
+
+
+# -- is_complete, complete, inspect -------------------------------------------------------------
+
+def test_is_complete_is_answered_locally(kernel):
+    for code, status in (("echo hi", "complete"), ("if true; then", "incomplete"), ("echo 'open", "incomplete"),
+                         ("fi", "invalid")):
+        kernel.kc.is_complete(code)
+        assert kernel.kc.get_shell_msg(timeout=5)["content"]["status"] == status, code
+
+
+def test_completion_offers_commands_paths_variables_and_magics(kernel, module_workspace):
+    (module_workspace / "alpha-file.txt").write_text("x")
+    (module_workspace / "alpha-dir").mkdir(exist_ok=True)
+    kernel.run("export OWS_COMPLETE_ME=1; MY_LOCAL_VAR=2")
+
+    def matches(code: str) -> list[str]:
+        kernel.kc.complete(code, len(code))
+        return kernel.kc.get_shell_msg(timeout=10)["content"]["matches"]
+
+    assert "echo" in matches("ech")
+    assert matches("cat alpha") == ["alpha-dir/", "alpha-file.txt"]
+    assert "$OWS_COMPLETE_ME" in matches("echo $OWS_COMP") and "$MY_LOCAL_VAR" in matches("echo $MY_LOC")
+    assert matches("%she") == ["%shell", "%shells"]
+    assert matches("%read alpha-f") == ["alpha-file.txt"]
+
+
+def test_completion_is_answered_while_a_cell_runs(kernel):
+    msg_id = kernel.send("echo started; sleep 3")
+    _wait_for_text(kernel, msg_id, "started")
+    asked = time.monotonic()
+    reply = kernel.control("complete_request", {"code": "%sand", "cursor_pos": 5})
+    assert reply["content"]["matches"] == ["%sandbox"] and time.monotonic() - asked < 1
+    shells = kernel.control("execute_request", {"code": "%shells", "silent": False})  # on control: not busy-blocked
+    assert shells["content"]["status"] == "ok"
+    kernel.collect(msg_id)
+
+
+def test_inspect_describes_the_word_at_the_cursor(kernel):
+    kernel.kc.inspect("cd /tmp", 1)
+    reply = kernel.kc.get_shell_msg(timeout=10)["content"]
+    assert reply["found"] is True and "builtin" in reply["data"]["text/plain"]
+    kernel.kc.inspect("%read x", 2)
+    assert "--lines" in kernel.kc.get_shell_msg(timeout=10)["content"]["data"]["text/plain"]
+
+
+# -- magics -------------------------------------------------------------------------------------
+
+def test_write_and_read_with_a_precondition(kernel, module_workspace):
+    written = kernel.run("%%write notes/today.txt\nfirst line\nsecond line")
+    sha = hashlib.sha256(b"first line\nsecond line\n").hexdigest()
+    assert written.status == "ok" and sha in written.text()
+    assert (module_workspace / "notes" / "today.txt").read_text() == "first line\nsecond line\n"
+    assert kernel.run("%read notes/today.txt").text() == "first line\nsecond line\n"
+    assert kernel.run("%read notes/today.txt --lines 2:2").text() == "second line\n"
+    stale = kernel.run("%%write notes/today.txt --if-match " + "0" * 64 + "\nreplaced")
+    assert stale.status == "error" and "changed since it was read" in stale.error["evalue"]
+    assert (module_workspace / "notes" / "today.txt").read_text() == "first line\nsecond line\n"
+    fresh = kernel.run(f"%%write notes/today.txt --if-match {sha}\nreplaced")
+    assert fresh.status == "ok" and (module_workspace / "notes" / "today.txt").read_text() == "replaced\n"
+    assert kernel.run("%write notes/one.txt just one line").status == "ok"
+    assert (module_workspace / "notes" / "one.txt").read_text() == "just one line\n"
+    assert kernel.run("%%write notes/one.txt --new\nagain").status == "error"
+
+
+def test_read_pages_a_long_file_and_says_how_to_go_on(kernel, module_workspace):
+    (module_workspace / "long.txt").write_text("".join(f"L{i}\n" for i in range(1, 1001)))
+    run = kernel.run("%read long.txt")
+    assert run.text().splitlines() == [f"L{i}" for i in range(1, 201)]
+    assert "lines 1-200 of 1000" in run.text("stderr") and "--lines 201:400" in run.text("stderr")
+    assert kernel.run("%read long.txt --bytes 0:3").text() == "L1\n"
+
+
+def test_read_shows_rich_files_by_type(kernel, module_workspace):
+    (module_workspace / "pic.png").write_bytes(png_bytes())
+    (module_workspace / "page.html").write_text("<b>bold</b>")
+    (module_workspace / "data.json").write_text('{"k": [1, 2]}')
+    (module_workspace / "doc.md").write_text("# Title")
+    png = kernel.run("%read pic.png").of_type("display_data")[0]["data"]
+    assert base64.b64decode(png["image/png"]) == png_bytes()
+    assert kernel.run("%read page.html").of_type("display_data")[0]["data"]["text/html"] == "<b>bold</b>"
+    assert kernel.run("%read data.json").of_type("display_data")[0]["data"]["application/json"] == {"k": [1, 2]}
+    assert kernel.run("%read doc.md").of_type("display_data")[0]["data"]["text/markdown"] == "# Title"
+
+
+def test_listing_stat_and_search_show_text_and_html(kernel, module_workspace):
+    (module_workspace / "found.txt").write_text("needle here\nnothing\nneedle again\n")
+    listing = kernel.run("%ls").of_type("display_data")[0]["data"]
+    assert "found.txt" in listing["text/plain"] and "<table>" in listing["text/html"]
+    stat = kernel.run("%stat found.txt").of_type("display_data")[0]["data"]["text/plain"]
+    assert hashlib.sha256(b"needle here\nnothing\nneedle again\n").hexdigest() in stat
+    search = kernel.run("%search ^needle found.txt").of_type("display_data")[0]["data"]["text/plain"]
+    assert "needle here" in search and "needle again" in search and "2 matches" in search
+    assert kernel.run("%stat missing.txt").error["ename"] == "UsageError"
+
+
+def test_shell_magics_switch_run_on_and_list_shells(kernel):
+    assert kernel.run("%shell side").status == "ok"
+    kernel.run("export WHERE=side; cd /")
+    assert kernel.run("%shell main").status == "ok"
+    assert kernel.run("echo [$WHERE]").text() == "[]\n"
+    assert kernel.run("%%shell side\necho $WHERE $PWD").text() == "side /\n"
+    listing = kernel.run("%shells").of_type("display_data")[0]["data"]["text/plain"]
+    assert "* main" in listing and "side" in listing and "idle" in listing
+
+
+def test_a_line_magic_can_be_followed_by_shell_lines(kernel):
+    run = kernel.run("%shell other\necho on-$OWSANDBOX_SHELL")
+    kernel.run("%shell main")
+    assert run.text().endswith("on-other\n")
+
+
+def test_sandbox_magic_describes_the_sandbox(kernel):
+    text = kernel.run("%sandbox").of_type("display_data")[0]["data"]["text/plain"]
+    for word in ("provider", "local", "enforcement", "instance_id", "restarts", "uptime_s"):
+        assert word in text
+
+
+def test_help_lists_every_magic_and_each_magic_has_help(kernel):
+    listing = kernel.run("%magics").of_type("display_data")[0]["data"]["text/plain"]
+    for name in ("%read", "%%write", "%write", "%ls", "%stat", "%search", "%shell", "%%shell", "%shells",
+                 "%sandbox", "%timeout", "%output", "%help"):
+        assert name in listing
+    assert "usage: %read" in kernel.run("%read --help").text()
+
+
+def test_bad_magic_use_gets_a_clear_error(kernel):
+    assert "did you mean %read" in kernel.run("%raed x").error["evalue"]
+    assert "the following arguments are required: path" in kernel.run("%read").error["evalue"]
+    assert "not both" in kernel.run("%read x --lines 1:2 --bytes 0:1").error["evalue"]
+    assert "whole numbers" in kernel.run("%read x --lines a:b").error["evalue"]
+    assert "%%write" in kernel.run("%write").error["evalue"] or "required" in kernel.run("%write").error["evalue"]
+    assert "not a line magic" in kernel.run("%shell").error["evalue"] or kernel.run("%shell").status == "error"
+    assert "seconds" in kernel.run("%timeout soon").error["evalue"]
+    assert "no such file" in kernel.run("%read nothing-here.txt").error["evalue"]
+
+
+# -- owdisplay and the output limit -------------------------------------------------------------
+
+def test_owdisplay_shows_a_file_and_updates_it_by_id(kernel, module_workspace):
+    (module_workspace / "plot.png").write_bytes(png_bytes(2, 2))
+    (module_workspace / "plot2.png").write_bytes(png_bytes(3, 3))
+    first = kernel.run("echo before; owdisplay plot.png --id fig; echo after")
+    assert first.text() == "before\nafter\n"
+    shown = first.of_type("display_data")[0]
+    assert base64.b64decode(shown["data"]["image/png"]) == png_bytes(2, 2)
+    assert shown["transient"]["display_id"] == "fig"
+    kinds = [m["msg_type"] for m in first.outputs if m["msg_type"] in ("stream", "display_data")]
+    assert kinds.index("display_data") > 0  # shown in order, after "before"
+    second = kernel.run("owdisplay plot2.png --id fig")
+    update = second.of_type("update_display_data")[0]
+    assert base64.b64decode(update["data"]["image/png"]) == png_bytes(3, 3)
+    assert update["transient"]["display_id"] == "fig"
+    svg = kernel.run("echo '<svg xmlns=\"http://www.w3.org/2000/svg\"/>' > s.svg; owdisplay s.svg")
+    assert "image/svg+xml" in svg.of_type("display_data")[0]["data"]
+    assert kernel.run("owdisplay missing.png").status == "error"
+
+
+def test_past_the_output_limit_the_notebook_is_told_where_the_rest_is(kernel):
+    assert kernel.run("%output limit 100000").status == "ok"
+    try:
+        run = kernel.run("seq 1 200000", timeout=120)
+    finally:
+        kernel.run("%output limit 4M")
+    shown = run.text()
+    notices = run.text("stderr")
+    assert shown.startswith("1\n2\n") and len(shown) < 110_000
+    assert "output limit of 100000 characters reached" in notices
+    log = notices.split("are in ", 1)[1].split(";", 1)[0]
+    assert f"%read {log}" in notices
+    assert shown.endswith("199999\n200000\n")  # the end of the output is shown after the notice
+    assert Path(log).read_text() == "".join(f"{i}\n" for i in range(1, 200001))
+
+
+# -- failures of the sandbox ----------------------------------------------------------------------
+
+def _children(pid: int) -> list[tuple[int, str]]:
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == pid:
+            found.append((int(name), cmdline))
+    return found
+
+
+def test_a_cut_relay_during_a_cell_loses_and_repeats_nothing(fresh_kernel):
+    fresh_kernel.run("true")
+    msg_id = fresh_kernel.send("for i in $(seq 1 30); do echo line-$i; sleep 0.05; done")
+    _wait_for_text(fresh_kernel, msg_id, "line-")
+    relays = [pid for pid, cmd in _children(fresh_kernel.pid) if " attach " in cmd]
+    assert relays
+    for pid in relays:
+        os.kill(pid, signal.SIGKILL)
+    run = fresh_kernel.collect(msg_id)
+    earlier = "line-1\n"  # _wait_for_text consumed the first output message
+    text = earlier + run.text() if not run.text().startswith("line-1\n") else run.text()
+    assert run.status == "ok"
+    assert text == "".join(f"line-{i}\n" for i in range(1, 31))
+
+
+def test_a_sandbox_restart_during_a_cell_is_reported_and_the_next_cell_works(fresh_kernel):
+    (fresh_kernel.workspace / "deep").mkdir()
+    daemon_pid = int(fresh_kernel.run("cd deep; export GONE=1; echo $PPID").text().strip().splitlines()[-1])
+    msg_id = fresh_kernel.send("echo started; sleep 60")
+    _wait_for_text(fresh_kernel, msg_id, "started")
+    os.kill(daemon_pid, signal.SIGKILL)  # the sandbox goes away mid-command
+    run = fresh_kernel.collect(msg_id)
+    assert run.status == "error" and run.error["ename"] == "SandboxRestarted"
+    assert "outcome of this command is unknown" in run.error["evalue"]
+    after = fresh_kernel.run("echo [$GONE] ${PWD##*/}")
+    assert after.text() == "[] deep\n"
+
+
+def test_restart_gives_fresh_shells_and_shutdown_leaves_nothing(fresh_kernel):
+    fresh_kernel.run("export BEFORE=1")
+    old_daemon = int(fresh_kernel.run("echo $PPID").text().strip().splitlines()[-1])
+    fresh_kernel.km.restart_kernel(now=False)
+    fresh_kernel.kc.wait_for_ready(timeout=60)
+    fresh_kernel.drain()
+    assert fresh_kernel.run("echo [$BEFORE]").text().endswith("[]\n")
+    new_daemon = int(fresh_kernel.run("echo $PPID").text().strip().splitlines()[-1])
+    shell_pid = int(fresh_kernel.run("echo $$").text().strip().splitlines()[-1])
+    fresh_kernel.run("sleep 300 &")
+    assert new_daemon != old_daemon
+    fresh_kernel.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") and _alive(p)
+                                              for p in (old_daemon, new_daemon, shell_pid)):
+        time.sleep(0.05)
+    assert not any(_alive(p) for p in (old_daemon, new_daemon, shell_pid))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_two_cells_on_two_shells_run_at_the_same_time_in_subshells(kernel):
+    subshell = kernel.control("create_subshell_request", {})["content"]["subshell_id"]
+    try:
+        started = time.monotonic()
+        first = kernel.send("%%shell left\nsleep 1.5; echo left-done")
+        second = kernel.send("%%shell right\nsleep 1.5; echo right-done", subshell_id=subshell)
+        runs = kernel.collect_all([first, second])
+        assert runs[first].text() == "left-done\n" and runs[second].text() == "right-done\n"
+        assert time.monotonic() - started < 2.8  # one after the other would take 3 s
+    finally:
+        kernel.control("delete_subshell_request", {"subshell_id": subshell})

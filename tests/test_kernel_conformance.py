@@ -1,0 +1,37 @@
+"""The Jupyter messaging conformance suite (jupyter_kernel_test) against the real kernel."""
+
+from __future__ import annotations
+
+import unittest
+
+import jupyter_kernel_test
+
+from .conftest import KERNEL_NAME
+
+
+class OwSandboxConformance(jupyter_kernel_test.KernelTests):
+    kernel_name = KERNEL_NAME
+    language_name = "bash"
+    file_extension = ".sh"
+
+    code_hello_world = "echo 'hello, world'"
+    code_stderr = "echo 'to stderr' >&2"
+    code_generate_error = "false"
+    code_inspect_sample = "printf"
+    code_display_data = [
+        {"code": "f=$(mktemp --suffix=.html); printf '<b>shown</b>' > \"$f\"; owdisplay \"$f\"", "mime": "text/html"},
+        {"code": "f=$(mktemp --suffix=.json); echo '{\"a\": 1}' > \"$f\"; owdisplay \"$f\"",
+         "mime": "application/json"},
+        {"code": "%ls /", "mime": "text/html"},
+    ]
+    completion_samples = [
+        {"text": "%sand", "matches": {"%sandbox"}},
+        {"text": "%%wri", "matches": {"%%write"}},
+    ]
+    complete_code_samples = ["echo hi", "if true; then echo yes; fi", "cat <<EOF\nbody\nEOF", "%ls", "%%write x\ny"]
+    incomplete_code_samples = ["if true; then", "echo 'open quote", "for i in 1 2; do", "echo \\", "cat <<EOF\nbody"]
+    invalid_code_samples = ["fi", "done", "esac"]
+
+
+if __name__ == "__main__":
+    unittest.main()
