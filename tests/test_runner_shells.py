@@ -61,7 +61,7 @@ def test_runner_and_direct_executors_give_equal_results(box, workspace):
     _, client = box
     direct = DirectExecutor(str(workspace))
     try:
-        for command in ("echo out; echo err >&2; false", "cd /; pwd", "printf 'no newline'"):
+        for command in ("echo out; sleep 0.05; echo err >&2; false", "cd /; pwd", "printf 'no newline'"):
             assert RunnerExecutor(client, cwd=str(workspace)).run(command) == direct.run(command)
     finally:
         direct.close()

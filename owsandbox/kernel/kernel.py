@@ -12,6 +12,7 @@ the bash completeness check in `completeness.py`.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import threading
 from typing import Any
@@ -55,7 +56,7 @@ class OwSandboxKernel(Kernel):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.sandbox = Sandbox()
+        self.sandbox = Sandbox(key=self._kernel_key())
         self.sandbox.start_in_background()
         self.settings: dict[str, Any] = {"shell": "main", "timeout": None, "output_limit": DEFAULT_OUTPUT_LIMIT}
         self._running: dict[str, str] = {}  # shell → the call id of the cell running on it
@@ -63,6 +64,12 @@ class OwSandboxKernel(Kernel):
         self._displays: set[str] = set()
         self.cell_history: list[str] = []  # for completing the variables that cells assigned
         self._warned_unisolated = False
+
+    def _kernel_key(self) -> str | None:
+        """The kernel's id, from its connection file: the same across a restart."""
+        connection_file = getattr(self.parent, "connection_file", "") or ""
+        stem = os.path.splitext(os.path.basename(connection_file))[0]
+        return stem if stem.startswith("kernel-") else None
 
     # -- kernel_info ------------------------------------------------------------------------
 
@@ -299,7 +306,7 @@ class OwSandboxKernel(Kernel):
     # -- shutdown ---------------------------------------------------------------------------
 
     async def do_shutdown(self, restart: bool) -> dict[str, Any]:
-        await asyncio.get_running_loop().run_in_executor(None, self.sandbox.close)
+        await asyncio.get_running_loop().run_in_executor(None, self.sandbox.close, restart)
         return {"status": "ok", "restart": restart}
 
     def shell_folder(self, shell: str) -> str:

@@ -26,7 +26,8 @@ class SandboxUnavailable(Exception):
 
 
 class Sandbox:
-    def __init__(self, cwd: str | None = None, provider: str | None = None) -> None:
+    def __init__(self, cwd: str | None = None, provider: str | None = None, key: str | None = None) -> None:
+        self.key = key
         self.cwd = str(Path(cwd or os.environ.get(WORKSPACE_ENV) or os.getcwd()).resolve())
         self.provider_name = provider or os.environ.get(PROVIDER_ENV) or DEFAULT_PROVIDER
         factory = RUNNER_PROVIDERS.get(self.provider_name)
@@ -46,8 +47,11 @@ class Sandbox:
             threading.Thread(target=self._start, name="sandbox-start", daemon=True).start()
 
     def _start(self) -> None:
+        options: dict[str, Any] = {"key": self.key} if self.key and self.provider_name == "local" else {}
         try:
-            workspace = RunnerWorkspace(RUNNER_PROVIDERS[self.provider_name](cwd=self.cwd), self.cwd)
+            workspace = RunnerWorkspace(RUNNER_PROVIDERS[self.provider_name](cwd=self.cwd, **options), self.cwd)
+            if getattr(workspace.provider, "reused", False):
+                self._fresh_shells(workspace)
         except (P.RunnerError, OSError, RuntimeError, ValueError) as exc:
             self._error = f"the {self.provider_name} sandbox could not start: {exc}"
         else:
@@ -82,8 +86,23 @@ class Sandbox:
             info["error"] = self._error
         return info
 
-    def close(self) -> None:
+    @staticmethod
+    def _fresh_shells(workspace: RunnerWorkspace) -> None:
+        """A restarted kernel starts with fresh shells; programs started with %attach live on."""
+        for shell in workspace.client.hello.get("shells", []):
+            try:
+                workspace.client.call("shell.close", {"shell": shell["name"]}, timeout=10)
+            except P.RunnerError:
+                pass
+
+    def close(self, restart: bool = False) -> None:
+        """End the sandbox, or with `restart`, leave it for the kernel that comes next."""
         self._closed = True
         workspace, self._workspace = self._workspace, None
-        if workspace is not None:
+        if workspace is None:
+            return
+        if restart:
+            self._fresh_shells(workspace)
+            workspace.release()
+        else:
             workspace.close()

@@ -53,6 +53,15 @@ class RunnerWorkspace:
         finally:
             self.provider.destroy()
 
+    def release(self) -> None:
+        """Disconnect but leave the sandbox running where the provider can (a restarting kernel)."""
+        self.client.close()
+        release = getattr(self.provider, "release", None)
+        if release is None:
+            self.provider.destroy()
+        else:
+            release()
+
 
 def open_workspace(cwd: str | os.PathLike[str] | None = None, provider: str | None = None,
                    **options: Any) -> DirectWorkspace | RunnerWorkspace:

@@ -21,6 +21,8 @@ def build_parser(prog: str = "runner") -> argparse.ArgumentParser:
     serve.add_argument("--cwd", default=None, help="the folder new shells start in")
     serve.add_argument("--log-dir", default=None, help="where output past the in-memory cap is kept")
     serve.add_argument("--exit-with-parent", action="store_true", help="stop when the parent process goes")
+    serve.add_argument("--linger", type=float, default=0, metavar="SECONDS",
+                       help="stop after this long with no client connected (0 = never)")
     serve.add_argument("--max-frame-bytes", type=int, default=DEFAULT_MAX_FRAME_BYTES)
     serve.add_argument("--output-limit", type=int, default=DEFAULT_OUTPUT_LIMIT,
                        help="characters of a command's output kept in memory")
@@ -37,7 +39,7 @@ def main(argv: list[str] | None = None, prog: str = "runner") -> int:
         from .daemon import serve as run_daemon
 
         return run_daemon(args.socket, args.cwd, args.exit_with_parent, args.log_dir,
-                          args.max_frame_bytes, args.output_limit)
+                          args.max_frame_bytes, args.output_limit, args.linger)
     from .relay import attach as run_relay
 
     return run_relay(args.socket, args.silence_seconds)

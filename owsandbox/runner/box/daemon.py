@@ -451,8 +451,27 @@ def _watch_parent(on_orphaned: Callable[[], None]) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
+def _watch_clients(daemon: Daemon, linger: float, on_alone: Callable[[], None]) -> None:
+    """Stop after `linger` seconds with no client: a kernel that restarts comes back within that."""
+
+    def watch() -> None:
+        alone_since: float | None = None
+        while True:
+            time.sleep(min(linger / 4, 1.0))
+            if daemon._conn is not None:
+                alone_since = None
+            elif alone_since is None:
+                alone_since = time.monotonic()
+            elif time.monotonic() - alone_since >= linger:
+                on_alone()
+                return
+
+    threading.Thread(target=watch, name="linger-watch", daemon=True).start()
+
+
 def serve(socket_path: str, cwd: str | None, exit_with_parent: bool, log_dir: str | None = None,
-          max_frame_bytes: int = P.DEFAULT_MAX_FRAME_BYTES, output_limit: int = DEFAULT_OUTPUT_LIMIT) -> int:
+          max_frame_bytes: int = P.DEFAULT_MAX_FRAME_BYTES, output_limit: int = DEFAULT_OUTPUT_LIMIT,
+          linger: float = 0) -> int:
     daemon = Daemon(socket_path, cwd, log_dir, max_frame_bytes, output_limit)
     daemon.listen()
     done = threading.Event()
@@ -465,6 +484,8 @@ def serve(socket_path: str, cwd: str | None, exit_with_parent: bool, log_dir: st
         signal.signal(sig, stop)
     if exit_with_parent:
         _watch_parent(stop)
+    if linger > 0:
+        _watch_clients(daemon, linger, stop)
     # Tell whoever started us that the socket is ready, then keep stdout for nothing else.
     ready = {"ready": True, "socket": daemon.socket_path, "pid": os.getpid(), "instance_id": daemon.instance_id}
     sys.stdout.write(json.dumps(ready) + "\n")

@@ -1,8 +1,10 @@
-"""The `local` provider: the daemon as a child process on this machine, with no isolation.
+"""The `local` provider: the daemon as a process on this machine, with no isolation.
 
 It runs the very zipapp that other providers copy into their boxes, so what is tested here is what
-runs there. The daemon lives in a session of its own (Stop in a terminal does not reach it) and
-leaves when its parent goes (`--exit-with-parent`).
+runs there. The daemon lives in a session of its own (Stop in a terminal does not reach it). By
+default it leaves with its parent (`--exit-with-parent`). Given a `key` (the kernel's id), its
+folder is stable and it lingers a while after its last client instead, so a restarting kernel finds
+it again with its long-running programs; `destroy()` ends it for good.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ import os
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -25,43 +29,96 @@ from ..transport import PipeTransport
 from .base import Provider
 
 
+def runtime_root() -> Path:
+    """A private folder for the daemons of this user."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    root = Path(base) / f"owsandbox-{os.getuid()}"
+    root.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(root, 0o700)
+    return root
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 class LocalProvider(Provider):
     name = "local"
     enforcement = "none"
 
     def __init__(self, cwd: str | os.PathLike[str] | None = None, runner_path: str | os.PathLike[str] | None = None,
                  relay_silence_seconds: float = 60.0, python: str | None = None, start_timeout: float = 20.0,
-                 daemon_args: list[str] | None = None) -> None:
+                 daemon_args: list[str] | None = None, key: str | None = None, linger_seconds: float = 30.0) -> None:
         self.cwd = str(Path(cwd or os.getcwd()).resolve())
         self.runner_path = str(runner_path) if runner_path else None
         self.relay_silence_seconds = relay_silence_seconds
         self.python = python or sys.executable
         self.start_timeout = start_timeout
         self.daemon_args = list(daemon_args or [])
+        self.key = key
+        self.linger_seconds = linger_seconds
         self.state_dir: str | None = None
         self.socket_path = ""
         self.daemon: subprocess.Popen[bytes] | None = None
+        self.daemon_pid: int | None = None
         self.daemon_info: dict[str, Any] = {}
+        self.reused = False  # create() found a daemon of the same key still running
+        self._lifecycle = threading.RLock()  # restart_daemon() and a reconnecting client may race
 
     def create(self) -> None:
         if self.runner_path is None:
             self.runner_path = str(build_runner_zipapp())
-        self.state_dir = tempfile.mkdtemp(prefix="owsandbox-")
+        if self.key:
+            folder = runtime_root() / self.key
+            folder.mkdir(mode=0o700, exist_ok=True)
+            self.state_dir = str(folder)
+        else:
+            self.state_dir = tempfile.mkdtemp(prefix="owsandbox-")
         self.socket_path = os.path.join(self.state_dir, "run", "runner.sock")
+        if self.key and self._adopt_running_daemon():
+            self.reused = True
+            return
         self._start_daemon()
+
+    def _adopt_running_daemon(self) -> bool:
+        assert self.state_dir
+        try:
+            info = json.loads(Path(self.state_dir, "daemon.json").read_text())
+        except (OSError, ValueError):
+            return False
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(self.socket_path)
+        except OSError:
+            return False
+        finally:
+            probe.close()
+        if not _alive(info.get("pid")):
+            return False
+        self.daemon_info, self.daemon_pid = info, info["pid"]
+        return True
 
     def _start_daemon(self) -> None:
         assert self.state_dir and self.runner_path
+        lifetime = ["--linger", str(self.linger_seconds)] if self.key else ["--exit-with-parent"]
         log = open(os.path.join(self.state_dir, "daemon.log"), "ab")  # noqa: SIM115 - handed to the child
         try:
             self.daemon = subprocess.Popen(
                 [self.python, "-S", self.runner_path, "serve", "--socket", self.socket_path, "--cwd", self.cwd,
-                 "--exit-with-parent", *self.daemon_args],
+                 *lifetime, *self.daemon_args],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, start_new_session=True,
             )
         finally:
             log.close()
+        self.daemon_pid = self.daemon.pid
         self.daemon_info = self._await_ready()
+        Path(self.state_dir, "daemon.json").write_text(json.dumps(self.daemon_info))
 
     def _await_ready(self) -> dict[str, Any]:
         assert self.daemon and self.daemon.stdout
@@ -89,42 +146,59 @@ class LocalProvider(Provider):
 
     def open_runner(self) -> PipeTransport:
         assert self.runner_path, "create() first"
-        if self.daemon is None or self.daemon.poll() is not None:
-            # The daemon died (killed, or the machine ran out of memory): start a new one, as a
-            # sandbox would restart. The client sees a new instance and reports the lost command.
-            self._stop_daemon()
-            self._start_daemon()
+        with self._lifecycle:
+            if not _alive(self.daemon_pid):
+                # The daemon died (killed, or the machine ran out of memory): start a new one, as a
+                # sandbox would restart. The client sees a new instance and reports the lost command.
+                self._stop_daemon()
+                self._start_daemon()
         return PipeTransport([self.python, "-S", self.runner_path, "attach", "--socket", self.socket_path,
                               "--silence-seconds", str(self.relay_silence_seconds)])
 
     def _stop_daemon(self) -> None:
         daemon, self.daemon = self.daemon, None
-        if daemon is None:
+        pid, self.daemon_pid = self.daemon_pid, None
+        if pid is None:
             return
-        if daemon.poll() is None:
-            daemon.send_signal(signal.SIGTERM)  # it ends its shells and removes its socket
-            try:
-                daemon.wait(5)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-                daemon.wait()
-        # Anything its shells left behind in their sessions goes too.
-        for pid in session_members(daemon.pid):
-            try:
+        if _alive(pid):
+            os.kill(pid, signal.SIGTERM)  # it ends its shells and removes its socket
+            deadline = time.monotonic() + 5
+            while _alive(pid) and time.monotonic() < deadline:
+                if daemon is not None:
+                    try:
+                        daemon.wait(0.05)
+                    except subprocess.TimeoutExpired:
+                        pass
+                else:
+                    time.sleep(0.02)
+            if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+        if daemon is not None:
+            daemon.wait()
+        # Anything its shells left behind in their sessions goes too.
+        for member in session_members(pid):
+            try:
+                os.kill(member, signal.SIGKILL)
             except OSError:
                 pass
 
     def restart_daemon(self) -> None:
-        self._stop_daemon()
-        self._start_daemon()
+        with self._lifecycle:
+            self._stop_daemon()
+            self._start_daemon()
+
+    def release(self) -> None:
+        """Leave the daemon running (it lingers for a restarting kernel); forget it here."""
+        if self.daemon is not None and self.daemon.stdout is not None:
+            self.daemon.stdout.close()
+        self.daemon = None
 
     def destroy(self) -> None:
-        self._stop_daemon()
+        with self._lifecycle:
+            self._stop_daemon()
         if self.state_dir:
             shutil.rmtree(self.state_dir, ignore_errors=True)
             self.state_dir = None
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "cwd": self.cwd, "socket": self.socket_path,
-                "daemon_pid": self.daemon.pid if self.daemon else None}
+        return {**super().describe(), "cwd": self.cwd, "socket": self.socket_path, "daemon_pid": self.daemon_pid}
