@@ -61,11 +61,17 @@ def _uninstall(argv: list[str]) -> int:
     return kernelspec_main(["uninstall", *argv])
 
 
+def _tour(argv: list[str]) -> int:
+    from .tour import main as tour_main
+
+    return tour_main(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"runner": _runner, "run": _run, "install": _install, "uninstall": _uninstall}
+    commands = {"runner": _runner, "run": _run, "install": _install, "uninstall": _uninstall, "tour": _tour}
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
-        print("usage: owsandbox {runner build|serve|attach, run, install, uninstall} ...",
+        print("usage: owsandbox {tour, run, install, uninstall, runner build|serve|attach} ...",
               file=sys.stderr if argv else sys.stdout)
         if argv and argv[0] not in ("-h", "--help"):
             print(f"owsandbox: unknown command '{argv[0]}'", file=sys.stderr)

@@ -342,5 +342,7 @@ class _Context:
         self.kernel._send(self.parent, "update_display_data" if update else "display_data", content)
 
     def describe_sandbox(self) -> dict[str, Any]:
-        return {**self.kernel.sandbox.describe(), "shell": self.settings["shell"],
-                "cell timeout": self.settings["timeout"], "output limit": self.settings["output_limit"]}
+        timeout = self.settings["timeout"]
+        return {**self.kernel.sandbox.describe(), "current shell": self.settings["shell"],
+                "cell time limit": "off" if timeout is None else f"{timeout:g} s",
+                "output limit": f"{self.settings['output_limit']} characters"}

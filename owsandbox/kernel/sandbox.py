@@ -80,7 +80,7 @@ class Sandbox:
             info.update(self._workspace.provider.describe())
             info.update(instance_id=client.instance_id, restarts=client.restarts, reconnects=client.reconnects,
                         runner_pid=client.hello.get("pid"), runner_version=client.hello.get("runner_version"),
-                        os=client.hello.get("os"), shell=client.hello.get("shell"),
+                        os=client.hello.get("os"), bash=client.hello.get("shell"),
                         uptime_s=round(time.time() - self.started_at, 1))
         elif self._error:
             info["error"] = self._error

@@ -285,6 +285,8 @@ class Shell:
         cmd = self._current
         if cmd is None or not raw:
             return  # printed by a background job between commands: nobody is listening
+        if cmd.stop_reason is not None and stream == "stderr" and raw == b"\n":
+            return  # the newline bash prints when SIGINT aborts a line, as a terminal shows ^C
         cmd.record.add(stream, raw, text)
         if cmd.on_live is not None:
             self._send_live(cmd, cmd.batcher.add(stream, text, now))

@@ -1,0 +1,74 @@
+"""`owsandbox tour`: run a notebook on the owsandbox kernel, headless, and print what it showed.
+
+It is the quick start's proof that everything works on this machine: the kernel starts, the
+sandbox starts, and every cell's output is checked by nbclient (a failing cell stops the run unless
+it is tagged `raises-exception`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+TOUR = Path(__file__).resolve().parent.parent / "notebooks" / "tour.ipynb"
+
+
+def _render(output: dict[str, Any]) -> str:
+    kind = output.get("output_type")
+    if kind == "stream":
+        text = output.get("text", "")
+        return text if output.get("name") != "stderr" else "".join(f"! {line}\n" for line in text.splitlines())
+    if kind == "error":
+        return f"✗ {output.get('ename')}: {output.get('evalue')}\n"
+    data = output.get("data", {})
+    for mime in ("text/plain", "text/markdown"):
+        if mime in data:
+            text = data[mime]
+            return text if text.endswith("\n") else text + "\n"
+    if "application/json" in data:
+        return json.dumps(data["application/json"]) + "\n"
+    return f"[{', '.join(sorted(data))}]\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="owsandbox tour", description=__doc__.splitlines()[0])
+    parser.add_argument("notebook", nargs="?", default=str(TOUR), help="the notebook to run (default: the tour)")
+    parser.add_argument("--kernel", default="owsandbox", help="kernelspec name (default: owsandbox)")
+    parser.add_argument("--timeout", type=float, default=120, help="seconds a cell may take")
+    args = parser.parse_args(argv)
+    try:
+        import nbformat
+        from nbclient import NotebookClient
+        from nbclient.exceptions import CellExecutionError
+    except ImportError:
+        print("owsandbox tour needs nbclient and nbformat: pip install nbclient nbformat", file=sys.stderr)
+        return 2
+    if not os.path.exists(args.notebook):
+        print(f"owsandbox tour: no notebook at {args.notebook}; give the path of one", file=sys.stderr)
+        return 2
+    notebook = nbformat.read(args.notebook, as_version=4)
+    with tempfile.TemporaryDirectory(prefix="owsandbox-tour-") as workdir:
+        client = NotebookClient(notebook, kernel_name=args.kernel, timeout=args.timeout,
+                                resources={"metadata": {"path": workdir}})
+        failed: CellExecutionError | None = None
+        try:
+            client.execute()
+        except CellExecutionError as exc:
+            failed = exc
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            sys.stdout.write("".join(f"│ {line}\n" for line in cell.source.splitlines()))
+            for output in cell.get("outputs", []):
+                sys.stdout.write(_render(output))
+            sys.stdout.write("\n")
+    if failed is not None:
+        print(f"the notebook stopped at a failing cell: {failed}", file=sys.stderr)
+        return 1
+    print(f"ran {sum(c.cell_type == 'code' for c in notebook.cells)} cells of {os.path.basename(args.notebook)}: "
+          "all as expected")
+    return 0
