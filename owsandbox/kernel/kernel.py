@@ -75,9 +75,8 @@ class OwSandboxKernel(Kernel):
 
     @property
     def banner(self) -> str:  # type: ignore[override]
-        isolation = ("no isolation: commands run on this machine with your permissions"
-                     if self.sandbox.enforcement == "none" else f"isolated by {self.sandbox.enforcement}")
-        return (f"owsandbox {__version__}: bash in a sandbox (provider {self.sandbox.provider_name}; {isolation}).\n"
+        return (f"owsandbox {__version__}: bash in a sandbox (provider {self.sandbox.provider_name}; "
+                f"{self.sandbox.isolation_note()}).\n"
                 "Cells run on persistent shells; %magics lists the magics.")
 
     @property
@@ -139,8 +138,7 @@ class OwSandboxKernel(Kernel):
     def _warn_once(self, parent: dict[str, Any]) -> None:
         if not self._warned_unisolated and self.sandbox.enforcement == "none":
             self._warned_unisolated = True
-            self._stream(parent, f"[owsandbox: the '{self.sandbox.provider_name}' sandbox does not isolate: "
-                                 "commands run on this machine with your permissions]\n", "stderr")
+            self._stream(parent, f"[owsandbox: {self.sandbox.isolation_note()}]\n", "stderr")
 
     async def _run_magics(self, parent: dict[str, Any], parsed: magics.ParsedCell) -> RunOnShell | None:
         context = _Context(self, parent)

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..runner.box import protocol as P
 from ..runner.client import RunnerClient
-from ..runner.providers import KNOWN, RUNNER_PROVIDERS
+from ..runner.providers import KNOWN, RUNNER_PROVIDERS, bwrap_problem, enforcement_of
 from ..runner.workspace import DEFAULT_PROVIDER, PROVIDER_ENV, RunnerWorkspace
 
 WORKSPACE_ENV = "OWSANDBOX_WORKSPACE"
@@ -31,7 +31,7 @@ class Sandbox:
         self.cwd = str(Path(cwd or os.environ.get(WORKSPACE_ENV) or os.getcwd()).resolve())
         self.provider_name = provider or os.environ.get(PROVIDER_ENV) or DEFAULT_PROVIDER
         factory = RUNNER_PROVIDERS.get(self.provider_name)
-        self.enforcement = getattr(factory, "enforcement", "unknown")
+        self.enforcement = enforcement_of(self.provider_name)
         self._workspace: RunnerWorkspace | None = None
         self._error: str | None = None
         self._ready = threading.Event()
@@ -42,12 +42,21 @@ class Sandbox:
                            f"known providers: {', '.join(p for p in KNOWN if p != 'direct')}")
             self._ready.set()
 
+    def isolation_note(self) -> str:
+        """One plain sentence on what the sandbox isolates."""
+        if self.enforcement != "none":
+            return f"isolated by {self.enforcement}"
+        why = ""
+        if self.provider_name == "auto":
+            why = f" ({bwrap_problem()})"
+        return f"no isolation{why}: commands run on this machine with your permissions"
+
     def start_in_background(self) -> None:
         if not self._ready.is_set():
             threading.Thread(target=self._start, name="sandbox-start", daemon=True).start()
 
     def _start(self) -> None:
-        options: dict[str, Any] = {"key": self.key} if self.key and self.provider_name == "local" else {}
+        options: dict[str, Any] = {"key": self.key} if self.key else {}
         try:
             workspace = RunnerWorkspace(RUNNER_PROVIDERS[self.provider_name](cwd=self.cwd, **options), self.cwd)
             if getattr(workspace.provider, "reused", False):

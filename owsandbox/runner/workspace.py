@@ -14,7 +14,7 @@ from .client import RunnerClient
 from .executor import DirectExecutor, RunnerExecutor
 from .providers import KNOWN, RUNNER_PROVIDERS, Provider
 
-DEFAULT_PROVIDER = "local"
+DEFAULT_PROVIDER = "auto"
 PROVIDER_ENV = "OWSANDBOX_PROVIDER"
 
 

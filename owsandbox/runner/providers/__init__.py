@@ -1,11 +1,32 @@
-"""Providers by name. `direct` runs shells in this process; the others start a daemon in a box."""
+"""Providers by name. `direct` runs shells in this process; the others start a daemon in a box.
+
+`auto` (the default) is `bwrap` where bubblewrap works on this machine, else `local`.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from .base import Provider
+from .bwrap import BwrapProvider, auto_enforcement, auto_provider, bwrap_problem
 from .local import LocalProvider
 
-RUNNER_PROVIDERS: dict[str, type[Provider]] = {"local": LocalProvider}
+RUNNER_PROVIDERS: dict[str, Callable[..., Provider]] = {
+    "auto": auto_provider,
+    "bwrap": BwrapProvider,
+    "local": LocalProvider,
+}
 KNOWN = ("direct", *RUNNER_PROVIDERS)
 
-__all__ = ["KNOWN", "RUNNER_PROVIDERS", "LocalProvider", "Provider"]
+
+def enforcement_of(name: str) -> str:
+    """What the named provider enforces, known before it starts (for banners)."""
+    if name == "auto":
+        return auto_enforcement()
+    factory: Any = RUNNER_PROVIDERS.get(name)
+    return getattr(factory, "enforcement", "unknown")
+
+
+__all__ = ["KNOWN", "RUNNER_PROVIDERS", "BwrapProvider", "LocalProvider", "Provider", "bwrap_problem",
+           "enforcement_of"]

@@ -69,6 +69,7 @@ class LocalProvider(Provider):
         self.daemon_pid: int | None = None
         self.daemon_info: dict[str, Any] = {}
         self.reused = False  # create() found a daemon of the same key still running
+        self.fallback_reason: str | None = None  # set when `auto` chose this for want of isolation
         self._lifecycle = threading.RLock()  # restart_daemon() and a reconnecting client may race
 
     def create(self) -> None:
@@ -107,18 +108,23 @@ class LocalProvider(Provider):
     def _start_daemon(self) -> None:
         assert self.state_dir and self.runner_path
         lifetime = ["--linger", str(self.linger_seconds)] if self.key else ["--exit-with-parent"]
+        serve = ["serve", "--socket", self.socket_path, "--cwd", self.cwd, *lifetime, *self.daemon_args]
         log = open(os.path.join(self.state_dir, "daemon.log"), "ab")  # noqa: SIM115 - handed to the child
         try:
             self.daemon = subprocess.Popen(
-                [self.python, "-S", self.runner_path, "serve", "--socket", self.socket_path, "--cwd", self.cwd,
-                 *lifetime, *self.daemon_args],
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, start_new_session=True,
+                self.daemon_argv(serve), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
+                start_new_session=True,
             )
         finally:
             log.close()
         self.daemon_pid = self.daemon.pid
         self.daemon_info = self._await_ready()
         Path(self.state_dir, "daemon.json").write_text(json.dumps(self.daemon_info))
+
+    def daemon_argv(self, serve: list[str]) -> list[str]:
+        """The command that starts the daemon; isolating providers wrap it."""
+        assert self.runner_path
+        return [self.python, "-S", self.runner_path, *serve]
 
     def _await_ready(self) -> dict[str, Any]:
         assert self.daemon and self.daemon.stdout
@@ -201,4 +207,7 @@ class LocalProvider(Provider):
             self.state_dir = None
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "cwd": self.cwd, "socket": self.socket_path, "daemon_pid": self.daemon_pid}
+        info = {**super().describe(), "cwd": self.cwd, "socket": self.socket_path, "daemon_pid": self.daemon_pid}
+        if self.fallback_reason:
+            info["note"] = self.fallback_reason
+        return info
