@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     commands = {"runner": _runner, "run": _run, "install": _install, "uninstall": _uninstall, "tour": _tour}
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
         print("usage: owsandbox {tour, run, install, uninstall, runner build|serve|attach} ...",
-              file=sys.stderr if argv else sys.stdout)
+              file=sys.stdout if not argv or argv[0] in ("-h", "--help") else sys.stderr)
         if argv and argv[0] not in ("-h", "--help"):
             print(f"owsandbox: unknown command '{argv[0]}'", file=sys.stderr)
             return 2

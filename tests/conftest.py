@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from owsandbox.runner.bundle import build_runner_zipapp
 from owsandbox.runner.client import RunnerClient
+from owsandbox.runner.providers.bwrap import BwrapProvider
 from owsandbox.runner.providers.local import LocalProvider
 
 
@@ -23,10 +25,26 @@ def workspace(tmp_path: Path) -> Path:
     return folder
 
 
-@pytest.fixture
-def box(zipapp: Path, workspace: Path):
-    """(provider, client) on a fresh daemon; the relay never leaves on silence here."""
-    provider = LocalProvider(cwd=workspace, runner_path=zipapp, relay_silence_seconds=0)
+def require_bwrap() -> None:
+    """Skip on a developer's machine without bubblewrap; in CI its absence is a failure."""
+    from owsandbox.runner.providers import bwrap_problem
+
+    problem = bwrap_problem()
+    if problem is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must be able to run bubblewrap: {problem}")
+        pytest.skip(problem)
+
+
+@pytest.fixture(params=["local", "bwrap"])
+def box(request: pytest.FixtureRequest, zipapp: Path, workspace: Path):
+    """(provider, client) on a fresh daemon, plain and inside bubblewrap; the relay never leaves
+    on silence here."""
+    if request.param == "bwrap":
+        require_bwrap()
+        provider: LocalProvider = BwrapProvider(cwd=workspace, runner_path=zipapp, relay_silence_seconds=0)
+    else:
+        provider = LocalProvider(cwd=workspace, runner_path=zipapp, relay_silence_seconds=0)
     provider.create()
     client = RunnerClient(provider.open_runner, ping_seconds=0.5, reconnect_timeout=20)
     try:

@@ -197,7 +197,8 @@ def test_uninstall_through_the_cli(jupyter_dirs: dict[str, Path]) -> None:
 
 def test_cli_keeps_other_commands() -> None:
     done = run_cli("--help")
-    assert done.returncode == 0 and "runner build|serve|attach, run, install, uninstall" in done.stdout + done.stderr
+    assert done.returncode == 0
+    assert all(word in done.stdout for word in ("tour", "run,", "install", "uninstall", "runner build"))
     done = run_cli("install", "--help")
     assert done.returncode == 0 and "usage: owsandbox install" in done.stdout and "--sys-prefix" in done.stdout
     assert run_cli("nope").returncode == 2

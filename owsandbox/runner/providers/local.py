@@ -38,6 +38,26 @@ def runtime_root() -> Path:
     return root
 
 
+def descendants(root: int) -> list[int]:
+    """Every process below `root`, from /proc."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(name))
+    found: list[int] = []
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 def _alive(pid: int | None) -> bool:
     if not pid:
         return False
@@ -166,6 +186,7 @@ class LocalProvider(Provider):
         pid, self.daemon_pid = self.daemon_pid, None
         if pid is None:
             return
+        family = descendants(pid)  # shells live in sessions of their own: find them by parentage
         if _alive(pid):
             os.kill(pid, signal.SIGTERM)  # it ends its shells and removes its socket
             deadline = time.monotonic() + 5
@@ -181,12 +202,16 @@ class LocalProvider(Provider):
                 os.kill(pid, signal.SIGKILL)
         if daemon is not None:
             daemon.wait()
-        # Anything its shells left behind in their sessions goes too.
-        for member in session_members(pid):
+        # Anything left behind goes too, and is waited for: a destroyed sandbox runs nothing.
+        leftovers = [p for p in set(family + session_members(pid)) if _alive(p)]
+        for member in leftovers:
             try:
                 os.kill(member, signal.SIGKILL)
             except OSError:
                 pass
+        deadline = time.monotonic() + 5
+        while any(_alive(p) for p in leftovers) and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def restart_daemon(self) -> None:
         with self._lifecycle:

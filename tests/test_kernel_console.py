@@ -1,0 +1,262 @@
+"""The kernel in a real terminal: `jupyter console --kernel owsandbox-test` driven through a pty with pexpect.
+
+A terminal front end exercises what a notebook does not: it asks the kernel `is_complete` on every
+Enter to decide between running the cell and showing a continuation prompt, asks `complete` on Tab,
+turns Ctrl-C into an `interrupt_request` (the kernelspec says `interrupt_mode: message`), and on
+Ctrl-D shuts the kernel down, which must take the sandbox daemon and its shells with it.
+
+Two kinds of session are used. Most tests run with `simple_prompt=True` and TERM=dumb, so prompts are
+plain `In [N]: ` lines; that mode reads lines with `input()` and never asks the kernel `is_complete` or
+`complete`, so the multi-line and Tab tests run the console's prompt_toolkit interface instead, on an
+xterm with colours off (NO_COLOR) and no cursor-position requests (PROMPT_TOOLKIT_NO_CPR). Its output
+still carries cursor and style escapes, so prompts and echoed input are matched with escapes allowed
+between characters.
+
+Every console runs in a temporary folder (the kernel's workspace) with its own Jupyter runtime, config
+and IPython folders; whatever happens, the console and every process under it are killed at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pexpect
+import pytest
+
+from .conftest import KERNEL_NAME
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open") or not os.path.isdir("/proc"),
+                                reason="follows processes through /proc and pidfds (Linux)")
+
+START_SECONDS = 60  # the console's banner and first prompt: a kernel and a sandbox daemon start
+CELL_SECONDS = 30
+ESCAPES = r"(?:\x1b\[[0-9;?]*[A-Za-z])*"  # CSI sequences prompt_toolkit puts between characters
+
+
+def spelled(text: str) -> str:
+    """A pattern for `text` as a terminal shows it: style and cursor escapes may sit between characters."""
+    return ESCAPES.join(re.escape(ch) for ch in text)
+
+
+def plain(text: str) -> str:
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text).replace("\r", "")
+
+
+def process_tree(root: int) -> set[int]:
+    """`root` and every process below it, read from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rpartition(")")[2].split()[1])  # after "pid (comm) state": the parent's pid
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, []))
+    return found
+
+
+class Processes:
+    """Processes pinned by pidfds, so that a pid reused later is never taken for (or killed as) one of them."""
+
+    def __init__(self) -> None:
+        self._fds: dict[int, int] = {}  # pid → pidfd
+
+    def add_tree(self, root: int) -> set[int]:
+        for pid in process_tree(root):
+            if pid not in self._fds:
+                try:
+                    self._fds[pid] = os.pidfd_open(pid)
+                except ProcessLookupError:
+                    pass
+        return set(self._fds)
+
+    def still_running_after(self, seconds: float) -> set[int]:
+        """Wait up to `seconds` for every process to end (a pidfd turns readable); the ones still running."""
+        running = {fd: pid for pid, fd in self._fds.items()}
+        deadline = time.monotonic() + seconds
+        while running:
+            ended, _, _ = select.select(list(running), [], [], max(0.0, deadline - time.monotonic()))
+            for fd in ended:
+                del running[fd]
+            if time.monotonic() >= deadline:
+                break
+        return set(running.values())
+
+    def kill(self) -> None:
+        for pid in self.still_running_after(0):
+            try:
+                signal.pidfd_send_signal(self._fds[pid], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
+class Console:
+    """One `jupyter console` with its own kernel, in a pty."""
+
+    def __init__(self, folder: Path, *, simple: bool) -> None:
+        self.folder = folder
+        self.count = 1  # the number of the next `In [N]:` prompt
+        self.transcript = folder / "console-transcript.txt"
+        env = {
+            **os.environ,  # JUPYTER_PATH finds the owsandbox-test kernelspec (tests/conftest.py)
+            "JUPYTER_RUNTIME_DIR": str(folder / ".jupyter-runtime"),
+            "JUPYTER_CONFIG_DIR": str(folder / ".jupyter-config"),
+            "IPYTHONDIR": str(folder / ".ipython"),
+            "PYTHONUNBUFFERED": "1",
+        }
+        args = ["-m", "jupyter_console", "--kernel", KERNEL_NAME]
+        if simple:
+            env["TERM"] = "dumb"
+            args.append("--ZMQTerminalInteractiveShell.simple_prompt=True")
+        else:
+            env.update(TERM="xterm", NO_COLOR="1", PROMPT_TOOLKIT_NO_CPR="1")
+            # The console waits this long for is_complete before it stops asking for the rest of the
+            # session (default 1 s); a loaded test machine must not turn that into a failure here.
+            args.append("--ZMQTerminalInteractiveShell.kernel_is_complete_timeout=5")
+        workspace = folder / "workspace"
+        workspace.mkdir(parents=True)
+        self._log = self.transcript.open("w", encoding="utf-8")
+        self.child = pexpect.spawn(sys.executable, args, cwd=str(workspace), env=env, encoding="utf-8",
+                                   codec_errors="replace", timeout=CELL_SECONDS, dimensions=(40, 160))
+        self.child.logfile_read = self._log
+        self.workspace = workspace
+        self.processes = Processes()
+
+    def prompt(self) -> str:
+        return spelled(f"In [{self.count}]: ")
+
+    def expect_prompt(self, timeout: float = CELL_SECONDS) -> str:
+        """Wait for the next `In [N]:` prompt; the text since the last match, escapes removed."""
+        self.child.expect(self.prompt(), timeout=timeout)
+        return plain(self.child.before)
+
+    def run(self, line: str, timeout: float = CELL_SECONDS) -> str:
+        """Run a one-line cell; its output (with the echoed input) once the next prompt shows."""
+        self.child.send(line + "\r")
+        self.count += 1
+        return self.expect_prompt(timeout)
+
+    def remember_processes(self) -> set[int]:
+        """The console and everything it started so far (kernel, daemon, relays, shells), by pid."""
+        return self.processes.add_tree(self.child.pid)
+
+    def close(self) -> None:
+        """Kill the console and every process seen below it; print the transcript (shown for a failure)."""
+        try:
+            if self.child.isalive():
+                self.remember_processes()
+            self.child.terminate(force=True)
+            self.processes.kill()
+            self.child.close(force=True)
+        finally:
+            self.processes.close()
+            self._log.close()
+            print(plain(self.transcript.read_text(encoding="utf-8", errors="replace")))
+
+
+@pytest.fixture
+def open_console(tmp_path: Path) -> Iterator[Callable[..., Console]]:
+    consoles: list[Console] = []
+
+    def start(simple: bool = True) -> Console:
+        console = Console(tmp_path / f"console-{len(consoles)}", simple=simple)
+        consoles.append(console)
+        console.expect_prompt(START_SECONDS)
+        console.remember_processes()
+        return console
+
+    yield start
+    for console in consoles:
+        console.close()
+
+
+def test_a_cell_prints_its_output_in_the_console(open_console) -> None:
+    console = open_console()
+    shown = console.run("echo hello-$((6*7))")
+    assert "hello-42\n" in shown
+    assert "Error" not in shown
+
+
+def test_ctrl_c_stops_the_running_command_and_the_shell_keeps_its_variables(open_console) -> None:
+    console = open_console()
+    console.child.send("export KEEP=still-here; echo sleep-$((1+1))-begun; sleep 60\r")
+    console.count += 1
+    console.child.expect("sleep-2-begun")  # printed by the cell, so the kernel is busy running it
+    console.child.sendintr()
+    stopped_at = time.monotonic()
+    console.child.expect("Interrupted", timeout=10)
+    console.expect_prompt(timeout=10)
+    assert time.monotonic() - stopped_at < 10
+    assert "still-here\n" in console.run("echo $KEEP")
+
+
+def test_enter_on_an_unfinished_loop_asks_for_more_lines_and_runs_them_as_one_cell(open_console) -> None:
+    console = open_console(simple=False)
+    # Without an answer to is_complete the console would guess "more" for every non-blank line, so a
+    # one-line cell that runs on a single Enter shows that the kernel answered "complete".
+    seen = console.run("echo one-line-$((1+1))")
+    assert "one-line-2\n" in seen
+    console.child.send("for i in 1 2; do\r")
+    console.child.expect(r"\.\.\.: ", timeout=10)  # the continuation prompt: the console waits for more
+    seen += plain(console.child.before)
+    console.child.send("echo row-$i\r")
+    console.child.send("done\r")
+    console.child.send("\r")  # a blank line ends the cell whatever the kernel said of `done`
+    console.child.expect("row-1\r\nrow-2\r\n")
+    seen += plain(console.child.before)
+    console.count += 1
+    console.expect_prompt()  # In [3]: the three lines ran as one cell
+    assert "syntax error" not in seen
+    assert "is_complete" not in seen  # no "kernel did not respond to an is_complete_request" warning
+
+
+def test_tab_completes_a_magic_name_and_the_completed_magic_runs(open_console) -> None:
+    console = open_console(simple=False)
+    console.child.send("%sand\t")
+    console.child.expect(spelled("%sandbox"), timeout=10)
+    console.child.send("\r")
+    console.child.expect(r"provider\s+local")  # the %sandbox table, not "unknown magic %sand"
+    console.count += 1
+    console.expect_prompt()
+
+
+def test_ctrl_d_ends_the_console_its_kernel_and_the_sandbox_processes(open_console) -> None:
+    console = open_console()
+    shown = console.run('echo "pids: $$ $PPID"')
+    shell_pid, daemon_pid = map(int, re.search(r"pids: (\d+) (\d+)", shown).groups())
+    started = console.remember_processes()
+    kernel_pid = int(re.search(r"PPid:\s*(\d+)", Path(f"/proc/{daemon_pid}/status").read_text()).group(1))
+    assert "owsandbox.kernel" in Path(f"/proc/{kernel_pid}/cmdline").read_text().replace("\0", " ")
+    assert {shell_pid, daemon_pid, kernel_pid} <= started
+
+    console.child.sendeof()
+    console.child.expect(r"Do you really want to exit \(\[y\]/n\)\? ")
+    console.child.send("y\r")
+    console.child.expect("Shutting down kernel")
+    console.child.expect(pexpect.EOF, timeout=20)
+    console.child.close()
+    assert console.child.exitstatus == 0
+
+    left = console.processes.still_running_after(10)
+    assert not left, {pid: Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ") for pid in left
+                      if Path(f"/proc/{pid}").exists()}
