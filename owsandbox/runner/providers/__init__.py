@@ -10,11 +10,13 @@ from typing import Any
 
 from .base import Provider
 from .bwrap import BwrapProvider, auto_enforcement, auto_provider, bwrap_problem
+from .exec import ExecProvider
 from .local import LocalProvider
 
 RUNNER_PROVIDERS: dict[str, Callable[..., Provider]] = {
     "auto": auto_provider,
     "bwrap": BwrapProvider,
+    "exec": ExecProvider,
     "local": LocalProvider,
 }
 KNOWN = ("direct", *RUNNER_PROVIDERS)
@@ -28,5 +30,5 @@ def enforcement_of(name: str) -> str:
     return getattr(factory, "enforcement", "unknown")
 
 
-__all__ = ["KNOWN", "RUNNER_PROVIDERS", "BwrapProvider", "LocalProvider", "Provider", "bwrap_problem",
+__all__ = ["KNOWN", "RUNNER_PROVIDERS", "BwrapProvider", "ExecProvider", "LocalProvider", "Provider", "bwrap_problem",
            "enforcement_of"]

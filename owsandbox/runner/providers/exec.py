@@ -1,0 +1,217 @@
+"""The `exec` provider: any box you can run a command in with pipes — `ssh HOST`, `docker exec -i C`,
+`podman exec -i C`, `kubectl exec -i POD --`.
+
+Everything goes through that one command prefix. Every word passed after it is a plain word (no
+spaces, quotes or shell syntax), so a prefix that hands its arguments to a remote shell (ssh) and one
+that runs them directly (docker exec) behave alike; programs go in on stdin to `python3 -`. The
+zipapp is copied in through the same pipe, once per version (it is named by its content). The
+daemon runs detached in a private runtime folder of the box and lingers after its last client, so a
+dropped connection or a restarting kernel finds it again; each pipe is a relay started with `attach`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shlex
+import subprocess
+import threading
+import uuid
+from typing import Any
+
+from ..bundle import zipapp_bytes
+from ..transport import PipeTransport
+from .base import Provider
+
+EXEC_ENV = "OWSANDBOX_EXEC"
+_PLAIN_WORD = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
+
+# Runs in the box as `python3 -` with a JSON object of arguments on its first line of stdin.
+_BOOTSTRAP = r'''
+import json, os, socket, subprocess, sys, time
+args = json.loads(sys.stdin.readline())
+base = os.environ.get("XDG_RUNTIME_DIR") or "/tmp"
+root = os.path.join(base, "owsandbox-%d" % os.getuid())
+os.makedirs(root, mode=0o700, exist_ok=True)
+os.chmod(root, 0o700)
+folder = os.path.join(root, args["key"])
+os.makedirs(folder, mode=0o700, exist_ok=True)
+runner = os.path.join(root, args["runner_name"])
+out = {"python": sys.version.split()[0], "runner": runner, "folder": folder,
+       "socket": os.path.join(folder, "run", "runner.sock")}
+payload = sys.stdin.read().strip()
+if payload and not os.path.exists(runner):
+    import base64
+    temp = runner + ".%d.tmp" % os.getpid()
+    with open(temp, "wb") as f:
+        f.write(base64.b64decode(payload))
+    os.replace(temp, runner)
+if args["action"] == "start" and not os.path.exists(runner):
+    out["need_runner"] = True
+elif args["action"] == "start":
+    def serving():
+        s = socket.socket(socket.AF_UNIX)
+        try:
+            s.connect(out["socket"])
+            return True
+        except OSError:
+            return False
+        finally:
+            s.close()
+    cwd = args["cwd"] or os.path.expanduser("~")
+    if not os.path.isdir(cwd):
+        print(json.dumps({"error": "no such folder in the box: %s" % cwd}))
+        sys.exit(0)
+    if not serving():
+        ready = os.path.join(folder, "ready.json")
+        if os.path.exists(ready):
+            os.unlink(ready)
+        with open(ready, "wb") as stdout, open(os.path.join(folder, "daemon.log"), "ab") as log:
+            subprocess.Popen([sys.executable, "-S", runner, "serve", "--socket", out["socket"], "--cwd", cwd,
+                              "--linger", str(args["linger"])], stdin=subprocess.DEVNULL, stdout=stdout,
+                             stderr=log, start_new_session=True, close_fds=True)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            try:
+                with open(ready) as f:
+                    line = f.readline()
+                if line.endswith("\n"):
+                    out["daemon"] = json.loads(line)
+                    break
+            except OSError:
+                pass
+            time.sleep(0.02)
+        else:
+            with open(os.path.join(folder, "daemon.log"), errors="replace") as f:
+                print(json.dumps({"error": "the runner daemon did not start: " + f.read()[-2000:]}))
+            sys.exit(0)
+    else:
+        try:
+            with open(os.path.join(folder, "ready.json")) as f:
+                out["daemon"] = json.loads(f.readline())
+        except (OSError, ValueError):
+            out["daemon"] = {}
+        out["reused"] = True
+elif args["action"] == "stop":
+    import signal
+    try:
+        with open(os.path.join(folder, "ready.json")) as f:
+            pid = json.loads(f.readline())["pid"]
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(250):
+            os.kill(pid, 0)
+            time.sleep(0.02)
+        os.kill(pid, signal.SIGKILL)
+    except (OSError, ValueError, KeyError):
+        pass
+    if args.get("remove"):
+        import shutil
+        shutil.rmtree(folder, ignore_errors=True)
+print(json.dumps(out))
+'''
+
+
+class BoxError(RuntimeError):
+    """The box could not be reached or used; the message names the command and its stderr."""
+
+
+class ExecProvider(Provider):
+    name = "exec"
+    enforcement = "the box"
+
+    def __init__(self, cwd: str | os.PathLike[str] | None = None, prefix: list[str] | str | None = None,
+                 python: str = "python3", key: str | None = None, linger_seconds: float = 300.0,
+                 relay_silence_seconds: float = 60.0, box_cwd: str | None = None, timeout: float = 60.0) -> None:
+        prefix = prefix if prefix is not None else os.environ.get(EXEC_ENV, "")
+        self.prefix = shlex.split(prefix) if isinstance(prefix, str) else list(prefix)
+        if not self.prefix:
+            raise ValueError(f"the exec provider needs a command prefix (e.g. 'ssh me@host'); set {EXEC_ENV}")
+        self.python = python
+        self.key = key or f"k-{uuid.uuid4().hex[:16]}"
+        self.linger_seconds = linger_seconds
+        self.relay_silence_seconds = relay_silence_seconds
+        # The folder in the box: OWSANDBOX_BOX_CWD, else the given one (a box rarely has our paths: "" = home).
+        self.cwd = box_cwd if box_cwd is not None else os.environ.get("OWSANDBOX_BOX_CWD", "")
+        self.local_cwd = str(cwd or os.getcwd())
+        self.timeout = timeout
+        self.socket_path = ""
+        self.runner_path = ""
+        self.daemon_info: dict[str, Any] = {}
+        self.reused = False
+        self._lifecycle = threading.RLock()
+        for word in (self.python, self.key):
+            if not _PLAIN_WORD.match(word):
+                raise ValueError(f"'{word}' is not a plain word; the exec provider passes only plain words")
+
+    # -- talking to the box -----------------------------------------------------------------
+
+    def _box_python(self, args: dict[str, Any], payload: bytes = b"") -> dict[str, Any]:
+        argv = [*self.prefix, self.python, "-"]
+        # `python3 -` reads the program up to EOF, so the program carries its own arguments and data.
+        program = (f"import sys, io\nsys.stdin = io.StringIO({json.dumps(json.dumps(args))} + '\\n' + "
+                   f"{json.dumps(payload.decode('ascii'))})\n" + _BOOTSTRAP)
+        try:
+            done = subprocess.run(argv, input=program.encode(), capture_output=True, timeout=self.timeout)
+        except FileNotFoundError as exc:
+            raise BoxError(f"cannot run {shlex.join(argv)}: {exc.strerror}") from None
+        except subprocess.TimeoutExpired:
+            raise BoxError(f"{shlex.join(argv)} did not answer within {self.timeout:g} s") from None
+        lines = [line for line in done.stdout.decode(errors="replace").splitlines() if line.startswith("{")]
+        if done.returncode != 0 or not lines:
+            stderr = done.stderr.decode(errors="replace").strip()
+            if done.returncode == 127 or "not found" in stderr and self.python in stderr:
+                raise BoxError(f"the box has no {self.python}: {shlex.join(argv)} failed "
+                               f"(status {done.returncode}): {stderr[-1000:]}")
+            raise BoxError(f"{shlex.join(argv)} failed (status {done.returncode}): {stderr[-1000:] or 'no message'}")
+        answer = json.loads(lines[-1])
+        if answer.get("error"):
+            raise BoxError(answer["error"])
+        return answer
+
+    def _common(self, action: str) -> dict[str, Any]:
+        name, _ = zipapp_bytes()
+        return {"action": action, "key": self.key, "runner_name": name, "cwd": self.cwd,
+                "linger": self.linger_seconds}
+
+    # -- the provider -----------------------------------------------------------------------
+
+    def create(self) -> None:
+        with self._lifecycle:
+            self._start()
+
+    def _start(self) -> None:
+        started = self._box_python(self._common("start"))
+        if started.get("need_runner"):  # the first time this version meets this box
+            _, data = zipapp_bytes()
+            started = self._box_python(self._common("start"), base64.b64encode(data))
+        self.socket_path, self.runner_path = started["socket"], started["runner"]
+        self.daemon_info = started.get("daemon", {})
+        self.reused = bool(started.get("reused"))
+        for word in (self.socket_path, self.runner_path):
+            if not _PLAIN_WORD.match(word):
+                raise BoxError(f"the box's runtime folder '{word}' has characters the exec provider cannot pass")
+
+    def open_runner(self) -> PipeTransport:
+        return PipeTransport([*self.prefix, self.python, "-S", self.runner_path, "attach", "--socket",
+                              self.socket_path, "--silence-seconds", str(self.relay_silence_seconds)])
+
+    def restart_daemon(self) -> None:
+        with self._lifecycle:
+            self._box_python({**self._common("stop"), "remove": False})
+            self._start()
+
+    def release(self) -> None:
+        """Leave the daemon lingering in the box for a kernel that restarts."""
+
+    def destroy(self) -> None:
+        with self._lifecycle:
+            try:
+                self._box_python({**self._common("stop"), "remove": True})
+            except BoxError:
+                pass  # an unreachable box cannot be tidied; its daemon leaves after lingering
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "command": shlex.join(self.prefix), "socket": self.socket_path,
+                "runner": self.runner_path, "box cwd": self.cwd or "~"}
