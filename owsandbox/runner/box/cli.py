@@ -30,6 +30,8 @@ def build_parser(prog: str = "runner") -> argparse.ArgumentParser:
     attach.add_argument("--socket", required=True)
     attach.add_argument("--silence-seconds", type=float, default=0,
                         help="leave after this long without a byte from the client (0 = never)")
+    forward = sub.add_parser("forward", help="relay stdin/stdout to the execd endpoint's socket (one connection)")
+    forward.add_argument("--socket", required=True)
     return parser
 
 
@@ -42,6 +44,8 @@ def main(argv: list[str] | None = None, prog: str = "runner") -> int:
                           args.max_frame_bytes, args.output_limit, args.linger)
     from .relay import attach as run_relay
 
+    if args.command == "forward":  # the same byte relay, to the endpoint of long-running programs
+        return run_relay(args.socket, 0)
     return run_relay(args.socket, args.silence_seconds)
 
 

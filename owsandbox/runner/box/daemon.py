@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import secrets
 import signal
 import socket
 import sys
@@ -23,6 +24,7 @@ from typing import Any
 
 from . import fsops, params, procs
 from . import protocol as P
+from .execd import ExecdServer
 from .outbox import ANSWERED, NEW, Outbox, RequestLedger
 from .shells import DEFAULT_OUTPUT_LIMIT, Shell
 
@@ -84,6 +86,8 @@ class Daemon:
         self._stopping = threading.Event()
         self._listener: socket.socket | None = None
         self._workers = threading.BoundedSemaphore(64)
+        self.execd = ExecdServer(secrets.token_urlsafe(24),
+                                 unix_path=os.path.join(os.path.dirname(self.socket_path), "execd.sock"), cwd=self.cwd)
 
     # -- socket -----------------------------------------------------------------------------
 
@@ -109,6 +113,7 @@ class Daemon:
         os.chmod(self.socket_path, 0o600)
         listener.listen(16)
         self._listener = listener
+        self.execd.start()  # long-running programs for %attach, in the same private folder
 
     def serve_forever(self) -> None:
         assert self._listener is not None
@@ -128,6 +133,10 @@ class Daemon:
 
     def shutdown(self) -> None:
         self._stopping.set()
+        try:
+            self.execd.stop()
+        except Exception:  # noqa: BLE001 - the shells must still go
+            pass
         with self._shells_lock:
             shells = list(self._shells.values())
         for shell in shells:
@@ -307,6 +316,7 @@ class Daemon:
             "output_limit": self.output_limit,
             "log_dir": self.log_dir,
             "uptime_s": round(time.time() - self.started, 3),
+            "execd": self.execd.address(),
         }
 
     def _resume(self, conn: Connection, p: dict[str, Any]) -> dict[str, Any]:
