@@ -108,7 +108,8 @@ def box(request: pytest.FixtureRequest, zipapp: Path, workspace: Path):
         provider.destroy()
 
 
-KERNEL_NAME = "owsandbox-test"
+KERNEL_NAME = "owsandbox-test"  # the local provider: the host's view of pids and folders, for white-box tests
+DEFAULT_KERNEL_NAME = "owsandbox-test-default"  # no provider named: what a user gets (auto)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -120,13 +121,13 @@ def pytest_configure(config: pytest.Config) -> None:
     import tempfile
 
     root = Path(tempfile.mkdtemp(prefix="owsandbox-kernelspec-"))
-    spec = root / "kernels" / KERNEL_NAME
-    spec.mkdir(parents=True)
-    spec.joinpath("kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "owsandbox.kernel", "-f", "{connection_file}"],
-        "display_name": "Sandbox (test)", "language": "bash", "interrupt_mode": "message",
-        "env": {"OWSANDBOX_PROVIDER": "local"},
-    }))
+    for name, env in ((KERNEL_NAME, {"OWSANDBOX_PROVIDER": "local"}), (DEFAULT_KERNEL_NAME, {})):
+        spec = root / "kernels" / name
+        spec.mkdir(parents=True)
+        spec.joinpath("kernel.json").write_text(json.dumps({
+            "argv": [sys.executable, "-m", "owsandbox.kernel", "-f", "{connection_file}"],
+            "display_name": f"Sandbox ({name})", "language": "bash", "interrupt_mode": "message", "env": env,
+        }))
     os.environ["JUPYTER_PATH"] = str(root) + (os.pathsep + os.environ["JUPYTER_PATH"] if os.environ.get("JUPYTER_PATH")
                                               else "")
     config._owsandbox_kernelspec_root = root  # type: ignore[attr-defined]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import select
 import shutil
 import signal
@@ -27,6 +28,43 @@ from ..box.shells import session_members
 from ..bundle import build_runner_zipapp
 from ..transport import PipeTransport
 from .base import Provider
+
+
+class _Launcher:
+    """Starts daemons from one thread that lives as long as the process.
+
+    A "die with parent" signal (bubblewrap's --die-with-parent, PR_SET_PDEATHSIG) fires when the
+    *thread* that forked the child ends, not the process. The kernel creates its sandbox on a
+    short-lived thread, so daemons are forked here instead.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.Queue[tuple[Any, ...]] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def spawn(self, argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="daemon-launcher", daemon=True)
+                self._thread.start()
+        done: queue.Queue[Any] = queue.Queue(maxsize=1)
+        self._jobs.put((argv, kwargs, done))
+        result = done.get()
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def _run(self) -> None:
+        while True:
+            argv, kwargs, done = self._jobs.get()
+            try:
+                done.put(subprocess.Popen(argv, **kwargs))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                done.put(exc)
+
+
+_LAUNCHER = _Launcher()
 
 
 def runtime_root() -> Path:
@@ -131,10 +169,8 @@ class LocalProvider(Provider):
         serve = ["serve", "--socket", self.socket_path, "--cwd", self.cwd, *lifetime, *self.daemon_args]
         log = open(os.path.join(self.state_dir, "daemon.log"), "ab")  # noqa: SIM115 - handed to the child
         try:
-            self.daemon = subprocess.Popen(
-                self.daemon_argv(serve), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
-                start_new_session=True,
-            )
+            self.daemon = _LAUNCHER.spawn(self.daemon_argv(serve), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                          stderr=log, start_new_session=True)
         finally:
             log.close()
         self.daemon_pid = self.daemon.pid
