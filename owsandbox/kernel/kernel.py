@@ -21,7 +21,8 @@ from ipykernel.kernelbase import Kernel
 
 from .. import __version__
 from ..runner.box import protocol as P
-from . import magics
+from . import attach_magics, magics  # noqa: F401 - attach_magics registers its magics
+from .attach import AttachManager
 from .magics import RunOnShell, UsageError
 from .output import DEFAULT_OUTPUT_LIMIT, CellOutput, Display, Notice, Stream
 from .sandbox import Sandbox, SandboxUnavailable
@@ -63,6 +64,8 @@ class OwSandboxKernel(Kernel):
         self._running_lock = threading.Lock()
         self._displays: set[str] = set()
         self.cell_history: list[str] = []  # for completing the variables that cells assigned
+        self.attach = AttachManager(self._attach_display, self._runner_call, self._execd_endpoint,
+                                    self._attach_registry)
         self._warned_unisolated = False
 
     def _kernel_key(self) -> str | None:
@@ -70,6 +73,30 @@ class OwSandboxKernel(Kernel):
         connection_file = getattr(self.parent, "connection_file", "") or ""
         stem = os.path.splitext(os.path.basename(connection_file))[0]
         return stem if stem.startswith("kernel-") else None
+
+    # -- what %attach needs -----------------------------------------------------------------
+
+    def _attach_display(self, parent: dict[str, Any], data: dict[str, Any], display_id: str, update: bool) -> None:
+        self._send(parent, "update_display_data" if update else "display_data",
+                   {"data": data, "metadata": {}, "transient": {"display_id": display_id}})
+
+    def _runner_call(self, method: str, params: dict[str, Any], timeout: float = 30.0) -> Any:
+        return self.sandbox.client.call(method, params, timeout=timeout)
+
+    def _execd_endpoint(self) -> Any:
+        from ..channel import ExecdEndpoint
+        from ..channel.endpoint import TOKEN_HEADER
+
+        workspace = self.sandbox.wait()
+        hello = workspace.client.hello
+        if not hello.get("execd"):
+            raise UsageError("this sandbox's runner has no execd endpoint; use --url")
+        return ExecdEndpoint(unix_socket=workspace.provider.execd_socket(hello),
+                             headers={TOKEN_HEADER: hello["execd"]["token"]})
+
+    def _attach_registry(self) -> str:
+        hello = self.sandbox.client.hello
+        return os.path.join(os.path.dirname(hello["log_dir"]), "attach.json")
 
     # -- kernel_info ------------------------------------------------------------------------
 
@@ -252,6 +279,7 @@ class OwSandboxKernel(Kernel):
         self._interrupt_running()
 
     def _interrupt_running(self) -> None:
+        self.attach.cancel_waits()
         with self._running_lock:
             shells = list(self._running)
         if shells:
@@ -304,7 +332,9 @@ class OwSandboxKernel(Kernel):
     # -- shutdown ---------------------------------------------------------------------------
 
     async def do_shutdown(self, restart: bool) -> dict[str, Any]:
-        await asyncio.get_running_loop().run_in_executor(None, self.sandbox.close, restart)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self.attach.close)  # programs keep running; cursors are saved
+        await loop.run_in_executor(None, self.sandbox.close, restart)
         return {"status": "ok", "restart": restart}
 
     def shell_folder(self, shell: str) -> str:
@@ -338,6 +368,13 @@ class _Context:
         if display_id is not None:
             content["transient"] = {"display_id": display_id}
         self.kernel._send(self.parent, "update_display_data" if update else "display_data", content)
+
+    @property
+    def attach(self) -> AttachManager:
+        return self.kernel.attach
+
+    def shell_folder(self) -> str:
+        return self.kernel.shell_folder(self.settings["shell"])
 
     def describe_sandbox(self) -> dict[str, Any]:
         timeout = self.settings["timeout"]

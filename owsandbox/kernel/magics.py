@@ -37,12 +37,15 @@ class RunOnShell:
 
 class MagicContext(Protocol):
     settings: dict[str, Any]
+    attach: Any  # the kernel's AttachManager
+    parent: dict[str, Any]
 
     def call(self, method: str, params: dict[str, Any], timeout: float = 60.0) -> Any: ...
     def stream(self, text: str, name: str = "stdout") -> None: ...
     def display(self, data: dict[str, Any], metadata: dict[str, Any] | None = None,
                 display_id: str | None = None, update: bool = False) -> None: ...
     def describe_sandbox(self) -> dict[str, Any]: ...
+    def shell_folder(self) -> str: ...
 
 
 # -- parsing ------------------------------------------------------------------------------------
@@ -93,9 +96,15 @@ class Magic:
     kind: str  # "line" or "cell"
     summary: str
     parser: _Parser
-    handler: Callable[[MagicContext, argparse.Namespace, str], RunOnShell | None]
+    handler: Callable[[MagicContext, Any, str], RunOnShell | None]
+    raw: bool = False  # the handler parses its own argument text (JSON, a command line)
 
     def run(self, ctx: MagicContext, args_text: str, body: str = "") -> RunOnShell | None:
+        if self.raw:
+            if args_text.strip() in ("-h", "--help"):
+                ctx.stream(self.parser.format_help())
+                return None
+            return self.handler(ctx, args_text, body)
         try:
             tokens = shlex.split(args_text)
         except ValueError as exc:
@@ -109,15 +118,16 @@ class Magic:
 MAGICS: dict[tuple[str, str], Magic] = {}
 
 
-def magic(name: str, kind: str, summary: str, configure: Callable[[_Parser], None] | None = None):
+def magic(name: str, kind: str, summary: str, configure: Callable[[_Parser], None] | None = None,
+          raw: bool = False, usage: str | None = None):
     prefix = "%%" if kind == "cell" else "%"
 
     def register(handler):
-        parser = _Parser(prog=f"{prefix}{name}", description=summary, add_help=False)
+        parser = _Parser(prog=f"{prefix}{name}", description=summary, add_help=False, usage=usage)
         parser.add_argument("-h", "--help", action="store_true", help="show this help")
         if configure is not None:
             configure(parser)
-        MAGICS[(kind, name)] = Magic(name, kind, summary, parser, handler)
+        MAGICS[(kind, name)] = Magic(name, kind, summary, parser, handler, raw)
         return handler
 
     return register

@@ -30,5 +30,9 @@ class Provider:
         """Stop everything this provider started and remove what it made."""
         raise NotImplementedError
 
+    def execd_socket(self, hello: dict[str, Any]) -> str:
+        """A Unix socket on this machine that reaches the box's execd endpoint (named in hello)."""
+        return hello["execd"]["unix_socket"]
+
     def describe(self) -> dict[str, Any]:
         return {"provider": self.name, "enforcement": self.enforcement}

@@ -22,6 +22,7 @@ import uuid
 from typing import Any
 
 from ..bundle import zipapp_bytes
+from ..forward import ForwardBridge
 from ..transport import PipeTransport
 from .base import Provider
 
@@ -140,6 +141,7 @@ class ExecProvider(Provider):
         self.runner_path = ""
         self.daemon_info: dict[str, Any] = {}
         self.reused = False
+        self._bridge: ForwardBridge | None = None
         self._lifecycle = threading.RLock()
         for word in (self.python, self.key):
             if not _PLAIN_WORD.match(word):
@@ -197,15 +199,33 @@ class ExecProvider(Provider):
         return PipeTransport([*self.prefix, self.python, "-S", self.runner_path, "attach", "--socket",
                               self.socket_path, "--silence-seconds", str(self.relay_silence_seconds)])
 
+    def execd_socket(self, hello: dict[str, Any]) -> str:
+        """The box's execd socket is in the box: a local bridge runs `forward` through the prefix."""
+        with self._lifecycle:
+            if self._bridge is None:
+                target = hello["execd"]["unix_socket"]
+                if not _PLAIN_WORD.match(target):
+                    raise BoxError(f"the box's execd socket '{target}' has characters the exec provider cannot pass")
+                self._bridge = ForwardBridge(lambda: [*self.prefix, self.python, "-S", self.runner_path, "forward",
+                                                      "--socket", target])
+            return self._bridge.path
+
     def restart_daemon(self) -> None:
         with self._lifecycle:
             self._box_python({**self._common("stop"), "remove": False})
             self._start()
 
+    def _close_bridge(self) -> None:
+        bridge, self._bridge = self._bridge, None
+        if bridge is not None:
+            bridge.close()
+
     def release(self) -> None:
         """Leave the daemon lingering in the box for a kernel that restarts."""
+        self._close_bridge()
 
     def destroy(self) -> None:
+        self._close_bridge()
         with self._lifecycle:
             try:
                 self._box_python({**self._common("stop"), "remove": True})

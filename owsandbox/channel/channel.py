@@ -1,0 +1,432 @@
+"""A JSON-lines conversation with a program behind execd's PTY WebSocket, for asyncio callers.
+
+The layering follows python-websockets' own: `jsonlines.JsonLineDecoder` is the sans-I/O core that
+knows the byte stream; this module is the thin I/O shell around it. It opens the WebSocket
+(`GET /pty/{id}/ws?pty=0&since=N&takeover=1`), runs one reader task that feeds binary frames to the
+decoder and hands each record to `on_record(record, offset)`, turns control frames and closes into
+failures, and writes records to the program's stdin.
+
+What the channel promises:
+
+* Every record reaches `on_record`, in order; the channel never decides that a record answers a
+  request. `register_request` / `complete_request` only keep the futures: the adapter that knows
+  the program's protocol settles them.
+* `cursor` is the `since` for a later connection that loses nothing not yet delivered (a record
+  counts as delivered once its callback returned). It counts stderr bytes too, as execd does.
+* A failure (exit, takeover, lost connection, bad stream) fails every waiting request once and is
+  reported to `on_failure` once, first cause only; `fatal` keeps it.
+* `detach()` leaves the program running: it stops reading, completes the closing handshake and
+  closes TCP itself, because execd answers Close but never closes the connection. A peer that
+  never answers is waited for `CLOSE_TIMEOUT_SECONDS`, then cut off.
+
+Everything here runs on one event loop. A thread-based caller (the kernel) runs a loop in its own
+thread and submits coroutines with `asyncio.run_coroutine_threadsafe`; callbacks then run on that
+loop's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any
+from urllib.parse import urlencode
+
+from websockets.asyncio.client import ClientConnection, unix_connect
+from websockets.asyncio.client import connect as websocket_connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
+from websockets.protocol import State
+
+from .control import ExecdControl, http_error, session_path
+from .endpoint import ExecdEndpoint
+from .errors import (
+    ChannelDetached,
+    ChannelTakenOver,
+    ExecdError,
+    ExecdServerError,
+    ExecdUnreachable,
+    ProgramExited,
+)
+from .jsonlines import DEFAULT_MAX_LINE_BYTES, STDIN, JsonLineDecoder, Record
+
+log = logging.getLogger(__name__)
+
+# How long a detach waits for execd to answer Close before cutting the connection (tests patch it).
+CLOSE_TIMEOUT_SECONDS = 2.0
+# How long `connect` waits for the opening handshake, and then for execd's `connected` frame.
+OPEN_TIMEOUT_SECONDS = 10.0
+CONNECT_TIMEOUT_SECONDS = 30.0
+# WebSocket pings from our side; execd also pings every 30 s and drops a client silent for 60 s.
+KEEPALIVE_SECONDS = 20.0
+# A REPLAY frame can carry execd's whole 1 MiB ring in one message.
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+CLOSE_TAKEN_OVER = 4001
+SIGNALS = frozenset({"SIGINT", "SIGTERM", "SIGKILL", "SIGQUIT", "SIGHUP"})
+
+RecordCallback = Callable[[dict[str, Any], int], Awaitable[None]]
+FailureCallback = Callable[[BaseException], Awaitable[None]]
+StderrCallback = Callable[[str], Awaitable[None]]
+
+# Failures that keep their own type; anything else is a bug somewhere and becomes ChannelDetached.
+_EXPECTED_FAILURES = (RuntimeError, OSError)
+
+# websockets ≥ 15 routes through HTTP(S)_PROXY by default; the HTTP control calls never do, so the
+# WebSocket goes direct as well.
+_DIRECT = {"proxy": None} if "proxy" in inspect.signature(websocket_connect).parameters else {}
+
+
+class _ExecdClientConnection(ClientConnection):
+    """A client connection that closes TCP itself once both Close frames have crossed.
+
+    RFC 6455 lets a client wait for the server to close TCP first, and websockets does; execd never
+    does, so without this every close would last the whole close timeout.
+    """
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        protocol = self.protocol
+        if (protocol.close_sent is not None and protocol.close_rcvd is not None
+                and protocol.state is not State.CLOSED and not self.transport.is_closing()):
+            self.transport.close()  # flushes our Close answer first
+
+
+class ExecdJsonLineChannel:
+    """One program's JSON-lines stdin/stdout over execd's PTY WebSocket (pipe mode unless `mode_pty`)."""
+
+    def __init__(self, endpoint: ExecdEndpoint, *, session_id: str, on_record: RecordCallback,
+                 on_failure: FailureCallback, label: str = "program", mode_pty: bool = False,
+                 on_stderr: StderrCallback | None = None, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+                 keepalive_seconds: float | None = KEEPALIVE_SECONDS) -> None:
+        self.endpoint = endpoint
+        self.session_id: str | None = session_id
+        self.label = label
+        self.mode_pty = mode_pty
+        self.mode: str | None = None  # "pipe" or "pty", as execd's `connected` frame said
+        self._on_record = on_record
+        self._on_failure = on_failure
+        self._on_stderr = on_stderr
+        self._keepalive = keepalive_seconds
+        self._control = ExecdControl(endpoint)
+        self._decoder = JsonLineDecoder(0, max_line_bytes=max_line_bytes, lenient_stdout=mode_pty)
+        self._cursor = 0
+        self._ws: ClientConnection | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._ready: asyncio.Future[None] | None = None  # set while `connect` waits for `connected`
+        self._connected = False
+        self._opening = False
+        self._requests: dict[Hashable, asyncio.Future[Any]] = {}
+        self._fatal: BaseException | None = None
+
+    # ── state ────────────────────────────────────────────────────────────────────────────────────
+
+    @property
+    def cursor(self) -> int:
+        """The `since` that resumes right after the last delivered record (stderr bytes counted)."""
+        return self._cursor
+
+    @property
+    def stderr_tail(self) -> str:
+        """The last 8 KiB of the program's stderr (and replayed lines that were not records)."""
+        return self._decoder.stderr_tail
+
+    @property
+    def fatal(self) -> BaseException | None:
+        """The failure that ended this channel, or None."""
+        return self._fatal
+
+    @property
+    def is_connected(self) -> bool:
+        ws = self._ws
+        return (self._connected and self._fatal is None and ws is not None and ws.protocol.state is State.OPEN)
+
+    # ── connecting and leaving ───────────────────────────────────────────────────────────────────
+
+    async def connect(self, since: int = 0, takeover: bool = True) -> None:
+        """Open the WebSocket at output offset `since` and wait for execd's `connected`.
+
+        A REPLAY that comes first is decoded and its records delivered before this returns. Refusals
+        raise `ExecdHTTPError` kinds (`ExecdNotFound`, `ExecdAlreadyConnected`, `ExecdUnauthorized`)
+        or `ExecdUnreachable` and leave the channel usable; a failure after the handshake (such as
+        `ReplayGap`) is fatal, reported to on_failure, and raised here.
+        """
+        if self._fatal is not None:
+            raise ChannelDetached(f"the {self.label} channel has failed ({self._fatal}); open a new channel "
+                                  "with since=<the old one's cursor>") from self._fatal
+        if self.session_id is None:
+            raise ChannelDetached(f"the {self.label} session was deleted")
+        if self._ws is not None or self._opening:
+            raise ExecdError(f"the {self.label} channel is already connected")
+        if since < 0:
+            raise ValueError(f"since must not be negative, not {since}")
+        self._opening = True
+        try:
+            ws = await self._open(since, takeover)
+        finally:
+            self._opening = False
+        self._decoder.reset(since)
+        self._cursor = since
+        self._ws = ws
+        self._connected = False
+        self._ready = ready = asyncio.get_running_loop().create_future()
+        self._reader = asyncio.create_task(self._read(ws), name=f"execd {self.label} reader")
+        try:
+            await asyncio.wait_for(asyncio.shield(ready), CONNECT_TIMEOUT_SECONDS)
+        except asyncio.TimeoutError:
+            error = ChannelDetached(f"execd did not confirm the {self.label} connection within "
+                                    f"{CONNECT_TIMEOUT_SECONDS:g} s")
+            await self.fail(error)
+            raise error from None
+        except asyncio.CancelledError:
+            await self._release()
+            raise
+        finally:
+            self._ready = None
+
+    async def detach(self) -> None:
+        """Stop reading and close the connection; the program keeps running and waiting requests keep
+        waiting (a later `connect(since=cursor)` may still deliver their answers)."""
+        await self._release()
+
+    async def delete(self) -> bool:
+        """DELETE the session (execd kills the program). True if it was deleted, False if it was
+        already gone or this channel deleted it before. Waiting requests fail; on_failure is not
+        called, since the caller asked for it."""
+        session_id = self.session_id
+        if session_id is None:
+            return False
+        await self._release()
+        deleted = await asyncio.to_thread(self._control.delete, session_id)
+        self.session_id = None
+        await self._settle(ChannelDetached(f"the {self.label} session {session_id} was deleted"), report=False)
+        return deleted
+
+    async def status(self) -> dict[str, Any]:
+        """GET /pty/{id}: `{"session_id", "running", "output_offset"}`."""
+        if self.session_id is None:
+            raise ChannelDetached(f"the {self.label} session was deleted")
+        return await asyncio.to_thread(self._control.status, self.session_id)
+
+    # ── talking ──────────────────────────────────────────────────────────────────────────────────
+
+    async def send(self, record: dict[str, Any]) -> None:
+        """Write `record` to the program's stdin as one JSON line (ASCII, so no reader can split it)."""
+        if not isinstance(record, dict):
+            raise TypeError(f"a record is a dict, not {type(record).__name__}")
+        line = json.dumps(record, allow_nan=False).encode("ascii") + b"\n"
+        await self._send(bytes([STDIN]) + line)
+
+    async def send_signal(self, name: str) -> None:
+        """Signal the program's process group: SIGINT, SIGTERM, SIGKILL, SIGQUIT or SIGHUP."""
+        signal = name.upper()
+        signal = signal if signal.startswith("SIG") else "SIG" + signal
+        if signal not in SIGNALS:
+            raise ValueError(f"execd sends only {', '.join(sorted(SIGNALS))}, not {name!r}")
+        await self._send(json.dumps({"type": "signal", "signal": signal}))
+
+    def register_request(self, request_id: Hashable) -> asyncio.Future[Any]:
+        """A future for the answer to `request_id`, settled by `complete_request` (or failed by `fail`)."""
+        if self._fatal is not None:
+            raise ChannelDetached(f"the {self.label} channel has failed: {self._fatal}") from self._fatal
+        if request_id in self._requests:
+            raise ValueError(f"{request_id!r} already has a request registered on the {self.label} channel")
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._requests[request_id] = future
+
+        def forget(done: asyncio.Future[Any]) -> None:  # a caller that gave up frees the id
+            if self._requests.get(request_id) is done:
+                del self._requests[request_id]
+
+        future.add_done_callback(forget)
+        return future
+
+    def complete_request(self, request_id: Hashable, value: Any) -> bool:
+        """Settle the waiting request; False when none is registered under `request_id`."""
+        future = self._requests.pop(request_id, None)
+        if future is None or future.done():
+            return False
+        future.set_result(value)
+        return True
+
+    def fail_request(self, request_id: Hashable, error: BaseException) -> bool:
+        """Fail one waiting request (an error answer); False when none is registered."""
+        future = self._requests.pop(request_id, None)
+        if future is None or future.done():
+            return False
+        future.set_exception(error)
+        return True
+
+    async def fail(self, exc: BaseException) -> None:
+        """End the channel: fail every waiting request, close the connection, report to on_failure.
+
+        Only the first cause counts; later calls do nothing. An exception that is neither a
+        RuntimeError nor an OSError becomes a `ChannelDetached` wrapping it."""
+        await self._settle(exc, report=True)
+
+    # ── inside ───────────────────────────────────────────────────────────────────────────────────
+
+    async def _settle(self, exc: BaseException, *, report: bool) -> None:
+        if self._fatal is not None:
+            return
+        if isinstance(exc, _EXPECTED_FAILURES):
+            fatal: BaseException = exc
+        else:
+            fatal = ChannelDetached(f"the {self.label} channel failed: {type(exc).__name__}: {exc}")
+            fatal.__cause__ = exc
+        self._fatal = fatal
+        connecting, self._ready = self._ready, None  # `connect` raises once the failure is reported
+        waiting, self._requests = self._requests, {}
+        for future in waiting.values():
+            if not future.done():
+                future.set_exception(fatal)
+        try:
+            await self._release()
+            if report:
+                try:
+                    await self._on_failure(fatal)
+                except Exception:
+                    log.exception("the %s channel's on_failure callback failed", self.label)
+        finally:
+            if connecting is not None and not connecting.done():
+                connecting.set_exception(fatal)
+
+    async def _send(self, message: bytes | str) -> None:
+        ws = self._ws
+        if ws is None or not self.is_connected:
+            why = f" ({self._fatal})" if self._fatal is not None else ""
+            raise ChannelDetached(f"the {self.label} channel is not connected{why}")
+        try:
+            await ws.send(message)
+        except ConnectionClosed as exc:
+            raise ChannelDetached(f"the {self.label} channel was disconnected while sending") from exc
+
+    async def _open(self, since: int, takeover: bool) -> ClientConnection:
+        assert self.session_id is not None
+        query = {"pty": "1" if self.mode_pty else "0", "since": str(since)}
+        if takeover:
+            query["takeover"] = "1"
+        path = session_path(self.session_id, "/ws")
+        uri = self.endpoint.websocket_uri(f"{path}?{urlencode(query)}")
+        options: dict[str, Any] = dict(
+            additional_headers=dict(self.endpoint.headers), compression=None, open_timeout=OPEN_TIMEOUT_SECONDS,
+            ping_interval=self._keepalive, ping_timeout=self._keepalive, close_timeout=CLOSE_TIMEOUT_SECONDS,
+            max_size=MAX_MESSAGE_BYTES, create_connection=_ExecdClientConnection, **_DIRECT)
+        try:
+            if self.endpoint.unix_socket is not None:
+                return await unix_connect(self.endpoint.unix_socket, uri, **options)
+            return await websocket_connect(uri, **options)
+        except InvalidStatus as exc:
+            response = exc.response
+            raise http_error("GET", path, response.status_code, response.body or b"",
+                             has_token=self.endpoint.has_token) from None
+        except (OSError, asyncio.TimeoutError, InvalidHandshake, InvalidURI) as exc:
+            raise ExecdUnreachable(f"cannot open the WebSocket to execd at {self.endpoint.describe()} for "
+                                   f"{path}: {type(exc).__name__}: {exc}") from exc
+
+    async def _read(self, ws: ClientConnection) -> None:
+        cause: BaseException
+        try:
+            while True:
+                message = await ws.recv()
+                if isinstance(message, str):
+                    await self._on_control(message)
+                else:
+                    await self._on_frame(message)
+        except asyncio.CancelledError:
+            raise
+        except ConnectionClosed as exc:
+            cause = self._closed_cause(exc)
+        except Exception as exc:
+            cause = exc
+        if self._ws is ws:  # not a detach or a failure already under way
+            await self.fail(cause)
+
+    async def _on_frame(self, frame: bytes) -> None:
+        decoder = self._decoder
+        decoder.push(frame)
+        while (event := decoder.next_event()) is not None:
+            if isinstance(event, Record):
+                await self._on_record(event.value, event.offset)
+            elif self._on_stderr is not None:
+                await self._on_stderr(event.text)
+            self._cursor = decoder.resume_offset
+        self._cursor = decoder.resume_offset
+
+    async def _on_control(self, text: str) -> None:
+        try:
+            frame = json.loads(text)
+        except ValueError:
+            return
+        if not isinstance(frame, dict):
+            return
+        kind = frame.get("type")
+        if kind == "connected":
+            self.mode = frame.get("mode") if isinstance(frame.get("mode"), str) else None
+            if self.mode is not None:
+                self._decoder.lenient_stdout = self.mode == "pty"
+            self._connected = True
+            if self._ready is not None and not self._ready.done():
+                self._ready.set_result(None)
+        elif kind == "exit":
+            code = frame.get("exit_code")
+            raise ProgramExited(self.label, code if isinstance(code, int) else -1, self.stderr_tail)
+        elif kind == "error":
+            code = str(frame.get("code") or "RUNTIME_ERROR")
+            message = str(frame.get("error") or frame.get("message") or "")
+            if code == "TAKEN_OVER":
+                raise ChannelTakenOver(f"another client took the {self.label} session over: {message}")
+            raise ExecdServerError(code, message)
+        # "pong" and frame types added later: nothing to do
+
+    def _closed_cause(self, closed: ConnectionClosed) -> ChannelDetached:
+        received = closed.rcvd  # the peer's Close frame, if one came
+        code, reason = (received.code, received.reason) if received is not None else (None, "")
+        if code == CLOSE_TAKEN_OVER:
+            return ChannelTakenOver(f"another client took the {self.label} session over (execd closed this "
+                                    f"connection with {code} {reason or 'TAKEN_OVER'}); the program keeps running")
+        if code is None:
+            return ChannelDetached(f"the connection to execd for {self.label} was lost without a closing handshake")
+        said = f" {reason}" if reason else ""
+        return ChannelDetached(f"execd closed the {self.label} connection (code {code}{said}) without an exit notice")
+
+    async def _release(self) -> None:
+        """Stop the reader and close the socket (bounded); the state says 'not connected' at once."""
+        ws, reader = self._ws, self._reader
+        self._ws = self._reader = None
+        self._connected = False
+        if self._ready is not None and not self._ready.done():
+            self._ready.set_exception(ChannelDetached(f"the {self.label} channel was detached while connecting"))
+        if reader is not None and reader is not asyncio.current_task():
+            reader.cancel()
+            await asyncio.wait({reader})
+        if ws is not None:
+            await _close(ws)
+
+
+async def _close(ws: ClientConnection) -> None:
+    """The closing handshake, without waiting for a FIN that execd never sends; bounded for a silent peer.
+
+    Frames still arriving are read and dropped meanwhile (the cursor does not count them, so a later
+    connection replays them), or websockets' flow control would stop reading before the Close answer.
+    """
+    ws.close_timeout = CLOSE_TIMEOUT_SECONDS  # read now, so that a patched value counts
+    drain = asyncio.create_task(_discard(ws))
+    try:
+        await asyncio.wait_for(ws.close(), CLOSE_TIMEOUT_SECONDS + 1.0)
+    except (asyncio.TimeoutError, OSError):
+        pass
+    finally:
+        if ws.protocol.state is not State.CLOSED:
+            ws.transport.abort()
+        drain.cancel()
+        await asyncio.wait({drain})
+
+
+async def _discard(ws: ClientConnection) -> None:
+    try:
+        while True:
+            await ws.recv()
+    except ConnectionClosed:
+        pass

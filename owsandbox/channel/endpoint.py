@@ -1,0 +1,93 @@
+"""Where execd listens and what every request to it must carry.
+
+An endpoint is either an HTTP origin (`http://host:44772`, optionally with a path prefix when execd
+sits behind a proxy route) or the path of a Unix socket (the runner's box serves execd's API on
+one). Both the HTTP control calls and the WebSocket use the same endpoint, so the address and the
+headers (the access token, or whatever the OpenSandbox server handed out with the endpoint) are
+decided once, here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from .errors import ExecdError
+
+TOKEN_HEADER = "X-EXECD-ACCESS-TOKEN"
+ENV_URL = "OWSANDBOX_EXECD_URL"
+ENV_TOKEN = "OWSANDBOX_EXECD_TOKEN"
+
+# The Host name used for requests over a Unix socket, where there is no host to name.
+UNIX_HOST = "localhost"
+
+
+@dataclass(frozen=True)
+class ExecdEndpoint:
+    """An execd address: `origin` (http[s]://host:port[/prefix]) or `unix_socket` (a path), and headers.
+
+    Exactly one of `origin` and `unix_socket` is given. `headers` go on every request, the
+    WebSocket handshake included.
+    """
+
+    origin: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    unix_socket: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.origin is None) == (self.unix_socket is None):
+            raise ExecdError("an execd endpoint needs exactly one of origin (http://host:port) and unix_socket")
+        if self.origin is not None:
+            parts = urlsplit(self.origin)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ExecdError(f"an execd origin looks like http://host:port, not {self.origin!r}")
+            if parts.query or parts.fragment:
+                raise ExecdError(f"an execd origin has no query or fragment: {self.origin!r}")
+            object.__setattr__(self, "origin", self.origin.rstrip("/"))
+        object.__setattr__(self, "headers", dict(self.headers))
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> ExecdEndpoint:
+        """The endpoint named by OWSANDBOX_EXECD_URL (`http://host:port` or `unix:/path/to/socket`),
+        with OWSANDBOX_EXECD_TOKEN, if set, sent as X-EXECD-ACCESS-TOKEN."""
+        env = os.environ if environ is None else environ
+        url = env.get(ENV_URL, "").strip()
+        if not url:
+            raise ExecdError(f"{ENV_URL} is not set (http://host:port, or unix:/path/to/socket)")
+        token = env.get(ENV_TOKEN, "")
+        headers = {TOKEN_HEADER: token} if token else {}
+        if url.startswith("unix:"):
+            path = url[len("unix:"):]
+            if path.startswith("//"):  # unix:///abs/path
+                path = path[2:]
+            if not path:
+                raise ExecdError(f"{ENV_URL}={url!r} names no socket path")
+            return cls(unix_socket=path, headers=headers)
+        return cls(origin=url, headers=headers)
+
+    @property
+    def has_token(self) -> bool:
+        return any(name.lower() == TOKEN_HEADER.lower() for name in self.headers)
+
+    def describe(self) -> str:
+        """The address for messages: the origin or `unix:<path>` (never the headers)."""
+        return self.origin if self.origin is not None else f"unix:{self.unix_socket}"
+
+    def http_path(self, path: str) -> str:
+        """The request target for an API path (`/pty/…`), the origin's path prefix included."""
+        prefix = urlsplit(self.origin).path if self.origin is not None else ""
+        return prefix.rstrip("/") + path
+
+    def websocket_uri(self, path_and_query: str) -> str:
+        """The ws:// or wss:// URI for an API path; over a Unix socket the host is nominal."""
+        if self.origin is None:
+            return f"ws://{UNIX_HOST}{path_and_query}"
+        parts = urlsplit(self.origin)
+        scheme = "wss" if parts.scheme == "https" else "ws"
+        return f"{scheme}://{parts.netloc}{parts.path.rstrip('/')}{path_and_query}"
+
+    def __repr__(self) -> str:  # the headers carry the token: name them, never show their values
+        names = ", ".join(sorted(self.headers)) or "none"
+        return f"ExecdEndpoint({self.describe()!r}, headers: {names})"

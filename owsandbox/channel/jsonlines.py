@@ -1,0 +1,309 @@
+"""The sans-I/O core of the channel: execd's binary frames in, JSON-lines records and offsets out.
+
+A program on the far side of the channel speaks one JSON object per line on stdout. execd cuts its
+output into frames of arbitrary size, so a record may span frames and a frame may hold many
+records; this module turns frames back into records, knows the resume offset of each, and fails
+loudly when the stream cannot be trusted. It does no I/O and knows nothing about WebSockets, which
+is what lets the tests feed it every possible split of a stream.
+
+Rules, each one a defect made impossible:
+
+* Records end at the LF byte and nowhere else. Bytes are split on b"\\n" first and decoded as UTF-8
+  afterwards, so U+2028 / U+2029 (legal raw inside a JSON string) stay inside their record.
+* A record split across frames is delivered once and whole; blank lines are skipped.
+* Offsets are positions in execd's output counter, which counts stdout **and stderr** bytes (in pipe
+  mode both streams share one counter). A record's offset is the position just past its LF: pass
+  it as `since` to a later connection and the replay starts right after that record.
+* A REPLAY frame (8-byte big-endian offset, then bytes) rebases the position to its offset. An
+  offset greater than the requested one means execd's ring dropped bytes: `ReplayGap`, never a
+  silent skip. An earlier one is taken as given (execd replays exactly from `since`; a server that
+  starts earlier re-delivers what it repeats, with the true offsets).
+* Replayed bytes mix stdout and stderr with nothing marking which is which, so a replayed line
+  that is not a JSON object is taken as stderr text, not as an error; only a live STDOUT line that
+  is not a JSON object raises (`BadRecord`, naming the offset just past that line, like a record's,
+  and where the line starts). When the replay ends inside a line that live stdout
+  then finishes, and only the live part is a JSON object, the replayed head was stderr: it becomes
+  text and the live part a record. A program whose records must survive a reattach exactly must
+  still keep its stderr apart (`2>file`): a stderr write that lands in the middle of a stdout line
+  splits that record in the replayed bytes, and a stderr line that is a JSON object is read back as
+  a record.
+* Memory is bounded: a line longer than `max_line_bytes` (8 MiB) raises `LineTooLong`, and only the
+  last 8 KiB of stderr are kept (for the error that reports an exit).
+
+Use `push(frame)` then `next_event()` until it returns None (the channel does, so that the records
+before a bad line are still delivered), or `feed(frame)` for the list at once. After an error the
+decoder keeps raising it until `reset()`.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from .errors import BadFrame, BadRecord, JsonLineError, LineTooLong, ReplayGap
+
+STDIN = 0x00
+STDOUT = 0x01
+STDERR = 0x02
+REPLAY = 0x03
+
+DEFAULT_MAX_LINE_BYTES = 8 * 1024 * 1024
+DEFAULT_STDERR_TAIL_BYTES = 8 * 1024
+_REPLAY_HEADER = 1 + 8
+_JSON_WHITESPACE = b" \t\r"
+
+# The sentence for a README or a user-facing note about reattaching.
+STDERR_ADVICE = ("Records survive a reattach exactly only when the program's stderr is kept apart (for example "
+                 "`2>file`): execd replays stdout and stderr as one mixed stream, so stderr bytes written in the "
+                 "middle of a record cannot be told apart from it.")
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One JSON object from stdout; `offset` is the output position just past its LF."""
+
+    value: dict[str, Any]
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class StderrText:
+    """Text that is not a record: live stderr, or a replayed (or terminal) line that is not a JSON object.
+
+    `offset` is the output position just past these bytes."""
+
+    text: str
+    offset: int
+
+
+Event = Record | StderrText
+
+
+_NOT_JSON = object()
+
+
+def _json_object(line: bytes) -> Any:
+    """The JSON value of `line` (UTF-8, surrounding JSON whitespace allowed), or _NOT_JSON."""
+    body = line.strip(_JSON_WHITESPACE)
+    if not body:
+        return _NOT_JSON
+    try:
+        return json.loads(body.decode("utf-8"))
+    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return _NOT_JSON
+
+
+class _Chunk:
+    """A frame's payload waiting to be turned into events."""
+
+    __slots__ = ("kind", "data", "index", "replay_offset")
+
+    def __init__(self, kind: int, data: bytes, index: int, replay_offset: int | None = None) -> None:
+        self.kind = kind
+        self.data = data
+        self.index = index
+        self.replay_offset = replay_offset  # set for REPLAY until the rebase is done
+
+
+class JsonLineDecoder:
+    """Frames to events for one output stream, resuming at `since`.
+
+    `lenient_stdout=True` treats every line that is not a JSON object as text, for a PTY, where the
+    terminal echoes input and programs print freely.
+    """
+
+    def __init__(self, since: int = 0, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+                 stderr_tail_bytes: int = DEFAULT_STDERR_TAIL_BYTES, lenient_stdout: bool = False) -> None:
+        if max_line_bytes < 1 or stderr_tail_bytes < 0:
+            raise ValueError("max_line_bytes must be positive and stderr_tail_bytes not negative")
+        self.max_line_bytes = max_line_bytes
+        self.stderr_tail_bytes = stderr_tail_bytes
+        self.lenient_stdout = lenient_stdout
+        self._tail = bytearray()
+        self.reset(since)
+
+    def reset(self, since: int) -> None:
+        """Start over for a new connection that asked for `since`. The stderr tail is kept."""
+        if since < 0:
+            raise ValueError(f"since must not be negative, not {since}")
+        self._requested = since
+        self._expected = since  # the offset the pushed frames lead up to
+        self._position = since  # the offset just past the last byte turned into events
+        self._partial = bytearray()
+        self._partial_start = since
+        self._partial_replayed = False
+        self._partial_live_from: int | None = None  # where live bytes follow a replayed head in _partial
+        self._queue: deque[_Chunk] = deque()
+        self._ready: deque[Event] = deque()  # decided, not yet handed out
+        self._stderr_text = codecs.getincrementaldecoder("utf-8")("replace")
+        self._failure: JsonLineError | None = None
+
+    # ── what the caller reads ────────────────────────────────────────────────────────────────────
+
+    @property
+    def requested_since(self) -> int:
+        return self._requested
+
+    @property
+    def position(self) -> int:
+        """Every output byte (stdout and stderr) turned into events so far, as an execd offset."""
+        return self._position
+
+    @property
+    def resume_offset(self) -> int:
+        """Where a new connection must start (`since`) to lose nothing not yet delivered: the start of
+        an unfinished stdout line if there is one, else `position`."""
+        return self._partial_start if self._partial else self._position
+
+    @property
+    def stderr_tail(self) -> str:
+        """The last `stderr_tail_bytes` of stderr (and of replayed non-record lines), as text."""
+        tail = bytes(self._tail)
+        cut = 0
+        while cut < min(3, len(tail)) and 0x80 <= tail[cut] <= 0xBF:  # a character cut by the bound
+            cut += 1
+        return tail[cut:].decode("utf-8", "replace")
+
+    # ── frames in, events out ────────────────────────────────────────────────────────────────────
+
+    def feed(self, frame: bytes | bytearray | memoryview) -> list[Event]:
+        """`push(frame)` and every event it yields. An error loses the events before it: the channel
+        uses `push` and `next_event` instead."""
+        self.push(frame)
+        events: list[Event] = []
+        while (event := self.next_event()) is not None:
+            events.append(event)
+        return events
+
+    def push(self, frame: bytes | bytearray | memoryview) -> None:
+        """Take one binary frame from execd. Raises `ReplayGap` and `BadFrame` at once."""
+        self._raise_if_failed()
+        data = bytes(frame)
+        if not data:
+            self._fail(BadFrame("execd sent an empty binary frame"))
+        kind = data[0]
+        if kind in (STDOUT, STDERR):
+            self._expected += len(data) - 1
+            if len(data) > 1:
+                self._queue.append(_Chunk(kind, data, 1))
+        elif kind == REPLAY:
+            if len(data) < _REPLAY_HEADER:
+                self._fail(BadFrame(f"a REPLAY frame of {len(data)} bytes has no room for its 8-byte offset"))
+            offset = int.from_bytes(data[1:_REPLAY_HEADER], "big")
+            if offset > self._expected:
+                self._fail(ReplayGap(requested=self._expected, available=offset))
+            self._expected = offset + len(data) - _REPLAY_HEADER
+            self._queue.append(_Chunk(REPLAY, data, _REPLAY_HEADER, offset))
+        else:
+            self._fail(BadFrame(f"a binary frame of kind 0x{kind:02x}, which execd never sends to a client "
+                                "(1 stdout, 2 stderr, 3 replay)"))
+
+    def next_event(self) -> Event | None:
+        """The next event from the frames pushed so far, or None when they are used up."""
+        self._raise_if_failed()
+        if self._ready:
+            return self._ready.popleft()
+        queue = self._queue
+        while queue:
+            chunk = queue[0]
+            if chunk.kind == STDERR:
+                queue.popleft()
+                data = chunk.data[chunk.index:]
+                self._position += len(data)
+                self._keep_tail(data)
+                text = self._stderr_text.decode(data)
+                if text:
+                    return StderrText(text, self._position)
+                continue
+            if chunk.replay_offset is not None:
+                self._rebase(chunk.replay_offset)
+                chunk.replay_offset = None
+            replayed = chunk.kind == REPLAY
+            newline = chunk.data.find(b"\n", chunk.index)
+            if newline < 0:
+                queue.popleft()
+                self._hold(chunk.data[chunk.index:], replayed)
+                continue
+            piece = chunk.data[chunk.index:newline]
+            chunk.index = newline + 1
+            if chunk.index >= len(chunk.data):
+                queue.popleft()
+            live_from = None
+            if self._partial:
+                start, line = self._partial_start, bytes(self._partial) + piece
+                if self._partial_replayed and not replayed:
+                    live_from = len(self._partial) if self._partial_live_from is None else self._partial_live_from
+                replayed = replayed or self._partial_replayed
+                self._partial.clear()
+            else:
+                start, line = self._position, piece
+            self._position += len(piece) + 1
+            if len(line) > self.max_line_bytes:
+                self._fail(LineTooLong(start, self.max_line_bytes))
+            event = self._line(line, start, replayed, live_from)
+            if event is not None:
+                return event
+        return None
+
+    # ── inside ───────────────────────────────────────────────────────────────────────────────────
+
+    def _rebase(self, offset: int) -> None:
+        if offset != self._position:  # not a continuation of what came before: an unfinished line is void
+            self._partial.clear()
+            self._position = offset
+
+    def _hold(self, piece: bytes, replayed: bool) -> None:
+        if not self._partial:
+            self._partial_start = self._position
+            self._partial_replayed = False
+            self._partial_live_from = None
+        if len(self._partial) + len(piece) > self.max_line_bytes:
+            self._fail(LineTooLong(self._partial_start, self.max_line_bytes))
+        if self._partial_replayed and not replayed and self._partial_live_from is None:
+            self._partial_live_from = len(self._partial)
+        self._partial += piece
+        self._partial_replayed = self._partial_replayed or replayed
+        self._position += len(piece)
+
+    def _line(self, line: bytes, start: int, replayed: bool, live_from: int | None = None) -> Event | None:
+        """The event for one complete line. `live_from`: where live stdout bytes follow replayed ones."""
+        if not line.strip(_JSON_WHITESPACE):
+            return None
+        end = self._position
+        value = _json_object(line)
+        if isinstance(value, dict):
+            return Record(value, end)
+        if live_from is not None:
+            # The replay ended inside a line and live stdout finished it. If the live part alone is a
+            # record, the replayed head was the start of a stderr line: both are kept, record first.
+            live = _json_object(line[live_from:])
+            if isinstance(live, dict):
+                self._ready.append(self._text(line[:live_from]))
+                return Record(live, end)
+        if replayed or self.lenient_stdout:
+            return self._text(line + b"\n")
+        what = "non-JSON stdout" if value is _NOT_JSON else "JSON record is not an object"
+        self._fail(BadRecord(what, start=start, end=end, line=line))
+
+    def _text(self, data: bytes) -> StderrText:
+        self._keep_tail(data)
+        return StderrText(data.decode("utf-8", "replace"), self._position)
+
+    def _keep_tail(self, data: bytes) -> None:
+        if self.stderr_tail_bytes == 0:
+            return
+        self._tail += data[-self.stderr_tail_bytes:]
+        excess = len(self._tail) - self.stderr_tail_bytes
+        if excess > 0:
+            del self._tail[:excess]
+
+    def _fail(self, error: JsonLineError) -> NoReturn:
+        self._failure = error
+        raise error
+
+    def _raise_if_failed(self) -> None:
+        if self._failure is not None:
+            raise self._failure
