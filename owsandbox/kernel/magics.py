@@ -123,7 +123,8 @@ def magic(name: str, kind: str, summary: str, configure: Callable[[_Parser], Non
     prefix = "%%" if kind == "cell" else "%"
 
     def register(handler):
-        parser = _Parser(prog=f"{prefix}{name}", description=summary, add_help=False, usage=usage)
+        parser = _Parser(prog=f"{prefix}{name}", description=summary, add_help=False,
+                         usage=usage.replace("%", "%%") if usage else None)
         parser.add_argument("-h", "--help", action="store_true", help="show this help")
         if configure is not None:
             configure(parser)

@@ -1,0 +1,181 @@
+"""%attach through the real kernel: a JSON-lines program in the sandbox, live records, %send with ids,
+detach and reattach (also across a kernel restart) with nothing lost or repeated."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from .kernel_session import KernelSession
+
+ENGINE = Path(__file__).resolve().parents[1] / "notebooks" / "engines" / "echo_engine.py"
+
+
+@pytest.fixture
+def kernel(tmp_path):
+    session = KernelSession(tmp_path)
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+def display_text(run) -> str:
+    shown = run.of_type("display_data") + run.of_type("update_display_data")
+    return shown[-1]["data"]["text/plain"] if shown else ""
+
+
+def wait_for_display(kernel: KernelSession, pattern: str, timeout: float = 20) -> str:
+    """Read iopub until a display update of an %attach matches `pattern` (its records arrive live)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            msg = kernel.kc.get_iopub_msg(timeout=1)
+        except Exception:  # noqa: BLE001 - nothing yet
+            continue
+        if msg["msg_type"] in ("display_data", "update_display_data"):
+            text = msg["content"]["data"].get("text/plain", "")
+            if re.search(pattern, text):
+                return text
+    raise AssertionError(f"no display matched {pattern!r}")
+
+
+def records_of(kernel: KernelSession, extra: str = "") -> list[dict]:
+    text = kernel.run(f"%records --last 1000 {extra}").text()
+    return [json.loads(m.group(1)) for m in re.finditer(r"^\s*\d+  (.*)$", text, re.M)]
+
+
+def wait_for_ticks(kernel: KernelSession, selector: str, count: int, timeout: float = 20) -> list[int]:
+    """The tick numbers of a program once at least `count` have arrived (polled through %records)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        ticks = [r["n"] for r in records_of(kernel, f"{selector} --type tick")]
+        if len(ticks) >= count or time.monotonic() > deadline:
+            return ticks
+        time.sleep(0.1)
+
+
+def test_records_show_live_and_send_waits_for_the_answer_by_id(kernel):
+    started = kernel.run(f"%attach --name echo -- {sys.executable} {ENGINE}")
+    assert started.status == "ok" and "attached to #1 echo" in started.text()
+    display_id = started.of_type("display_data")[0]["transient"]["display_id"]
+    assert '"type": "ready"' in wait_for_display(kernel, '"type": "ready"')
+    answer = kernel.run('%send {"id": 7, "type": "echo", "text": "hello"}')
+    shown = answer.of_type("display_data")[0]["data"]["application/json"]
+    assert shown == {"id": 7, "type": "response", "ok": True, "text": "hello"}
+    counted = kernel.run('%%send\n{"id": 8, "type": "count", "to": 3}\n{"id": 9, "type": "echo", "text": "b"}')
+    answers = [d["data"]["application/json"] for d in counted.of_type("display_data")]
+    assert answers == [{"id": 8, "type": "response", "ok": True, "counted": 3},
+                       {"id": 9, "type": "response", "ok": True, "text": "b"}]
+    events = records_of(kernel, "--type event")
+    assert [e["n"] for e in events] == [1, 2, 3]  # events carry the id too, but are not the answer
+    update = wait_for_display(kernel, r"counted")
+    assert "#1 echo [attached]" in update
+    assert display_id.startswith("owsandbox-attach-")
+
+
+def test_records_keep_arriving_while_other_cells_run(kernel):
+    kernel.run(f"%attach -- {sys.executable} {ENGINE} --tick 0.1")
+    msg_id = kernel.send("sleep 1.5; echo cell-done")
+    ticks_during = set()
+    while True:
+        msg = kernel.kc.get_iopub_msg(timeout=30)
+        if msg["msg_type"] == "update_display_data":
+            ticks_during.update(re.findall(r'"type": "tick", "n": (\d+)', msg["content"]["data"]["text/plain"]))
+        if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "status" \
+                and msg["content"]["execution_state"] == "idle":
+            break
+    assert len(ticks_during) >= 5
+
+
+def test_detach_and_reattach_lose_and_repeat_nothing(kernel):
+    kernel.run(f"%attach -- {sys.executable} {ENGINE} --tick 0.05")
+    wait_for_display(kernel, r'"tick", "n": 3\b')
+    assert "detached from #1" in kernel.run("%detach").text()
+    time.sleep(0.5)  # ticks go on while nobody watches
+    again = kernel.run("%attach --last")
+    assert "attached again to #2" in again.text()
+    wait_for_ticks(kernel, "2", 15)
+    kernel.run("%detach 2")
+    ticks = [r["n"] for r in records_of(kernel, "1 --type tick")] + [r["n"] for r in records_of(kernel, "2 --type tick")]
+    assert ticks == list(range(1, len(ticks) + 1))  # each tick exactly once, in order
+
+
+def test_a_kernel_restart_keeps_the_program_and_the_cursor(tmp_path):
+    connection = str(tmp_path / f"kernel-{uuid.uuid4()}.json")  # named as Jupyter's servers name them
+    kernel = KernelSession(tmp_path, connection_file=connection)
+    try:
+        kernel.run(f"%attach -- {sys.executable} {ENGINE} --tick 0.05")
+        wait_for_ticks(kernel, "", 5)
+        kernel.run("%detach")  # so that `before` is exactly what this kernel delivered
+        before = [r["n"] for r in records_of(kernel, "--type tick")]
+        kernel.km.restart_kernel(now=False)
+        kernel.kc.wait_for_ready(timeout=60)
+        kernel.drain()
+        assert kernel.run("echo fresh-shell-$((1+1))").text().endswith("fresh-shell-2\n")
+        again = kernel.run("%attach --last")
+        assert again.status == "ok", again.outputs
+        after = wait_for_ticks(kernel, "", 10)
+        assert after[0] == before[-1] + 1  # nothing lost, nothing repeated across the restart
+        assert after == list(range(after[0], after[0] + len(after)))
+        # Restarting while attached: the kernel writes its exact cursor down as it shuts down.
+        kernel.km.restart_kernel(now=False)
+        kernel.kc.wait_for_ready(timeout=60)
+        kernel.drain()
+        assert kernel.run("%attach --last").status == "ok"
+        third = wait_for_ticks(kernel, "", 5)
+        assert third[0] > after[-1] and third == list(range(third[0], third[0] + len(third)))
+        kernel.run("%attach --kill")
+    finally:
+        kernel.close()
+
+
+def test_a_program_that_exits_says_so_with_its_stderr(kernel):
+    kernel.run(f"%attach -- {sys.executable} {ENGINE}")
+    kernel.run('%send {"type": "exit", "code": 3}')
+    ended = wait_for_display(kernel, r"ended")
+    assert "exited with code 3" in ended and "exiting with 3" in ended  # the stderr tail tells why
+    refused = kernel.run('%send {"id": 1, "type": "echo"}')
+    assert refused.status == "error" and "not attached" in refused.error["evalue"]
+
+
+def test_bad_uses_of_the_attach_magics_are_clear_errors(kernel):
+    assert "nothing is attached" in kernel.run('%send {"id": 1}').error["evalue"]
+    assert "needs a command after --" in kernel.run("%attach --name x").error["evalue"]
+    assert "no program was attached" in kernel.run("%attach --last").error["evalue"]
+    kernel.run(f"%attach -- {sys.executable} {ENGINE}")
+    assert "not JSON" in kernel.run("%send {not json}").error["evalue"]
+    assert "JSON object" in kernel.run("%send [1, 2]").error["evalue"]
+    assert "no attached program #9" in kernel.run("%records 9").error["evalue"]
+    assert "--header takes K:V" in kernel.run("%attach --url http://127.0.0.1:1 --header bad -- x").error["evalue"]
+    unknown = kernel.run("%attach --session 00000000-0000-0000-0000-000000000000")
+    assert unknown.status == "error" and "could not attach" in unknown.error["evalue"]
+    assert "usage: %attach" in kernel.run("%attach --help").text()
+
+
+def test_a_chatty_program_keeps_the_kernel_small(kernel):
+    kernel.run(f"%attach -- {sys.executable} {ENGINE}")
+
+    def kernel_rss() -> int:
+        with open(f"/proc/{kernel.pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+    before = kernel_rss()
+    answer = kernel.run('%%send --wait 120\n{"id": "big", "type": "count", "to": 100000}', timeout=180)
+    assert answer.status == "ok"
+    kept = records_of(kernel)
+    assert len(kept) == 1000 and kept[-1]["id"] == "big"  # only the most recent records are kept
+    assert kernel_rss() - before < 60 * 1024  # kB
+
+
+def test_registry_lives_in_the_sandbox(kernel):
+    kernel.run(f"%attach --name remembered -- {sys.executable} {ENGINE}")
+    kernel.run("%detach")
+    listing = kernel.run("%attach --list").of_type("display_data")[0]["data"]["text/plain"]
+    assert "remembered" in listing and "True" in listing  # running, known from the registry
