@@ -103,7 +103,7 @@ def test_detach_and_reattach_lose_and_repeat_nothing(kernel):
     assert "attached again to #2" in again.text()
     wait_for_ticks(kernel, "2", 15)
     kernel.run("%detach 2")
-    ticks = [r["n"] for r in records_of(kernel, "1 --type tick")] + [r["n"] for r in records_of(kernel, "2 --type tick")]
+    ticks = [r["n"] for number in ("1", "2") for r in records_of(kernel, f"{number} --type tick")]
     assert ticks == list(range(1, len(ticks) + 1))  # each tick exactly once, in order
 
 
