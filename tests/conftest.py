@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -40,49 +39,18 @@ def require_bwrap() -> None:
         pytest.skip(problem)
 
 
-SSHD = "/usr/sbin/sshd"
-
-
 @pytest.fixture(scope="session")
 def sshd(tmp_path_factory: pytest.TempPathFactory):
     """A real sshd on 127.0.0.1 with a host key and a user key made here; yields the ssh command
     prefix that logs in as this user with that key."""
-    import getpass
-    import socket
-    import subprocess
+    from .sshd_server import SSHD, loopback_sshd
 
     if not os.path.exists(SSHD) or not shutil.which("ssh"):
         if os.environ.get("CI"):
             pytest.fail("CI must have openssh-server and ssh installed")
         pytest.skip("openssh-server is not installed")
-    folder = tmp_path_factory.mktemp("sshd")
-    for name in ("host_key", "user_key"):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(folder / name)], check=True)
-    (folder / "authorized_keys").write_text((folder / "user_key.pub").read_text())
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    (folder / "sshd_config").write_text(
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {folder}/host_key\n"
-        f"AuthorizedKeysFile {folder}/authorized_keys\nPermitRootLogin prohibit-password\n"
-        "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nUseDNS no\n"
-        f"PidFile {folder}/sshd.pid\n")
-    os.makedirs("/run/sshd", exist_ok=True)
-    daemon = subprocess.Popen([SSHD, "-D", "-e", "-f", str(folder / "sshd_config")], stderr=subprocess.PIPE)
-    try:
-        assert daemon.stderr is not None
-        for line in daemon.stderr:  # an event, not a guess: sshd says when it listens
-            if b"Server listening" in line:
-                break
-        else:
-            pytest.fail("sshd did not start")
-        threading.Thread(target=lambda: daemon.stderr.read(), daemon=True).start()  # type: ignore[union-attr]
-        yield ["ssh", "-F", "/dev/null", "-i", str(folder / "user_key"), "-o", "StrictHostKeyChecking=no",
-               "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "BatchMode=yes",
-               "-p", str(port), f"{getpass.getuser()}@127.0.0.1"]
-    finally:
-        daemon.terminate()
-        daemon.wait(10)
+    with loopback_sshd(tmp_path_factory.mktemp("sshd")) as prefix:
+        yield prefix
 
 
 @pytest.fixture(params=["local", "bwrap", "ssh"])

@@ -291,3 +291,20 @@ def test_a_thread_per_call_is_safe(box):
     for t in threads:
         t.join()
     assert outputs == {i: f"{i}\n" for i in range(8)}
+
+
+def test_forward_relays_a_request_and_its_whole_answer_after_stdin_ends(zipapp, workspace):
+    """`forward` carries one connection to the execd endpoint: stdin may end before the answer comes."""
+    provider = LocalProvider(cwd=workspace, runner_path=zipapp)
+    provider.create()
+    client = RunnerClient(provider.open_runner)
+    try:
+        execd = client.connect()["execd"]
+        request = f"GET /pty HTTP/1.1\r\nHost: box\r\nX-EXECD-ACCESS-TOKEN: {execd['token']}\r\n\r\n".encode()
+        done = subprocess.run([sys.executable, "-S", str(zipapp), "forward", "--socket", execd["unix_socket"]],
+                              input=request, capture_output=True, timeout=30)
+        assert done.returncode == 0
+        assert done.stdout.startswith(b"HTTP/1.1 200") and b'"sessions"' in done.stdout
+    finally:
+        client.close()
+        provider.destroy()

@@ -51,10 +51,14 @@ class ForwardBridge:
             self._relays.add(relay)
         assert relay.stdin and relay.stdout
 
+        in_fd = relay.stdin.fileno()
+
         def upstream() -> None:  # our client → the box
             try:
                 while data := conn.recv(65536):
-                    relay.stdin.write(data)  # type: ignore[union-attr]
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(in_fd, view):]
             except OSError:
                 pass
             finally:
@@ -64,8 +68,9 @@ class ForwardBridge:
                     pass
 
         threading.Thread(target=upstream, daemon=True).start()
+        out_fd = relay.stdout.fileno()
         try:
-            while data := relay.stdout.read1(65536):  # type: ignore[attr-defined]
+            while data := os.read(out_fd, 65536):
                 conn.sendall(data)
         except OSError:
             pass

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None, prog: str = "runner") -> int:
     from .relay import attach as run_relay
 
     if args.command == "forward":  # the same byte relay, to the endpoint of long-running programs
-        return run_relay(args.socket, 0)
+        return run_relay(args.socket, 0, half_close=True)
     return run_relay(args.socket, args.silence_seconds)
 
 

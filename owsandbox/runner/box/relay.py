@@ -24,7 +24,9 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def attach(socket_path: str, silence_seconds: float = 0) -> int:
+def attach(socket_path: str, silence_seconds: float = 0, half_close: bool = False) -> int:
+    """Relay until either side ends. With `half_close` (for `forward`, one request per connection),
+    the end of stdin only ends our sending; the answer is still relayed until the socket closes."""
     out_fd = os.dup(1)
     os.dup2(2, 1)  # stray prints can no longer reach the client's stream
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -56,7 +58,11 @@ def attach(socket_path: str, silence_seconds: float = 0) -> int:
         if in_fd in ready:
             data = os.read(in_fd, 262144)
             if not data:
-                return 0
+                if not half_close:
+                    return 0
+                sock.shutdown(socket.SHUT_WR)
+                watching = [sock_fd]
+                continue
             last_heard = time.monotonic()
             try:
                 sock.sendall(data)

@@ -1,0 +1,46 @@
+"""A real sshd on loopback, for tests and benchmarks: its own host key, user key and config."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+SSHD = "/usr/sbin/sshd"
+
+
+@contextmanager
+def loopback_sshd(folder: Path) -> Iterator[list[str]]:
+    """Run sshd on 127.0.0.1 with keys made in `folder`; yield the ssh prefix that logs in with them."""
+    for name in ("host_key", "user_key"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(folder / name)], check=True)
+    (folder / "authorized_keys").write_text((folder / "user_key.pub").read_text())
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    (folder / "sshd_config").write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {folder}/host_key\n"
+        f"AuthorizedKeysFile {folder}/authorized_keys\nPermitRootLogin prohibit-password\n"
+        "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nUseDNS no\n"
+        f"PidFile {folder}/sshd.pid\n")
+    os.makedirs("/run/sshd", exist_ok=True)
+    daemon = subprocess.Popen([SSHD, "-D", "-e", "-f", str(folder / "sshd_config")], stderr=subprocess.PIPE)
+    try:
+        assert daemon.stderr is not None
+        for line in daemon.stderr:  # an event, not a guess: sshd says when it listens
+            if b"Server listening" in line:
+                break
+        else:
+            raise RuntimeError("sshd did not start")
+        threading.Thread(target=daemon.stderr.read, daemon=True).start()
+        yield ["ssh", "-F", "/dev/null", "-i", str(folder / "user_key"), "-o", "StrictHostKeyChecking=no",
+               "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "BatchMode=yes",
+               "-p", str(port), f"{getpass.getuser()}@127.0.0.1"]
+    finally:
+        daemon.terminate()
+        daemon.wait(10)
