@@ -428,6 +428,9 @@ def seq_run(session: Session, n: int, timeout: float) -> tuple[dict[str, Any], b
 def measure_streaming(session: Session, args: argparse.Namespace, res: Results) -> Session:
     """The probe, then the largest of N, N/10, N/100, ... that the probe's rate says fits in the budget."""
     label = session.kernel.label
+    if session.kernel.key == "owsandbox":
+        # Show the whole output: the default per-cell limit (4M characters) would cut it with a notice.
+        check_ok(session.run(f"%output limit {expected_chars(args.seq) + 1_000_000}"), "%output limit")
     probe, healthy = seq_run(session, args.probe_seq, args.stream_budget)
     progress(f"{label}: probe seq 1 {args.probe_seq}: {probe['seconds']:.3f} s, missing {probe['missing']}, "
              f"extra {probe['extra']}")
@@ -606,7 +609,8 @@ def table(kernels: list[Kernel], results: dict[str, Results], args: argparse.Nam
          lambda r: _s(statistics.median(r.first_cell)) if r.first_cell else "—"),
         (f"trivial cell `true`: request → reply, median / p90 of {args.runs}",
          lambda r: f"{_ms(statistics.median(r.trivial))} / {_ms(_p90(r.trivial))}" if r.trivial else "—"),
-        (f"streaming `seq 1 {args.seq}` ({expected_chars(args.seq) / 1e6:.1f} MB): request → reply and idle",
+        (f"streaming `seq 1 {args.seq}` ({expected_chars(args.seq) / 1e6:.1f} MB): request → reply and idle "
+         "(owsandbox with `%output limit` above the output's size)",
          stream_rate),
         ("streaming: lines of stdout missing / extra", stream_lost),
         ("first output: `echo one; sleep 2; echo two`, request → \"one\"",

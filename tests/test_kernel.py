@@ -415,3 +415,16 @@ def test_two_cells_on_two_shells_run_at_the_same_time_in_subshells(kernel):
         assert time.monotonic() - started < 2.8  # one after the other would take 3 s
     finally:
         kernel.control("delete_subshell_request", {"subshell_id": subshell})
+
+
+def test_more_than_the_record_keeps_is_still_shown_whole_within_the_display_limit(kernel):
+    """The sandbox keeps at most 16M characters of a command in memory; a display limit above what
+    a command prints still shows every line, the last batch coming from the record's tail."""
+    assert kernel.run("%output limit 30M").status == "ok"
+    try:
+        run = kernel.run("seq 1 3000000", timeout=300)
+    finally:
+        kernel.run("%output limit 4M")
+    assert run.status == "ok"
+    assert run.text() == "".join(f"{i}\n" for i in range(1, 3000001))
+    assert "output limit" not in run.text("stderr")

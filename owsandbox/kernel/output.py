@@ -86,16 +86,24 @@ class CellOutput:
             self._show_held()
 
     def _finish_truncated(self, result: dict[str, Any]) -> None:
-        """The record holds only a head and a tail; the log holds everything."""
+        """The record holds only a head and a tail (`tail_chars` long); the log holds everything."""
         total = int(result.get("output_chars") or 0)
         log = result.get("log_path") or "a log in the sandbox"
+        output = result.get("output") or ""
+        kept_tail = min(int(result.get("tail_chars") or 0), len(output))
+        missing = total - self.shown
+        if not self.limited and not self.gap and 0 <= missing <= kept_tail:
+            # The live view stopped short only by its last batch, which the record's tail holds.
+            if missing:
+                self._show("stdout", output[len(output) - missing :])
+            self.shown = total
+            if not self.limited:
+                return
         if not self.limited:
             self._stop_at_limit()
         self._events.append(Notice(f"[all {total} characters are in {log}; "
                                    f"page them with %read {log} --lines 1:200]\n"))
-        tail_from = max(self.limit, total - TAIL_CHARS, self.shown)
-        output = result.get("output") or ""
-        tail = min(total - tail_from, self.limit // 2)  # the record keeps the last limit/2 characters
+        tail = min(total - max(self.limit, total - TAIL_CHARS, self.shown), kept_tail)
         if tail > 0:
             self._events.append(Notice(f"[the last {tail} characters:]\n"))
             self._events.append(Stream("stdout", output[len(output) - tail :]))

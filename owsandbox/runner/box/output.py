@@ -163,6 +163,7 @@ class OutputRecord:
         self._tail: deque[str] = deque()
         self._tail_chars = 0
         self.omitted = 0
+        self.tail_chars = 0  # of a truncated record: how much of its end is the output's last characters
 
     @property
     def truncated(self) -> bool:
@@ -235,5 +236,6 @@ class OutputRecord:
         if len(tail) > half:
             self.omitted += len(tail) - half
             tail = tail[len(tail) - half :]
+        self.tail_chars = len(tail)
         notice = (f"\n[... {self.omitted} characters omitted; the whole output is in {self.log_path} ...]\n")
         return "".join(self._parts) + notice + tail

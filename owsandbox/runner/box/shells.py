@@ -344,6 +344,7 @@ class Shell:
         result["output_chars"] = cmd.record.total_chars
         if cmd.record.log_path:
             result["log_path"] = cmd.record.log_path
+            result["tail_chars"] = cmd.record.tail_chars
         if cmd.record.segments is not None:
             result["segments"] = cmd.record.segments
         cmd.finished.set()
