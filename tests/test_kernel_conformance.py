@@ -31,6 +31,11 @@ class OwSandboxConformance(jupyter_kernel_test.KernelTests):
     complete_code_samples = ["echo hi", "if true; then echo yes; fi", "cat <<EOF\nbody\nEOF", "%ls", "%%write x\ny"]
     incomplete_code_samples = ["if true; then", "echo 'open quote", "for i in 1 2; do", "echo \\", "cat <<EOF\nbody"]
     invalid_code_samples = ["fi", "done", "esac"]
+    code_execute_result = [{"code": "%output", "result": "output limit: 4000000 characters per cell"}]
+    supported_history_operations = ("tail", "range", "search")
+    code_history_pattern = "%outp*"
+    code_page_something = "%page /etc/hostname"
+    code_clear_output = "%clear"
 
 
 if __name__ == "__main__":

@@ -64,6 +64,7 @@ class OwSandboxKernel(Kernel):
         self._running_lock = threading.Lock()
         self._displays: set[str] = set()
         self.cell_history: list[str] = []  # for completing the variables that cells assigned
+        self.history = CellHistory()
         self.attach = AttachManager(self._attach_display, self._runner_call, self._execd_endpoint,
                                     self._attach_registry)
         self._warned_unisolated = False
@@ -84,15 +85,11 @@ class OwSandboxKernel(Kernel):
         return self.sandbox.client.call(method, params, timeout=timeout)
 
     def _execd_endpoint(self) -> Any:
-        from ..channel import ExecdEndpoint
-        from ..channel.endpoint import TOKEN_HEADER
-
         workspace = self.sandbox.wait()
         hello = workspace.client.hello
         if not hello.get("execd"):
             raise UsageError("this sandbox's runner has no execd endpoint; use --url")
-        return ExecdEndpoint(unix_socket=workspace.provider.execd_socket(hello),
-                             headers={TOKEN_HEADER: hello["execd"]["token"]})
+        return workspace.provider.execd_endpoint(hello)
 
     def _attach_registry(self) -> str:
         hello = self.sandbox.client.hello
@@ -138,13 +135,16 @@ class OwSandboxKernel(Kernel):
         ok = {"status": "ok", "execution_count": self.execution_count, "payload": [], "user_expressions": {}}
         if store_history:
             self.cell_history = (self.cell_history + [code])[-200:]
+            self.history.add(self.execution_count, code)
         try:
             self._warn_once(parent)
             parsed = magics.parse_cell(code)
             if parsed is None:
                 await self._run_cell(parent, self.settings["shell"], code)
                 return ok
-            target = await self._run_magics(parent, parsed)
+            context = _Context(self, parent)
+            target = await self._run_magics(context, parsed)
+            ok["payload"] = context.payloads
             if target is not None:
                 await self._run_cell(parent, target.shell, target.code)
             return ok
@@ -167,8 +167,7 @@ class OwSandboxKernel(Kernel):
             self._warned_unisolated = True
             self._stream(parent, f"[owsandbox: {self.sandbox.isolation_note()}]\n", "stderr")
 
-    async def _run_magics(self, parent: dict[str, Any], parsed: magics.ParsedCell) -> RunOnShell | None:
-        context = _Context(self, parent)
+    async def _run_magics(self, context: _Context, parsed: magics.ParsedCell) -> RunOnShell | None:
         loop = asyncio.get_running_loop()
         if parsed.cell is not None:
             name, args, body = parsed.cell
@@ -329,6 +328,16 @@ class OwSandboxKernel(Kernel):
         data = {"text/plain": text} if text else {}
         return {"status": "ok", "found": bool(text), "data": data, "metadata": {}}
 
+    # -- history (the console's up-arrow, %history-like clients) -----------------------------
+
+    async def do_history(self, hist_access_type: str, output: bool, raw: bool, session: int | None = None,
+                         start: int | None = None, stop: int | None = None, n: int | None = None,
+                         pattern: str | None = None, unique: bool = False) -> dict[str, Any]:
+        entries = self.history.query(hist_access_type, session, start, stop, n, pattern, unique)
+        if output:
+            entries = [(s, line, (code, None)) for s, line, code in entries]
+        return {"status": "ok", "history": entries}
+
     # -- shutdown ---------------------------------------------------------------------------
 
     async def do_shutdown(self, restart: bool) -> dict[str, Any]:
@@ -344,6 +353,39 @@ class OwSandboxKernel(Kernel):
             return self.sandbox.cwd
 
 
+class CellHistory:
+    """The cells this kernel ran, for history requests (in memory: session 1 is this kernel)."""
+
+    SESSION = 1
+
+    def __init__(self, keep: int = 10000) -> None:
+        self.entries: list[tuple[int, int, str]] = []
+        self.keep = keep
+
+    def add(self, line: int, code: str) -> None:
+        self.entries = (self.entries + [(self.SESSION, line, code)])[-self.keep:]
+
+    def query(self, kind: str, session: int | None, start: int | None, stop: int | None, n: int | None,
+              pattern: str | None, unique: bool) -> list[tuple[int, int, str]]:
+        import fnmatch
+
+        if kind == "tail":
+            return self.entries[-n:] if n else list(self.entries)
+        if kind == "range":
+            wanted = self.SESSION if session in (None, 0) or session < 0 else session
+            return [e for e in self.entries if e[0] == wanted and (start or 0) <= e[1] < (stop or 1 << 62)]
+        if kind == "search":
+            found = [e for e in self.entries if fnmatch.fnmatch(e[2], pattern or "*")]
+            if unique:
+                seen: dict[str, tuple[int, int, str]] = {}
+                for entry in found:
+                    seen.pop(entry[2], None)
+                    seen[entry[2]] = entry
+                found = list(seen.values())
+            return found[-n:] if n else found
+        return []
+
+
 class _Context:
     """What a magic may touch: the sandbox, the settings, and this cell's outputs."""
 
@@ -351,6 +393,7 @@ class _Context:
         self.kernel = kernel
         self.parent = parent
         self.settings = kernel.settings
+        self.payloads: list[dict[str, Any]] = []  # for the execute reply (the pager)
 
     def call(self, method: str, params: dict[str, Any], timeout: float = 60.0) -> Any:
         client = self.kernel.sandbox.client
@@ -375,6 +418,17 @@ class _Context:
 
     def shell_folder(self) -> str:
         return self.kernel.shell_folder(self.settings["shell"])
+
+    def result(self, text: str) -> None:
+        """The cell's value (Out[n]): for magics that answer with a setting."""
+        self.kernel._send(self.parent, "execute_result", {"execution_count": self.kernel.execution_count,
+                                                            "data": {"text/plain": text}, "metadata": {}})
+
+    def clear(self) -> None:
+        self.kernel._send(self.parent, "clear_output", {"wait": False})
+
+    def page(self, text: str) -> None:
+        self.payloads.append({"source": "page", "data": {"text/plain": text}, "start": 0})
 
     def describe_sandbox(self) -> dict[str, Any]:
         timeout = self.settings["timeout"]

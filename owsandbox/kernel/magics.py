@@ -46,6 +46,9 @@ class MagicContext(Protocol):
                 display_id: str | None = None, update: bool = False) -> None: ...
     def describe_sandbox(self) -> dict[str, Any]: ...
     def shell_folder(self) -> str: ...
+    def result(self, text: str) -> None: ...
+    def clear(self) -> None: ...
+    def page(self, text: str) -> None: ...
 
 
 # -- parsing ------------------------------------------------------------------------------------
@@ -421,7 +424,7 @@ def _sandbox(ctx: MagicContext, _args: argparse.Namespace, _body: str) -> None:
 def _timeout(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
     if args.seconds is None:
         current = ctx.settings.get("timeout")
-        ctx.stream(f"cell time limit: {'off' if current is None else f'{current:g} s'}\n")
+        ctx.result(f"cell time limit: {'off' if current is None else f'{current:g} s'}")
         return
     if args.seconds in ("off", "none", "0"):
         ctx.settings["timeout"] = None
@@ -441,7 +444,7 @@ def _timeout(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
        lambda p: (p.add_argument("setting", nargs="?", choices=["limit"]), p.add_argument("value", nargs="?")))
 def _output(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
     if args.setting is None or args.value is None:
-        ctx.stream(f"output limit: {ctx.settings['output_limit']} characters per cell\n")
+        ctx.result(f"output limit: {ctx.settings['output_limit']} characters per cell")
         return
     text = args.value.upper().rstrip("B")
     scale = {"K": 1_000, "M": 1_000_000, "G": 1_000_000_000}.get(text[-1:], 1)
@@ -453,6 +456,18 @@ def _output(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
         raise UsageError(f"%output limit must be at least 100 characters, not {limit}")
     ctx.settings["output_limit"] = limit
     ctx.stream(f"output limit: {limit} characters per cell\n")
+
+
+@magic("page", "line", "Show a text file from the sandbox in the pager (JupyterLab's side panel, the console's pager).",
+       lambda p: p.add_argument("path"))
+def _page(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
+    data = read_whole(ctx, args.path, _shell(ctx))
+    ctx.page(data.decode("utf-8", "replace"))
+
+
+@magic("clear", "line", "Clear this cell's output so far (a cell that redraws a progress report, say).")
+def _clear(ctx: MagicContext, _args: argparse.Namespace, _body: str) -> None:
+    ctx.clear()
 
 
 def _list_magics(ctx: MagicContext, _args: argparse.Namespace, _body: str) -> None:
