@@ -272,12 +272,58 @@ def test_read_of_fifo_fails_instead_of_blocking(tmp_path: Path) -> None:
     assert "not a regular file" in fails(FS_ERROR, fs_read, {"path": "pipe"}, tmp_path)
 
 
-@pytest.mark.skipif(IS_ROOT, reason="root reads any file")
-def test_read_unreadable_file_says_permission_denied(tmp_path: Path) -> None:
-    secret = tmp_path / "secret"
+def as_unprivileged(handler: str, params: dict[str, Any], base: Path) -> str:
+    """Run a file handler as an ordinary user and return its error message (root may read anything,
+    so as root the check runs as `nobody`, through the packed box and the system's python3)."""
+    if not IS_ROOT:
+        from owsandbox.runner.box import fsops
+
+        try:
+            getattr(fsops, handler)(params, str(base))
+        except RunnerError as err:
+            return err.message
+        return ""
+    import json
+    import subprocess
+    import tempfile
+
+    from owsandbox.runner.bundle import build_runner_zipapp
+
+    folder = Path(tempfile.mkdtemp(prefix="owsandbox-nobody-"))
+    try:
+        folder.chmod(0o755)
+        zipapp = build_runner_zipapp(folder)
+        program = ("import json, sys; sys.path.insert(0, sys.argv[1]); from owbox import fsops, protocol\n"
+                   "try:\n    getattr(fsops, sys.argv[2])(json.loads(sys.argv[3]), sys.argv[4]); print('')\n"
+                   "except protocol.RunnerError as err:\n    print(err.message)\n")
+        done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3",
+                               "-S", "-c", program, str(zipapp), handler, json.dumps(params), str(base)],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+    finally:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def open_folder() -> Any:
+    """A folder any user can reach (pytest's own tmp folders are private to their owner)."""
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="owsandbox-perm-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_read_unreadable_file_says_permission_denied(open_folder: Path) -> None:
+    secret = open_folder / "secret"
     secret.write_bytes(b"x")
     secret.chmod(0)
-    assert fails(FS_ERROR, fs_read, {"path": "secret"}, tmp_path) == f"permission denied: {secret}"
+    assert as_unprivileged("fs_read", {"path": "secret"}, open_folder) == f"permission denied: {secret}"
 
 
 # ---------------------------------------------------------------- fs.write
@@ -479,13 +525,14 @@ def test_write_resolves_tilde(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert (tmp_path / "in-home.txt").read_bytes() == b"x"
 
 
-@pytest.mark.skipif(IS_ROOT, reason="root writes anywhere")
-def test_write_into_read_only_folder_says_permission_denied(tmp_path: Path) -> None:
-    locked = tmp_path / "locked"
+def test_write_into_read_only_folder_says_permission_denied(open_folder: Path) -> None:
+    locked = open_folder / "locked"
     locked.mkdir()
     locked.chmod(0o555)
     try:
-        assert "permission denied" in fails(FS_ERROR, fs_write, {"path": "locked/f", "text": "x"}, tmp_path)
+        message = as_unprivileged("fs_write", {"path": "locked/f", "text": "x"}, open_folder)
+        assert "permission denied" in message and str(locked) in message
+        assert not (locked / "f").exists()
     finally:
         locked.chmod(0o755)
 
