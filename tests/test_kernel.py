@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from .kernel_session import KernelSession
+from .processes import children, command_line, wait_gone
 
 
 @pytest.fixture(scope="module")
@@ -332,28 +333,11 @@ def test_past_the_output_limit_the_notebook_is_told_where_the_rest_is(kernel):
 
 # -- failures of the sandbox ----------------------------------------------------------------------
 
-def _children(pid: int) -> list[tuple[int, str]]:
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                cmdline = f.read().replace(b"\0", b" ").decode()
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == pid:
-            found.append((int(name), cmdline))
-    return found
-
-
 def test_a_cut_relay_during_a_cell_loses_and_repeats_nothing(fresh_kernel):
     fresh_kernel.run("true")
     msg_id = fresh_kernel.send("for i in $(seq 1 30); do echo line-$i; sleep 0.05; done")
     _wait_for_text(fresh_kernel, msg_id, "line-")
-    relays = [pid for pid, cmd in _children(fresh_kernel.pid) if " attach " in cmd]
+    relays = [pid for pid in children(fresh_kernel.pid) if " attach " in command_line(pid)]
     assert relays
     for pid in relays:
         os.kill(pid, signal.SIGKILL)
@@ -389,19 +373,7 @@ def test_restart_gives_fresh_shells_and_shutdown_leaves_nothing(fresh_kernel):
     fresh_kernel.run("sleep 300 &")
     assert new_daemon != old_daemon
     fresh_kernel.close()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") and _alive(p)
-                                              for p in (old_daemon, new_daemon, shell_pid)):
-        time.sleep(0.05)
-    assert not any(_alive(p) for p in (old_daemon, new_daemon, shell_pid))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    assert wait_gone([old_daemon, new_daemon, shell_pid]) == []
 
 
 def test_two_cells_on_two_shells_run_at_the_same_time_in_subshells(kernel):

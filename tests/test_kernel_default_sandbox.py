@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import re
-import time
 
 import pytest
 
 from .conftest import DEFAULT_KERNEL_NAME, require_bwrap
 from .kernel_session import KernelSession
+from .processes import children, descendants, name, wait_gone
 
 
 @pytest.fixture
@@ -49,39 +48,8 @@ def test_cells_keep_state_and_stop_works_in_the_default_sandbox(kernel):
 
 def test_shutdown_ends_the_sandbox(kernel):
     kernel.run("sleep 600 &")
-    bwrap = [pid for pid in _children(kernel.pid) if _name(pid) == "bwrap"]
+    bwrap = [pid for pid in children(kernel.pid) if name(pid) == "bwrap"]
     assert bwrap, "the sandbox runs as a child of the kernel"
+    inside = [p for pid in bwrap for p in descendants(pid)]
     kernel.close()
-    deadline = time.monotonic() + 10
-    while any(_alive(pid) for pid in bwrap) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not any(_alive(pid) for pid in bwrap)
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        found.append(int(name))
-            except (OSError, ValueError, IndexError):
-                continue
-    return found
-
-
-def _name(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    assert wait_gone(bwrap + inside) == []

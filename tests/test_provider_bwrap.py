@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from owsandbox.runner.providers.bwrap import BwrapProvider
-from owsandbox.runner.providers.local import descendants
+from owsandbox.runner.providers.local import descendants, pid_alive
 from owsandbox.runner.workspace import RunnerWorkspace, open_workspace
 
 from .conftest import require_bwrap
@@ -108,7 +108,7 @@ def test_processes_are_gone_after_the_sandbox_closes(zipapp, workspace):
     inside = descendants(bwrap_pid)
     assert len(inside) >= 3  # the daemon, a shell, the sleep
     ws.close()
-    assert [pid for pid in inside + [bwrap_pid] if _alive(pid)] == []
+    assert [pid for pid in inside + [bwrap_pid] if pid_alive(pid)] == []
 
 
 def test_the_sandbox_describes_its_mounts(sandbox, workspace):
@@ -125,11 +125,3 @@ def test_auto_chooses_bubblewrap_where_it_works(workspace):
         assert ws.executor.run("hostname")["output"] == "sandbox\n"
     finally:
         ws.close()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False

@@ -96,7 +96,8 @@ def descendants(root: int) -> list[int]:
     return found
 
 
-def _alive(pid: int | None) -> bool:
+def pid_alive(pid: int | None) -> bool:
+    """Whether `pid` is a live process (a zombie is not)."""
     if not pid:
         return False
     try:
@@ -158,7 +159,7 @@ class LocalProvider(Provider):
             return False
         finally:
             probe.close()
-        if not _alive(info.get("pid")):
+        if not pid_alive(info.get("pid")):
             return False
         self.daemon_info, self.daemon_pid = info, info["pid"]
         return True
@@ -209,7 +210,7 @@ class LocalProvider(Provider):
     def open_runner(self) -> PipeTransport:
         assert self.runner_path, "create() first"
         with self._lifecycle:
-            if not _alive(self.daemon_pid):
+            if not pid_alive(self.daemon_pid):
                 # The daemon died (killed, or the machine ran out of memory): start a new one, as a
                 # sandbox would restart. The client sees a new instance and reports the lost command.
                 self._stop_daemon()
@@ -223,10 +224,10 @@ class LocalProvider(Provider):
         if pid is None:
             return
         family = descendants(pid)  # shells live in sessions of their own: find them by parentage
-        if _alive(pid):
+        if pid_alive(pid):
             os.kill(pid, signal.SIGTERM)  # it ends its shells and removes its socket
             deadline = time.monotonic() + 5
-            while _alive(pid) and time.monotonic() < deadline:
+            while pid_alive(pid) and time.monotonic() < deadline:
                 if daemon is not None:
                     try:
                         daemon.wait(0.05)
@@ -234,19 +235,19 @@ class LocalProvider(Provider):
                         pass
                 else:
                     time.sleep(0.02)
-            if _alive(pid):
+            if pid_alive(pid):
                 os.kill(pid, signal.SIGKILL)
         if daemon is not None:
             daemon.wait()
         # Anything left behind goes too, and is waited for: a destroyed sandbox runs nothing.
-        leftovers = [p for p in set(family + session_members(pid)) if _alive(p)]
+        leftovers = [p for p in set(family + session_members(pid)) if pid_alive(p)]
         for member in leftovers:
             try:
                 os.kill(member, signal.SIGKILL)
             except OSError:
                 pass
         deadline = time.monotonic() + 5
-        while any(_alive(p) for p in leftovers) and time.monotonic() < deadline:
+        while any(pid_alive(p) for p in leftovers) and time.monotonic() < deadline:
             time.sleep(0.01)
 
     def restart_daemon(self) -> None:
