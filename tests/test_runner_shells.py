@@ -223,3 +223,14 @@ def test_output_past_the_cap_goes_to_a_log_and_the_result_says_where(box):
     assert len(result["output"]) < cap + 500
     assert result["output"].startswith("1\n2\n3\n") and result["output"].endswith("399999\n400000\n")
     assert result["log_path"] in result["output"]  # the notice names the log
+
+
+def test_a_silent_command_still_sends_progress(box, monkeypatch):
+    """`shell.progress` tells the client a quiet command is alive: elapsed time and bytes so far."""
+    _, client = box
+    seen: list[dict] = []
+    result = client.call("shell.run", {"command": "echo begun; sleep 5.8"}, timeout=30, on_notification=seen.append)
+    progress = [f for f in seen if f["method"] == "shell.progress"]
+    assert result["exit_code"] == 0 and len(progress) == 1
+    assert progress[0]["elapsed_s"] >= 5 and progress[0]["output_bytes"] == len("begun\n")
+    assert [f["method"] for f in seen][0] == "shell.output"

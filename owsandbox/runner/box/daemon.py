@@ -395,8 +395,9 @@ class Daemon:
         name = shell.name
 
         def on_live(frame: dict[str, Any]) -> None:
+            method = "shell.progress" if frame.pop("progress", False) else "shell.output"
             frame.update(id=request_id, shell=name)
-            self._send_live(P.encode(P.notification("shell.output", frame)))
+            self._send_live(P.encode(P.notification(method, frame)))
 
         def on_done(result: dict[str, Any]) -> None:
             result["shell"] = name

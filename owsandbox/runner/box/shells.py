@@ -27,6 +27,7 @@ from .protocol import INTERNAL_ERROR, SHELL_BUSY, RunnerError
 
 DEFAULT_OUTPUT_LIMIT = 1024 * 1024  # characters kept in memory per command, unless the request asks
 MAX_OUTPUT_LIMIT = 16 * 1024 * 1024  # the most a request may ask for
+PROGRESS_SECONDS = 5.0  # a command silent this long sends `shell.progress`
 
 _MARK_OUT_FD = 63
 _MARK_ERR_FD = 62
@@ -121,6 +122,7 @@ class Command:
         self.stop_reason: str | None = None  # "interrupt" or "timeout"
         self.finished = threading.Event()
         self.frames_sent = 0
+        self.last_news = self.started  # when the client last heard of this command (output or progress)
 
 
 class Shell:
@@ -277,6 +279,7 @@ class Shell:
             cmd = self._current
             if cmd is not None and cmd.on_live is not None:
                 self._send_live(cmd, cmd.batcher.due(time.monotonic()))
+                self._maybe_progress(cmd)
         self._proc.wait()
         self._exited()
 
@@ -291,7 +294,19 @@ class Shell:
         if cmd.on_live is not None:
             self._send_live(cmd, cmd.batcher.add(stream, text, now))
 
+    def _maybe_progress(self, cmd: Command) -> None:
+        """A command that has printed nothing for a while still says it is alive (`shell.progress`)."""
+        now = time.monotonic()
+        if cmd is self._starting or now - cmd.last_news < PROGRESS_SECONDS:
+            return
+        cmd.last_news = now
+        assert cmd.on_live is not None
+        cmd.on_live({"progress": True, "elapsed_s": round(now - cmd.started, 3),
+                     "output_bytes": cmd.record.output_bytes})
+
     def _send_live(self, cmd: Command, frames: list[dict[str, Any]]) -> None:
+        if frames:
+            cmd.last_news = time.monotonic()
         for frame in frames:
             cmd.frames_sent += 1
             frame["seq"] = cmd.frames_sent
