@@ -40,7 +40,7 @@ os.chmod(root, 0o700)
 folder = os.path.join(root, args["key"])
 os.makedirs(folder, mode=0o700, exist_ok=True)
 runner = os.path.join(root, args["runner_name"])
-out = {"python": sys.version.split()[0], "runner": runner, "folder": folder,
+out = {"python": sys.version.split()[0], "executable": sys.executable, "runner": runner, "folder": folder,
        "socket": os.path.join(folder, "run", "runner.sock")}
 payload = sys.stdin.read().strip()
 if payload and not os.path.exists(runner):
@@ -141,6 +141,7 @@ class ExecProvider(Provider):
         self.runner_path = ""
         self.daemon_info: dict[str, Any] = {}
         self.reused = False
+        self.box_python = python
         self._bridge: ForwardBridge | None = None
         self._lifecycle = threading.RLock()
         for word in (self.python, self.key):
@@ -149,7 +150,7 @@ class ExecProvider(Provider):
 
     # -- talking to the box -----------------------------------------------------------------
 
-    def _box_python(self, args: dict[str, Any], payload: bytes = b"") -> dict[str, Any]:
+    def _run_bootstrap(self, args: dict[str, Any], payload: bytes = b"") -> dict[str, Any]:
         argv = [*self.prefix, self.python, "-"]
         # `python3 -` reads the program up to EOF, so the program carries its own arguments and data.
         program = (f"import sys, io\nsys.stdin = io.StringIO({json.dumps(json.dumps(args))} + '\\n' + "
@@ -184,11 +185,15 @@ class ExecProvider(Provider):
             self._start()
 
     def _start(self) -> None:
-        started = self._box_python(self._common("start"))
+        started = self._run_bootstrap(self._common("start"))
         if started.get("need_runner"):  # the first time this version meets this box
             _, data = zipapp_bytes()
-            started = self._box_python(self._common("start"), base64.b64encode(data))
+            started = self._run_bootstrap(self._common("start"), base64.b64encode(data))
         self.socket_path, self.runner_path = started["socket"], started["runner"]
+        # Relays start the interpreter by its path: a wrapper found on PATH (pyenv's, say) costs time on
+        # every connection.
+        executable = started.get("executable") or ""
+        self.box_python = executable if _PLAIN_WORD.match(executable) else self.python
         self.daemon_info = started.get("daemon", {})
         self.reused = bool(started.get("reused"))
         for word in (self.socket_path, self.runner_path):
@@ -196,7 +201,7 @@ class ExecProvider(Provider):
                 raise BoxError(f"the box's runtime folder '{word}' has characters the exec provider cannot pass")
 
     def open_runner(self) -> PipeTransport:
-        return PipeTransport([*self.prefix, self.python, "-S", self.runner_path, "attach", "--socket",
+        return PipeTransport([*self.prefix, self.box_python, "-S", self.runner_path, "attach", "--socket",
                               self.socket_path, "--silence-seconds", str(self.relay_silence_seconds)])
 
     def execd_socket(self, hello: dict[str, Any]) -> str:
@@ -206,13 +211,13 @@ class ExecProvider(Provider):
                 target = hello["execd"]["unix_socket"]
                 if not _PLAIN_WORD.match(target):
                     raise BoxError(f"the box's execd socket '{target}' has characters the exec provider cannot pass")
-                self._bridge = ForwardBridge(lambda: [*self.prefix, self.python, "-S", self.runner_path, "forward",
+                self._bridge = ForwardBridge(lambda: [*self.prefix, self.box_python, "-S", self.runner_path, "forward",
                                                       "--socket", target])
             return self._bridge.path
 
     def restart_daemon(self) -> None:
         with self._lifecycle:
-            self._box_python({**self._common("stop"), "remove": False})
+            self._run_bootstrap({**self._common("stop"), "remove": False})
             self._start()
 
     def _close_bridge(self) -> None:
@@ -228,7 +233,7 @@ class ExecProvider(Provider):
         self._close_bridge()
         with self._lifecycle:
             try:
-                self._box_python({**self._common("stop"), "remove": True})
+                self._run_bootstrap({**self._common("stop"), "remove": True})
             except BoxError:
                 pass  # an unreachable box cannot be tidied; its daemon leaves after lingering
 
