@@ -105,6 +105,11 @@ def test_detach_and_reattach_lose_and_repeat_nothing(kernel):
     kernel.run("%detach 2")
     ticks = [r["n"] for number in ("1", "2") for r in records_of(kernel, f"{number} --type tick")]
     assert ticks == list(range(1, len(ticks) + 1))  # each tick exactly once, in order
+    kernel.run("%attach --last")
+    row = kernel.run("%attach --list").of_type("display_data")[0]["data"]["text/plain"].splitlines()[1]
+    assert row.split()[0] == "3" and row.split()[-1] == "attached"  # the newest attachment speaks for it
+    assert kernel.run("%attach --kill").status == "ok"
+    assert "nothing is attached" in kernel.run("%records 1").error["evalue"]  # every attachment went with it
 
 
 def test_a_kernel_restart_keeps_the_program_and_the_cursor(tmp_path):

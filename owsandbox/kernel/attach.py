@@ -60,6 +60,7 @@ class Program:
     parent: dict[str, Any] | None = None
     render_due: bool = False
     cursor: int = 0
+    since: int = 0  # where this attachment started reading
     waiting: set[Any] = field(default_factory=set)
 
     def describe(self) -> str:
@@ -193,7 +194,7 @@ class AttachManager:
 
     def _connect(self, program: Program, since: int, parent: dict[str, Any]) -> None:
         program.parent = parent
-        program.cursor = since
+        program.cursor = program.since = since
 
         async def on_record(record: dict[str, Any], offset: int) -> None:
             program.records.append((offset, record))
@@ -341,7 +342,8 @@ class AttachManager:
             ExecdControl(program.endpoint).delete(program.session_id)
         program.state = "killed"
         self._render(program)
-        del self.programs[program.number]
+        for number in [n for n, p in self.programs.items() if p.session_id == program.session_id]:
+            del self.programs[number]  # every attachment to that session is gone with it
         self.save_registry(forget={program.session_id})
         return program
 
@@ -356,7 +358,8 @@ class AttachManager:
         rows = []
         for session_id in sorted(set(saved) | set(live), key=lambda s: saved.get(s, {}).get("updated", 0)):
             entry, state = saved.get(session_id, {}), live.get(session_id, {})
-            attached = next((p for p in self.programs.values() if p.session_id == session_id), None)
+            attached = max((p for p in self.programs.values() if p.session_id == session_id),
+                           key=lambda p: p.number, default=None)  # the newest attachment speaks for it
             rows.append({"#": attached.number if attached else "", "session": session_id[:8],
                          "name": entry.get("name", ""), "command": entry.get("command") or state.get("command", ""),
                          "running": state.get("running", "?"), "offset": state.get("output_offset", "?"),

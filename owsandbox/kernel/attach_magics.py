@@ -71,7 +71,8 @@ def _attach(ctx: MagicContext, text: str, _body: str) -> None:
             if command.strip():
                 raise UsageError("%attach --session/--last attaches to a running program; drop the -- COMMAND")
             program = manager.reattach(args.session, args.last, args.since, args.url, headers, ctx.parent)
-            _said(ctx, program, "attached again to")
+            ctx.stream(f"attached again to {program.describe()} (session {program.session_id[:8]}), reading from "
+                       f"offset {program.since}\n")
             return
         if not command.strip():
             raise UsageError(f"%attach needs a command after --, as in: %attach -- python3 engine.py\n{ATTACH_USAGE}")
