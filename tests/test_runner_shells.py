@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -234,3 +235,11 @@ def test_a_silent_command_still_sends_progress(box, monkeypatch):
     assert result["exit_code"] == 0 and len(progress) == 1
     assert progress[0]["elapsed_s"] >= 5 and progress[0]["output_bytes"] == len("begun\n")
     assert [f["method"] for f in seen][0] == "shell.output"
+
+
+def test_waiting_for_a_killed_job_prints_no_terminal_noise(box):
+    _, client = box
+    ex = RunnerExecutor(client)
+    started = ex.run("sleep 300 &")
+    assert re.fullmatch(r"\[1\] \d+\n", started["output"])  # as a terminal shows it
+    assert ex.run("kill $!; wait $!; echo status=$?")["output"] == "status=143\n"

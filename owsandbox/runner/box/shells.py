@@ -13,6 +13,7 @@ streams are drained.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import selectors
 import signal
@@ -28,6 +29,7 @@ from .protocol import INTERNAL_ERROR, SHELL_BUSY, RunnerError
 DEFAULT_OUTPUT_LIMIT = 1024 * 1024  # characters kept in memory per command, unless the request asks
 MAX_OUTPUT_LIMIT = 16 * 1024 * 1024  # the most a request may ask for
 PROGRESS_SECONDS = 5.0  # a command silent this long sends `shell.progress`
+_TTY_NOISE = re.compile(rb"bash: \[\d+: \d+ \(\d+\)\] tcsetattr: Inappropriate ioctl for device\n")
 
 _MARK_OUT_FD = 63
 _MARK_ERR_FD = 62
@@ -284,6 +286,9 @@ class Shell:
         self._exited()
 
     def _on_data(self, stream: str, raw: bytes, now: float, final: bool = False) -> None:
+        if stream == "stderr" and b"tcsetattr" in raw:
+            # An interactive bash with no terminal complains when a job it waited for was killed.
+            raw = _TTY_NOISE.sub(b"", raw)
         text = self._decoders[stream].decode(raw, final)
         cmd = self._current
         if cmd is None or not raw:
