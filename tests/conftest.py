@@ -53,10 +53,26 @@ def sshd(tmp_path_factory: pytest.TempPathFactory):
         yield prefix
 
 
-@pytest.fixture(params=["local", "bwrap", "ssh"])
+@pytest.fixture(scope="session")
+def opensandbox_execd(tmp_path_factory: pytest.TempPathFactory):
+    """The project's own execd-compatible endpoint on 127.0.0.1, standing in for an OpenSandbox
+    sandbox's execd (URL + X-EXECD-ACCESS-TOKEN); yields the server (`address()` has both)."""
+    import secrets
+
+    from owsandbox.runner.box.execd import ExecdServer
+
+    server = ExecdServer(secrets.token_urlsafe(18), tcp_host="127.0.0.1", cwd=str(tmp_path_factory.mktemp("execd")))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=["local", "bwrap", "ssh", "opensandbox"])
 def box(request: pytest.FixtureRequest, zipapp: Path, workspace: Path):
-    """(provider, client) on a fresh daemon: plain, inside bubblewrap, and over a real ssh; the
-    relay never leaves on silence here."""
+    """(provider, client) on a fresh daemon: plain, inside bubblewrap, over a real ssh, and through
+    an execd endpoint as in an OpenSandbox sandbox; the relay never leaves on silence here."""
     provider: Any
     if request.param == "bwrap":
         require_bwrap()
@@ -64,6 +80,13 @@ def box(request: pytest.FixtureRequest, zipapp: Path, workspace: Path):
     elif request.param == "ssh":
         prefix = request.getfixturevalue("sshd")
         provider = ExecProvider(prefix=prefix, box_cwd=str(workspace), relay_silence_seconds=0)
+    elif request.param == "opensandbox":
+        from owsandbox.channel.endpoint import TOKEN_HEADER
+        from owsandbox.runner.providers.opensandbox import OpenSandboxProvider
+
+        address = request.getfixturevalue("opensandbox_execd").address()
+        provider = OpenSandboxProvider(url=address["url"], headers={TOKEN_HEADER: address["token"]},
+                                       box_cwd=str(workspace), relay_silence_seconds=0)
     else:
         provider = LocalProvider(cwd=workspace, runner_path=zipapp, relay_silence_seconds=0)
     provider.create()

@@ -82,6 +82,9 @@ def test_a_restarted_daemon_fails_the_running_command_as_unknown(box, workspace)
 
 def test_the_newest_connection_wins(box, workspace):
     provider, client = box
+    if provider.name == "opensandbox":
+        pytest.skip("this test waits on the relay as a local process (PipeTransport.proc); through execd the relay "
+                    "is a remote session: test_provider_opensandbox checks that the daemon ends the older pipe")
     old = client._transport
     second = provider.open_runner()
     try:
@@ -120,6 +123,9 @@ def test_a_relay_that_cannot_connect_exits_2_and_says_why(zipapp, tmp_path):
 
 def test_the_relay_leaves_when_its_stdin_closes(box):
     provider, _ = box
+    if provider.name == "opensandbox":
+        pytest.skip("execd cannot close a session's stdin; the relay leaves when its session is deleted instead "
+                    "(ExecdPipeTransport.close, checked in test_provider_opensandbox)")
     relay = provider.open_runner()
     relay.proc.stdin.close()
     assert relay.proc.wait(10) == 0

@@ -12,12 +12,14 @@ from .base import Provider
 from .bwrap import BwrapProvider, auto_enforcement, auto_provider, bwrap_problem
 from .exec import ExecProvider
 from .local import LocalProvider
+from .opensandbox import OpenSandboxProvider
 
 RUNNER_PROVIDERS: dict[str, Callable[..., Provider]] = {
     "auto": auto_provider,
     "bwrap": BwrapProvider,
     "exec": ExecProvider,
     "local": LocalProvider,
+    "opensandbox": OpenSandboxProvider,
 }
 KNOWN = ("direct", *RUNNER_PROVIDERS)
 
@@ -30,5 +32,5 @@ def enforcement_of(name: str) -> str:
     return getattr(factory, "enforcement", "unknown")
 
 
-__all__ = ["KNOWN", "RUNNER_PROVIDERS", "BwrapProvider", "ExecProvider", "LocalProvider", "Provider", "bwrap_problem",
-           "enforcement_of"]
+__all__ = ["KNOWN", "RUNNER_PROVIDERS", "BwrapProvider", "ExecProvider", "LocalProvider", "OpenSandboxProvider",
+           "Provider", "bwrap_problem", "enforcement_of"]

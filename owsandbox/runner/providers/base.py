@@ -5,9 +5,12 @@ Everything else — the protocol, resume, shells, files — is shared, so a prov
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..transport import PipeTransport
+
+if TYPE_CHECKING:
+    from ...channel import ExecdEndpoint
 
 
 class Provider:
@@ -33,6 +36,14 @@ class Provider:
     def execd_socket(self, hello: dict[str, Any]) -> str:
         """A Unix socket on this machine that reaches the box's execd endpoint (named in hello)."""
         return hello["execd"]["unix_socket"]
+
+    def execd_endpoint(self, hello: dict[str, Any]) -> ExecdEndpoint:
+        """Where `%attach` reaches the box's execd, with the headers it needs: by default the daemon's
+        own endpoint (named in hello) through `execd_socket`; a box that has an execd of its own says so."""
+        from ...channel import ExecdEndpoint
+        from ...channel.endpoint import TOKEN_HEADER
+
+        return ExecdEndpoint(unix_socket=self.execd_socket(hello), headers={TOKEN_HEADER: hello["execd"]["token"]})
 
     def describe(self) -> dict[str, Any]:
         return {"provider": self.name, "enforcement": self.enforcement}

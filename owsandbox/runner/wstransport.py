@@ -1,0 +1,355 @@
+"""A pipe to the daemon carried by an execd pipe session, for boxes reached only through execd.
+
+An OpenSandbox sandbox offers no `ssh` and no `docker exec`: only its execd, an HTTP + WebSocket
+API. The runner needs nothing more than a command with stdin and stdout, and execd's pipe sessions
+are exactly that: `POST /pty {"command": ...}` makes the session, and the WebSocket
+`GET /pty/{id}/ws?pty=0&since=0` starts it and carries its bytes — binary frames `0x00 + data` to
+its stdin, `0x01` (STDOUT) and `0x03` (REPLAY, an 8-byte offset then bytes) back from its stdout,
+`0x02` from its stderr. So `ExecdPipeTransport` is `PipeTransport` with a WebSocket in place of a
+child process, and the runner client cannot tell them apart.
+
+Threads: the runner client reads in its pump thread and sends from others. websockets' sync client
+fits that: its own thread reads the socket, `recv` hands over messages in order, and `send` may be
+called from any thread (a lock here keeps one frame sequence whole).
+
+execd's quirks, handled here:
+
+* a REPLAY frame may come before `connected`; its bytes are stdout like the rest;
+* execd answers a Close but never closes TCP, and websockets, as a client, waits for the server to
+  do it (RFC 6455 allows that). So once both Close frames have crossed, the socket is closed here;
+  a peer that never answers our Close is cut off after `CLOSE_TIMEOUT_SECONDS`;
+* there is no "close stdin": the relay leaves when its session is deleted (`close()`), when the
+  daemon drops it (a newer connection won), or after its own silence timeout.
+
+A connection that drops ends the stream (`read()` → b""), as a relay process that dies does; the
+runner client then opens a new pipe and resumes. Nothing is resumed at this level.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import select
+import socket
+import threading
+import time
+from typing import Any
+from urllib.parse import urlencode
+
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
+from websockets.frames import Opcode
+from websockets.sync.client import ClientConnection, connect, unix_connect
+
+from ..channel.control import ExecdControl, http_error, session_path
+from ..channel.endpoint import ExecdEndpoint
+from ..channel.errors import ExecdError
+
+try:
+    from websockets.exceptions import ConcurrencyError
+except ImportError:  # websockets < 14 raised a plain RuntimeError for two readers at once
+    ConcurrencyError = RuntimeError  # type: ignore[assignment,misc]
+
+KIND_STDIN = 0x00
+KIND_STDOUT = 0x01
+KIND_STDERR = 0x02
+KIND_REPLAY = 0x03
+SEND_CHUNK_BYTES = 16 * 1024  # the most stdin in one frame: small, so a socket with room takes it whole
+OPEN_TIMEOUT_SECONDS = 15.0  # the handshake, and then execd's `connected`
+CLOSE_TIMEOUT_SECONDS = 2.0  # how long a Close waits for execd's answer
+CONTROL_TIMEOUT_SECONDS = 10.0  # POST /pty and DELETE /pty/{id}
+KEEPALIVE_SECONDS = 20.0  # WebSocket pings: a dead network ends the stream instead of hanging it
+STDERR_TAIL_BYTES = 8192
+
+_CONNECT_PARAMETERS = set(inspect.signature(connect).parameters)
+
+
+class ExecdTransportError(ConnectionError):
+    """The pipe session could not be opened. An OSError, so the runner client retries a reconnect;
+    `cause` is the channel's error (a 401 for a wrong token, execd unreachable, ...)."""
+
+    def __init__(self, message: str, cause: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+class _ExecdConnection(ClientConnection):
+    """Closes TCP itself as soon as both Close frames have crossed, since execd never does."""
+
+    def process_event(self, event: Any) -> None:
+        super().process_event(event)
+        if getattr(event, "opcode", None) is Opcode.CLOSE:
+            # Ours went first and this is the answer, or this is the peer's and our echo has already
+            # been written (websockets writes it before handing over events): the handshake is over.
+            self.close_socket()
+
+
+def _options(endpoint: ExecdEndpoint, open_timeout: float, keepalive: float | None) -> dict[str, Any]:
+    """The connect() options, for whichever websockets ≥ 13 is installed."""
+    wanted: dict[str, Any] = {
+        "additional_headers": dict(endpoint.headers), "compression": None, "open_timeout": open_timeout,
+        "close_timeout": CLOSE_TIMEOUT_SECONDS, "max_size": None, "create_connection": _ExecdConnection,
+        "ping_interval": keepalive, "ping_timeout": keepalive,
+        "proxy": None,  # websockets ≥ 15 would go through HTTP(S)_PROXY; the HTTP control calls never do
+        "legacy": True,  # websockets 17: a connection, not a reconnecting iterator
+    }
+    return {name: value for name, value in wanted.items() if name in _CONNECT_PARAMETERS}
+
+
+class ExecdPipeTransport:
+    """`command` run by execd (`bash -c command`, in `cwd` or execd's folder) as a pipe: the Transport
+    the runner client uses (`send`, `read`, `close`, `kill`, `stderr_tail`)."""
+
+    def __init__(self, endpoint: ExecdEndpoint, command: str, cwd: str | None = None, *,
+                 open_timeout: float = OPEN_TIMEOUT_SECONDS, keepalive: float | None = KEEPALIVE_SECONDS) -> None:
+        self._init_state(endpoint, command)
+        try:
+            self.session_id = self._control.create(cwd=cwd, command=command)
+        except ExecdError as exc:
+            raise ExecdTransportError(str(exc), exc) from exc
+        try:
+            self._ws = self._open(open_timeout, keepalive)
+            self._await_connected(open_timeout)
+        except BaseException:
+            self._abandon()
+            raise
+
+    def _init_state(self, endpoint: ExecdEndpoint, command: str) -> None:
+        self.endpoint = endpoint
+        self.command = command
+        self.session_id = ""
+        self.mode: str | None = None  # as execd's `connected` said: "pipe"
+        self.exit_code: int | None = None  # from execd's exit frame, once the command has ended
+        self.ended = threading.Event()  # set once read() has reached the end of the stream
+        self.closed = False
+        self._control = ExecdControl(endpoint, timeout=CONTROL_TIMEOUT_SECONDS)
+        self._ws: ClientConnection | None = None
+        self._pending: list[bytes] = []  # stdout that came before `connected`
+        self._tail = bytearray()
+        self._lock = threading.Lock()  # the flags below and the tail
+        self._send_lock = threading.Lock()
+        self._reading = False
+        self._finished = False  # no more stdout: exit frame, Close, dropped connection
+        self._killed = False
+        self._error_before_start: str | None = None  # an execd error frame that came before `connected`
+
+    # -- opening ----------------------------------------------------------------------------
+
+    def _open(self, open_timeout: float, keepalive: float | None) -> ClientConnection:
+        path = session_path(self.session_id, "/ws")
+        uri = self.endpoint.websocket_uri(f"{path}?{urlencode({'pty': '0', 'since': '0'})}")
+        options = _options(self.endpoint, open_timeout, keepalive)
+        try:
+            if self.endpoint.unix_socket is not None:
+                return unix_connect(self.endpoint.unix_socket, uri, **options)
+            return connect(uri, **options)
+        except InvalidStatus as exc:
+            response = exc.response
+            error = http_error("GET", path, response.status_code, response.body or b"",
+                               has_token=self.endpoint.has_token)
+            raise ExecdTransportError(str(error), error) from None
+        except (OSError, InvalidHandshake, InvalidURI) as exc:  # TimeoutError is an OSError
+            raise ExecdTransportError(f"cannot open the WebSocket to execd at {self.endpoint.describe()} for "
+                                      f"{path}: {type(exc).__name__}: {exc}", exc) from exc
+
+    def _await_connected(self, timeout: float) -> None:
+        """Read up to execd's `connected` (keeping any REPLAY or output that comes first)."""
+        assert self._ws is not None
+        deadline = _Deadline(timeout)
+        while self.mode is None and not self._finished:
+            try:
+                message = self._ws.recv(deadline.left())
+            except TimeoutError:
+                raise ExecdTransportError(f"execd at {self.endpoint.describe()} did not confirm the pipe session "
+                                          f"within {timeout:g} s") from None
+            except ConnectionClosed as exc:
+                raise ExecdTransportError(f"execd at {self.endpoint.describe()} closed the pipe session before "
+                                          f"it started{self._why(exc)}") from None
+            data = self._take(message)
+            if data:
+                self._pending.append(data)
+            if self._error_before_start is not None:
+                raise ExecdTransportError(f"execd could not start `{self.command}`: {self._error_before_start}")
+
+    def _abandon(self) -> None:
+        """Undo a half-made pipe: drop the connection, forget the session."""
+        ws = self._ws
+        if ws is not None:
+            ws.close_socket()
+        if self.session_id:
+            with contextlib.suppress(ExecdError, OSError):
+                self._control.delete(self.session_id)
+
+    # -- frames -----------------------------------------------------------------------------
+
+    def _take(self, message: str | bytes) -> bytes:
+        """The stdout bytes in one message (b"" for none); notes control frames and stderr."""
+        if isinstance(message, str):
+            self._control_frame(message)
+            return b""
+        if not message:
+            return b""
+        kind = message[0]
+        if kind == KIND_STDOUT:
+            return message[1:]
+        if kind == KIND_REPLAY and len(message) >= 9:
+            offset = int.from_bytes(message[1:9], "big")
+            if offset != 0:  # we ask from 0 on a fresh session: anything else means bytes were lost
+                self._add_tail(f"execd's replay starts at offset {offset}, not 0: output was lost; "
+                               "this pipe ends here\n".encode())
+                self._finished = True
+                return b""
+            return message[9:]
+        if kind == KIND_STDERR:
+            self._add_tail(message[1:])
+        return b""
+
+    def _control_frame(self, text: str) -> None:
+        try:
+            frame = json.loads(text)
+        except ValueError:
+            return
+        if not isinstance(frame, dict):
+            return
+        kind = frame.get("type")
+        if kind == "connected":
+            self.mode = str(frame.get("mode") or "pipe")
+        elif kind == "exit":
+            code = frame.get("exit_code")
+            self.exit_code = code if isinstance(code, int) else -1
+            self._finished = True
+        elif kind == "error":
+            said = f"{frame.get('code') or 'RUNTIME_ERROR'}: {frame.get('error') or frame.get('message') or ''}"
+            self._add_tail(f"execd reported {said}\n".encode())
+            if self.mode is None:
+                self._error_before_start = said
+
+    def _add_tail(self, data: bytes) -> None:
+        with self._lock:
+            self._tail += data
+            del self._tail[:-STDERR_TAIL_BYTES]
+
+    def _why(self, closed: ConnectionClosed) -> str:
+        received = closed.rcvd
+        if received is None:
+            return " (the connection dropped)"
+        return f" (close code {received.code}{' ' + received.reason if received.reason else ''})"
+
+    # -- the Transport ----------------------------------------------------------------------
+
+    def stderr_tail(self) -> str:
+        with self._lock:
+            return bytes(self._tail).decode("utf-8", "replace").strip()
+
+    def send(self, data: bytes) -> None:
+        """Write all of `data` to the command's stdin; raises OSError when the pipe is gone."""
+        ws = self._ws
+        if ws is None or self.closed or self._killed:
+            raise BrokenPipeError("the execd pipe session is closed")
+        view = memoryview(data)
+        try:
+            with self._send_lock:
+                for start in range(0, len(view), SEND_CHUNK_BYTES):
+                    self._await_room(ws)
+                    ws.send(b"\x00" + view[start:start + SEND_CHUNK_BYTES])
+        except ConnectionClosed as exc:
+            raise BrokenPipeError(f"the execd pipe session ended{self._why(exc)}") from None
+
+    def _await_room(self, ws: ClientConnection) -> None:
+        """Wait until the socket takes more, without holding websockets' lock.
+
+        websockets writes under the lock its reading thread needs, so a write that blocks stops our
+        reading too; and execd may stop reading our stdin until we read its stdout (the relay copies
+        one way at a time). Waiting here instead keeps output flowing while execd catches up."""
+        while not (self.closed or self._killed):
+            try:
+                _, writable, _ = select.select([], [ws.socket], [], 1.0)
+            except (OSError, ValueError):  # the socket was closed meanwhile
+                break
+            if writable:
+                return
+        raise BrokenPipeError("the execd pipe session is closed")
+
+    def read(self, timeout: float | None = None) -> bytes:
+        """The command's next stdout bytes; b"" once the stream has ended (exit, Close, a dropped
+        connection, `kill()` or `close()`). With `timeout`, TimeoutError when nothing came in time."""
+        with self._lock:
+            if self._pending:
+                return self._pending.pop(0)
+            if self._finished or self._killed or self.closed or self._ws is None:
+                self._finished = True
+                self.ended.set()
+                return b""
+            self._reading = True
+        try:
+            return self._read(self._ws, timeout)
+        finally:
+            with self._lock:
+                self._reading = False
+
+    def _read(self, ws: ClientConnection, timeout: float | None) -> bytes:
+        deadline = _Deadline(timeout)
+        while True:
+            try:
+                message = ws.recv(deadline.left())
+            except (ConnectionClosed, ConcurrencyError) as exc:
+                unasked = not (self._killed or self.closed)
+                if isinstance(exc, ConnectionClosed) and unasked and (exc.rcvd is None or exc.rcvd.code != 1000):
+                    self._add_tail(f"the pipe session at {self.endpoint.describe()} ended{self._why(exc)}\n".encode())
+                return self._end()
+            data = self._take(message)
+            if data:
+                return data
+            if self._finished or self._killed:
+                return self._end()
+
+    def _end(self) -> bytes:
+        self._finished = True
+        self.ended.set()
+        return b""
+
+    def kill(self) -> None:
+        """Cut the connection abruptly, as a lost network would (the session stays until `close`)."""
+        self._killed = True
+        ws = self._ws
+        if ws is not None:
+            with contextlib.suppress(OSError):
+                ws.socket.shutdown(socket.SHUT_RDWR)
+            ws.close_socket()
+
+    def close(self) -> None:
+        """Detach (the closing handshake, bounded) and delete the session, so the relay exits."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            reader_active = self._reading
+        ws = self._ws
+        if ws is not None:
+            if not reader_active:  # read what still comes, or flow control could hold back execd's answer
+                threading.Thread(target=self._discard, args=(ws,), name="execd-pipe-drain", daemon=True).start()
+            with contextlib.suppress(ConnectionClosed, OSError, RuntimeError):
+                ws.close()
+            ws.close_socket()
+        self.ended.set()
+        if self.session_id:
+            with contextlib.suppress(ExecdError, OSError):
+                self._control.delete(self.session_id)
+
+    @staticmethod
+    def _discard(ws: ClientConnection) -> None:
+        with contextlib.suppress(ConnectionClosed, ConcurrencyError, TimeoutError, OSError, RuntimeError):
+            while True:
+                ws.recv(CLOSE_TIMEOUT_SECONDS + 1.0)
+
+    def __repr__(self) -> str:
+        return f"ExecdPipeTransport({self.endpoint.describe()!r}, session {self.session_id or '-'})"
+
+
+class _Deadline:
+    def __init__(self, timeout: float | None) -> None:
+        self._end = None if timeout is None else time.monotonic() + timeout
+
+    def left(self) -> float | None:
+        """Seconds left (None: no deadline)."""
+        return None if self._end is None else max(0.0, self._end - time.monotonic())

@@ -1,0 +1,418 @@
+"""The opensandbox provider: a box reached only through an execd endpoint (URL + access token).
+
+The project's own execd-compatible endpoint stands in for an OpenSandbox sandbox's execd: it serves
+the same `/pty` API over TCP with the same token header, so everything here goes through HTTP and
+WebSocket pipe sessions exactly as it would against a real one. (The whole runner suite also runs
+through it: see the `box` fixture.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from websockets.exceptions import ConnectionClosedOK
+from websockets.frames import Close
+
+from owsandbox.channel import ExecdControl, ExecdEndpoint, ExecdJsonLineChannel
+from owsandbox.channel.endpoint import TOKEN_HEADER
+from owsandbox.runner.box import execd as execd_module
+from owsandbox.runner.box import protocol as P
+from owsandbox.runner.box.execd import ExecdServer
+from owsandbox.runner.client import RunnerClient
+from owsandbox.runner.executor import RunnerExecutor
+from owsandbox.runner.providers import RUNNER_PROVIDERS, enforcement_of
+from owsandbox.runner.providers.exec import BoxError
+from owsandbox.runner.providers.opensandbox import OpenSandboxProvider
+from owsandbox.runner.workspace import RunnerWorkspace
+from owsandbox.runner.wstransport import CLOSE_TIMEOUT_SECONDS, ExecdPipeTransport, ExecdTransportError
+
+from .conftest import DEFAULT_KERNEL_NAME
+from .kernel_session import KernelSession
+from .test_runner_shells import run_in_background, wait_until_busy
+
+ENGINE = Path(__file__).resolve().parents[1] / "notebooks" / "engines" / "echo_engine.py"
+
+
+@pytest.fixture
+def execd(opensandbox_execd: ExecdServer) -> dict[str, str]:
+    """The stand-in's `url` and `token`."""
+    return opensandbox_execd.address()
+
+
+@pytest.fixture
+def make_provider(execd: dict[str, str], workspace: Path) -> Iterator[Callable[..., OpenSandboxProvider]]:
+    """Providers on the stand-in box, created here and destroyed at teardown."""
+    made: list[OpenSandboxProvider] = []
+
+    def make(**options: Any) -> OpenSandboxProvider:
+        options.setdefault("url", execd["url"])
+        options.setdefault("headers", {TOKEN_HEADER: execd["token"]})
+        options.setdefault("box_cwd", str(workspace))
+        provider = OpenSandboxProvider(**options)
+        made.append(provider)
+        provider.create()
+        return provider
+
+    try:
+        yield make
+    finally:
+        for provider in made:
+            provider.destroy()
+
+
+@pytest.fixture
+def connected(make_provider: Callable[..., OpenSandboxProvider]) -> Iterator[tuple[OpenSandboxProvider, RunnerClient]]:
+    provider = make_provider()
+    client = RunnerClient(provider.open_runner, ping_seconds=0.5, reconnect_timeout=20)
+    try:
+        client.connect()
+        yield provider, client
+    finally:
+        client.close()
+
+
+def test_cells_run_through_execd_and_keep_their_state(execd, workspace):
+    provider = OpenSandboxProvider(url=execd["url"], headers={TOKEN_HEADER: execd["token"]}, box_cwd=str(workspace))
+    started = time.monotonic()
+    ws = RunnerWorkspace(provider, str(workspace))
+    try:
+        first = ws.executor.run("true")
+        assert first["exit_code"] == 0 and time.monotonic() - started < 30
+        assert ws.executor.run("mkdir -p deep && cd deep && export KEPT=yes; f() { echo in-f; }")["exit_code"] == 0
+        assert ws.executor.run("echo $KEPT ${PWD##*/}; f")["output"] == "yes deep\nin-f\n"
+        failed = ws.executor.run("echo out; echo err >&2; false")
+        assert failed["exit_code"] == 1 and "out\n" in failed["output"] and "err\n" in failed["output"]
+        assert ws.describe()["provider"] == "opensandbox" and ws.describe()["enforcement"] == "the OpenSandbox sandbox"
+    finally:
+        ws.close()
+    assert not os.path.exists(provider.socket_path)  # destroy() stopped the daemon and removed its folder
+
+
+@pytest.fixture
+def fresh_runtime() -> Iterator[str]:
+    """A runtime folder this runner version has never met (short, for the socket paths in it)."""
+    runtime = tempfile.mkdtemp(prefix="ows-rt-")
+    try:
+        yield runtime
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
+
+
+def test_the_runner_is_copied_into_a_box_once_per_version(fresh_runtime, make_provider):
+    first = make_provider(runtime_dir=fresh_runtime)
+    assert first.uploads == 1 and not first.reused
+    runner = Path(first.runner_path)
+    assert runner.name.startswith("runner-") and runner.parent.parent == Path(fresh_runtime)
+    stamp = runner.stat().st_mtime_ns
+    second = make_provider(runtime_dir=fresh_runtime)  # another kernel on the same box
+    assert second.uploads == 0 and second.runner_path == first.runner_path
+    assert runner.stat().st_mtime_ns == stamp
+    assert second.socket_path != first.socket_path  # a daemon of its own
+    first.restart_daemon()  # a new daemon of a known version needs no copy either
+    assert first.uploads == 1 and runner.stat().st_mtime_ns == stamp
+
+
+def test_a_provider_with_the_same_key_finds_the_lingering_daemon(make_provider, workspace):
+    first = make_provider(key="k-opensandbox-reuse")
+    first.release()
+    again = make_provider(key="k-opensandbox-reuse")
+    assert again.reused and again.daemon_info["pid"] == first.daemon_info["pid"]
+
+
+def test_a_command_that_finishes_while_the_pipe_is_cut_delivers_its_result(make_provider, workspace):
+    provider = make_provider()
+    door = threading.Event()  # closed: the network stays down
+    door.set()
+
+    def open_runner() -> ExecdPipeTransport:
+        assert door.wait(30)
+        return provider.open_runner()
+
+    client = RunnerClient(open_runner, ping_seconds=0.5, reconnect_timeout=20)
+    try:
+        client.connect()
+        ex = RunnerExecutor(client, cwd=str(workspace))
+        ex.run("cd /tmp && export STAYS=yes")
+        flag = workspace / "finished.flag"
+        worker, result = run_in_background(lambda: ex.run(f"sleep 0.3; echo finished-while-cut; touch {flag}"))
+        wait_until_busy(client)
+        door.clear()
+        client.cut()
+        deadline = time.monotonic() + 10
+        while not flag.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert flag.exists() and worker.is_alive()  # done in the box; nobody has heard of it yet
+        time.sleep(0.1)
+        door.set()
+        worker.join(30)
+        assert result["output"] == "finished-while-cut\n" and result["exit_code"] == 0
+        assert client.reconnects == 1 and client.restarts == 0
+        assert ex.run("echo $STAYS $PWD")["output"] == "yes /tmp\n"
+    finally:
+        door.set()
+        client.close()
+
+
+def test_a_restarted_daemon_reports_the_outcome_as_unknown(connected, workspace):
+    provider, client = connected
+    ex = RunnerExecutor(client, cwd=str(workspace))
+    ex.run("export LOST=1")
+    worker, result = run_in_background(lambda: ex.run("sleep 30"))
+    wait_until_busy(client)
+    provider.restart_daemon()
+    worker.join(30)
+    assert "outcome of this command is unknown" in result["error"] and result["exit_code"] is None
+    assert client.restarts == 1
+    assert ex.run("echo [$LOST]")["output"] == "[]\n"
+
+
+def test_a_wrong_or_missing_token_fails_at_once_and_says_so(execd, workspace):
+    for headers, words in (({TOKEN_HEADER: "not-the-token"}, "the access token is wrong"),
+                           ({}, "the access token is missing")):
+        provider = OpenSandboxProvider(url=execd["url"], headers=headers, box_cwd=str(workspace))
+        started = time.monotonic()
+        with pytest.raises(BoxError) as err:
+            provider.create()
+        assert time.monotonic() - started < 5
+        message = str(err.value)
+        assert "401" in message and words in message and "X-EXECD-ACCESS-TOKEN" in message
+        assert execd["url"] in message and execd["token"] not in message
+
+
+def test_an_unreachable_url_fails_at_once_and_names_it(workspace):
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    provider = OpenSandboxProvider(url=url, headers={TOKEN_HEADER: "t"}, box_cwd=str(workspace))
+    started = time.monotonic()
+    with pytest.raises(BoxError, match="cannot reach execd at " + url) as err:
+        provider.create()
+    assert "Connection refused" in str(err.value) and time.monotonic() - started < 5
+
+
+def test_a_box_without_the_python_named_is_a_clear_error(execd, workspace):
+    provider = OpenSandboxProvider(url=execd["url"], headers={TOKEN_HEADER: execd["token"]}, box_cwd=str(workspace),
+                                   python="python3-not-here")
+    with pytest.raises(BoxError, match="the box has no python3-not-here"):
+        provider.create()
+
+
+def test_attach_talks_to_the_same_execd(connected):
+    provider, client = connected
+    endpoint = provider.execd_endpoint(client.hello)
+    assert endpoint == provider.endpoint and endpoint.origin == provider.endpoint.origin
+    session_id = ExecdControl(endpoint).create(command=f"exec {sys.executable} {ENGINE}")
+
+    async def converse() -> list[dict[str, Any]]:
+        records: list[dict[str, Any]] = []
+        answered = asyncio.Event()
+
+        async def on_record(record: dict[str, Any], offset: int) -> None:
+            records.append(record)
+            if record.get("type") == "response":
+                answered.set()
+
+        async def on_failure(exc: BaseException) -> None:
+            answered.set()
+
+        channel = ExecdJsonLineChannel(endpoint, session_id=session_id, on_record=on_record, on_failure=on_failure,
+                                       label="echo engine")
+        await channel.connect()
+        try:
+            await channel.send({"id": 1, "type": "echo", "text": "x"})
+            await asyncio.wait_for(answered.wait(), 20)
+        finally:
+            await channel.delete()
+        return records
+
+    records = asyncio.run(converse())
+    assert {"id": 1, "type": "response", "ok": True, "text": "x"} in records
+
+
+def test_the_daemon_drops_the_older_pipe_when_a_newer_one_comes(connected):
+    provider, client = connected
+    old = client._transport
+    second = provider.open_runner()
+    try:
+        second.send(P.encode(P.request("h2", "runner.hello", {"protocol_version": 1})))
+        answer = json.loads(second.read(10).split(b"\n")[0])
+        assert answer["result"]["instance_id"] == client.instance_id
+        assert old.ended.wait(10) and old.exit_code == 0  # the older relay left, and execd said so
+    finally:
+        second.close()
+    assert RunnerExecutor(client).run("echo back")["output"] == "back\n"  # the client came back
+
+
+def test_closing_a_pipe_deletes_its_session_and_the_relay_leaves(connected, opensandbox_execd):
+    provider, _ = connected
+    transport = provider.open_runner()
+    session = opensandbox_execd.sessions.get(transport.session_id)
+    assert session is not None and session.running
+    transport.close()
+    assert session.done.wait(10)
+    assert opensandbox_execd.sessions.get(transport.session_id) is None
+    assert transport.read() == b""
+    with pytest.raises(OSError):
+        transport.send(b"{}\n")
+
+
+def test_close_does_not_wait_for_a_fin_that_execd_never_sends(monkeypatch, tmp_path):
+    """execd answers Close but leaves TCP open; the transport closes it itself, at once."""
+    held: list[Any] = []
+    monkeypatch.setattr(execd_module.WsConnection, "finish", lambda self: held.append(self))  # never closes TCP
+    server = ExecdServer("tok", tcp_host="127.0.0.1", cwd=str(tmp_path))
+    server.start()
+    try:
+        endpoint = ExecdEndpoint(origin=server.address()["url"], headers={TOKEN_HEADER: "tok"})
+        transport = ExecdPipeTransport(endpoint, "cat")
+        transport.send(b"ping\n")
+        assert transport.read(10) == b"ping\n"
+        started = time.monotonic()
+        transport.close()
+        assert time.monotonic() - started < CLOSE_TIMEOUT_SECONDS / 2
+        assert held and not held[0].closed  # the server really had left the connection open
+    finally:
+        for connection in held:
+            connection.abort()
+        server.stop()
+
+
+def test_an_execd_on_a_unix_socket_carries_the_pipe_too(tmp_path):
+    server = ExecdServer("tok", unix_path=str(tmp_path / "execd.sock"), cwd=str(tmp_path))
+    server.start()
+    try:
+        provider = OpenSandboxProvider(url=f"unix:{tmp_path / 'execd.sock'}", headers={TOKEN_HEADER: "tok"},
+                                       box_cwd=str(tmp_path))
+        ws = RunnerWorkspace(provider, str(tmp_path))
+        try:
+            assert ws.executor.run("echo over a unix socket")["output"] == "over a unix socket\n"
+        finally:
+            ws.close()
+    finally:
+        server.stop()
+
+
+def test_big_stdin_and_a_flood_of_stdout_flow_at_once(opensandbox_execd):
+    """`cat` stops reading while its stdout is not read; sending must never stop our reading."""
+    address = opensandbox_execd.address()
+    transport = ExecdPipeTransport(ExecdEndpoint(origin=address["url"], headers={TOKEN_HEADER: address["token"]}),
+                                   "cat")
+    total, echoed = 40_000_000, [0]
+
+    def read_back() -> None:
+        while echoed[0] < total and (chunk := transport.read()):
+            echoed[0] += len(chunk)
+
+    reader = threading.Thread(target=read_back)
+    reader.start()
+    try:
+        block = b"z" * 4_000_000
+        for _ in range(total // len(block)):
+            transport.send(block)
+        reader.join(60)
+        assert echoed[0] == total
+    finally:
+        transport.close()
+        reader.join(10)
+
+
+class _ScriptedConnection:
+    """Plays execd's side of an attached pipe session, message by message."""
+
+    def __init__(self, messages: list[str | bytes]) -> None:
+        self.messages = list(messages)
+
+    def recv(self, timeout: float | None = None) -> str | bytes:
+        if not self.messages:
+            raise ConnectionClosedOK(Close(1000, ""), Close(1000, ""), True)
+        return self.messages.pop(0)
+
+    def close(self) -> None:
+        pass
+
+    def close_socket(self) -> None:
+        pass
+
+
+def scripted(messages: list[str | bytes]) -> ExecdPipeTransport:
+    transport = ExecdPipeTransport.__new__(ExecdPipeTransport)
+    transport._init_state(ExecdEndpoint(origin="http://box:44772"), "engine")
+    transport._ws = _ScriptedConnection(messages)  # type: ignore[assignment]
+    transport._await_connected(1)
+    return transport
+
+
+def test_a_replay_before_connected_is_stdout_and_stderr_goes_to_the_tail():
+    transport = scripted([
+        b"\x03" + (0).to_bytes(8, "big") + b"early ",
+        json.dumps({"type": "connected", "session_id": "s", "mode": "pipe"}),
+        b"\x02warning: odd\n",
+        json.dumps({"type": "pong"}),
+        b"\x01late\n",
+        json.dumps({"type": "exit", "exit_code": 0}),
+        b"\x01never read\n",
+    ])
+    assert transport.mode == "pipe"
+    assert [transport.read(), transport.read(), transport.read()] == [b"early ", b"late\n", b""]
+    assert transport.exit_code == 0 and transport.ended.is_set() and transport.read() == b""
+    assert transport.stderr_tail() == "warning: odd"
+    transport.close()
+
+
+def test_a_replay_that_skipped_bytes_ends_the_pipe_loudly():
+    transport = scripted([b"\x03" + (5).to_bytes(8, "big") + b"tail of something",
+                          json.dumps({"type": "connected", "session_id": "s", "mode": "pipe"})])
+    assert transport.read() == b"" and "output was lost" in transport.stderr_tail()
+
+
+def test_an_execd_error_before_connected_is_a_clear_failure():
+    with pytest.raises(ExecdTransportError, match="START_FAILED: no bash"):
+        scripted([json.dumps({"type": "error", "code": "START_FAILED", "error": "no bash"})])
+
+
+def test_the_endpoint_comes_from_the_environment_and_describe_never_shows_the_token(monkeypatch, workspace):
+    monkeypatch.setenv("OWSANDBOX_EXECD_URL", "https://sandbox.example:8443/route")
+    monkeypatch.setenv("OWSANDBOX_EXECD_TOKEN", "s3cret")
+    provider = RUNNER_PROVIDERS["opensandbox"](cwd=workspace, key="k-env")
+    assert isinstance(provider, OpenSandboxProvider)
+    assert provider.endpoint.origin == "https://sandbox.example:8443/route"
+    assert dict(provider.endpoint.headers) == {TOKEN_HEADER: "s3cret"}
+    info = provider.describe()
+    assert info["provider"] == "opensandbox" and info["endpoint"] == "https://sandbox.example:8443/route"
+    assert "s3cret" not in repr(info) and "s3cret" not in repr(provider.endpoint)
+    assert enforcement_of("opensandbox") == "the OpenSandbox sandbox"
+    monkeypatch.delenv("OWSANDBOX_EXECD_URL")
+    with pytest.raises(RuntimeError, match="OWSANDBOX_EXECD_URL is not set"):
+        OpenSandboxProvider()
+
+
+def test_a_kernel_runs_cells_and_attach_in_an_opensandbox_box(opensandbox_execd, tmp_path):
+    address = opensandbox_execd.address()
+    kernel = KernelSession(tmp_path, kernel_name=DEFAULT_KERNEL_NAME, env={
+        "OWSANDBOX_PROVIDER": "opensandbox", "OWSANDBOX_EXECD_URL": address["url"],
+        "OWSANDBOX_EXECD_TOKEN": address["token"], "OWSANDBOX_BOX_CWD": str(tmp_path)})
+    try:
+        kernel.kc.kernel_info()
+        banner = kernel.kc.get_shell_msg(timeout=10)["content"]["banner"]
+        assert "provider opensandbox" in banner and "isolated by the OpenSandbox sandbox" in banner
+        assert kernel.run("cd /tmp; export VIA=execd").status == "ok"
+        assert kernel.run("echo $VIA $PWD").text() == "execd /tmp\n"
+        started = kernel.run(f"%attach -- {sys.executable} {ENGINE}")
+        assert started.status == "ok", started.error["evalue"]
+        answer = kernel.run('%send {"id": 1, "type": "echo", "text": "through execd"}')
+        assert answer.of_type("display_data")[0]["data"]["application/json"]["text"] == "through execd"
+        assert kernel.run("%attach --kill").status == "ok"
+    finally:
+        kernel.close()
