@@ -314,3 +314,22 @@ def test_forward_relays_a_request_and_its_whole_answer_after_stdin_ends(zipapp, 
     finally:
         client.close()
         provider.destroy()
+
+
+def test_a_large_request_while_output_floods_in_does_not_hang(zipapp, workspace):
+    """Writing a big request must never wait on the pump: the pump drains the pipe the write needs."""
+    provider = LocalProvider(cwd=workspace, runner_path=zipapp)
+    provider.create()
+    client = RunnerClient(provider.open_runner)
+    try:
+        client.connect()
+        flowing = threading.Event()
+        flood = client.start_call("shell.run", {"shell": "flood", "command": "yes 0123456789abcdef | head -c 300000000"},
+                                  on_notification=lambda _frame: flowing.set())
+        assert flowing.wait(30)
+        written = client.call("fs.write", {"path": "big.txt", "text": "y" * 30_000_000}, timeout=120)
+        assert written["bytes_written"] == 30_000_000
+        assert client.wait(flood, 120)["output_bytes"] == 300_000_000
+    finally:
+        client.close()
+        provider.destroy()

@@ -109,7 +109,8 @@ class RunnerClient:
         """Open the first pipe and say hello; raises RunnerError if no daemon answers."""
         transport, hello, splitter = self._open_and_greet(deadline=time.monotonic() + self.reconnect_timeout)
         with self._lock:
-            self._adopt(transport, hello, splitter, first=True)
+            frames = self._adopt(transport, hello, splitter, first=True)
+        self._go(transport, frames)
         self._ticker = threading.Thread(target=self._tick_loop, name="runner-ticker", daemon=True)
         self._ticker.start()
         return hello
@@ -171,8 +172,12 @@ class RunnerClient:
                     self._dispatch(message)
         return result, splitter
 
-    def _adopt(self, transport: Transport, hello: dict[str, Any], splitter: P.LineSplitter, first: bool) -> None:
-        """Make `transport` the pipe (lock held): resume or declare a restart, then start pumping."""
+    def _adopt(self, transport: Transport, hello: dict[str, Any], splitter: P.LineSplitter,
+               first: bool) -> list[bytes]:
+        """Make `transport` the pipe (lock held): resume or declare a restart. Returns the frames to
+        send once the lock is released (nothing is written while holding it: the pump needs it to
+        drain the pipe, and a full pipe would then never empty)."""
+        frames: list[bytes] = []
         new_instance = hello.get("instance_id")
         self.hello = hello
         self.max_frame_bytes = int(hello.get("max_frame_bytes") or P.DEFAULT_MAX_FRAME_BYTES)
@@ -183,7 +188,7 @@ class RunnerClient:
             self._acked = self._seqs.contiguous
         elif new_instance == self.instance_id:
             resume_id = f"{self._prefix}-resume-{next(self._ids)}"
-            self._send_now(P.encode(P.request(resume_id, "session.resume", {"last_seq": self._seqs.contiguous})))
+            frames.append(P.encode(P.request(resume_id, "session.resume", {"last_seq": self._seqs.contiguous})))
             self._calls[resume_id] = _Call(resume_id, "session.resume", b"", None)
             self._calls[resume_id].done.set()  # nobody waits; its answer is only logged
         else:
@@ -200,12 +205,19 @@ class RunnerClient:
                 self.on_restart(hello)
         for call in list(self._calls.values()):
             if not call.done.is_set():
-                self._send_now(call.frame)
+                frames.append(call.frame)
                 call.sent_to = self.instance_id
         self._ready = True
         self._pump = threading.Thread(target=self._pump_loop, args=(transport, splitter), name="runner-pump",
                                       daemon=True)
+        return frames
+
+    def _go(self, transport: Transport, frames: list[bytes]) -> None:
+        """Start pumping the adopted pipe, then send what waited for it."""
+        assert self._pump is not None
         self._pump.start()
+        for frame in frames:
+            self._send_on(transport, frame)
 
     # -- the pump ---------------------------------------------------------------------------
 
@@ -245,7 +257,8 @@ class RunnerClient:
                 transport.close()
                 return
             self.reconnects += 1
-            self._adopt(transport, hello, splitter, first=False)
+            frames = self._adopt(transport, hello, splitter, first=False)
+        self._go(transport, frames)
 
     def _dispatch(self, message: dict[str, Any]) -> None:
         request_id = message.get("id")
@@ -282,8 +295,11 @@ class RunnerClient:
     def _tick_loop(self) -> None:
         """Acks, batched; pings, so an idle relay is not taken for a dead client."""
         last_ping = time.monotonic()
-        with self._lock:
-            while not self._closed:
+        while True:
+            frames: list[bytes] = []
+            with self._lock:
+                if self._closed:
+                    return
                 now = time.monotonic()
                 wait = self.ping_seconds - (now - last_ping) if self.ping_seconds > 0 else 3600.0
                 if self._seqs.contiguous > self._acked:
@@ -293,20 +309,25 @@ class RunnerClient:
                     return
                 if self._seqs.contiguous > self._acked and self._ready:
                     self._acked = self._seqs.contiguous
-                    self._send_now(P.encode(P.notification("session.ack", {"seq": self._acked})))
+                    frames.append(P.encode(P.notification("session.ack", {"seq": self._acked})))
                 if self.ping_seconds > 0 and time.monotonic() - last_ping >= self.ping_seconds:
                     last_ping = time.monotonic()
                     if self._ready:
-                        self._send_now(P.encode(P.notification("$/ping")))
+                        frames.append(P.encode(P.notification("$/ping")))
+                transport = self._transport if self._ready else None
+            for frame in frames:
+                self._send_on(transport, frame)
 
-    def _send_now(self, frame: bytes) -> None:
-        transport = self._transport
+    @staticmethod
+    def _send_on(transport: Transport | None, frame: bytes) -> None:
+        """Write outside the client's lock; a pipe that broke is noticed by the pump, which reconnects
+        and sends every unanswered call again."""
         if transport is None:
             return
         try:
             transport.send(frame)
         except OSError:
-            pass  # the pump sees the pipe end and reconnects; unanswered calls are sent again
+            pass
 
     # -- calls ------------------------------------------------------------------------------
 
@@ -335,11 +356,12 @@ class RunnerClient:
             if self._closed:
                 raise P.RunnerError(P.RUNNER_UNREACHABLE, "the runner client is closed")
             self._calls[request_id] = call
-            if self._ready:
-                self._send_now(frame)
+            transport = self._transport if self._ready else None
+            if transport is not None:
                 call.sent_to = self.instance_id
             elif self._pump is None or not self._pump.is_alive():
                 threading.Thread(target=self._reconnect_once, daemon=True).start()
+        self._send_on(transport, frame)
         return call
 
     def _reconnect_once(self) -> None:
@@ -365,8 +387,8 @@ class RunnerClient:
 
     def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
         with self._lock:
-            if self._ready:
-                self._send_now(P.encode(P.notification(method, params)))
+            transport = self._transport if self._ready else None
+        self._send_on(transport, P.encode(P.notification(method, params)))
 
     @property
     def connected(self) -> bool:
