@@ -324,7 +324,8 @@ def test_a_large_request_while_output_floods_in_does_not_hang(zipapp, workspace)
     try:
         client.connect()
         flowing = threading.Event()
-        flood = client.start_call("shell.run", {"shell": "flood", "command": "yes 0123456789abcdef | head -c 300000000"},
+        flood = client.start_call("shell.run",
+                                  {"shell": "flood", "command": "yes 0123456789abcdef | head -c 300000000"},
                                   on_notification=lambda _frame: flowing.set())
         assert flowing.wait(30)
         written = client.call("fs.write", {"path": "big.txt", "text": "y" * 30_000_000}, timeout=120)
