@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -67,3 +68,25 @@ def test_an_exec_provider_without_a_command_says_how_to_set_it(tmp_path, prefix)
         assert "OWSANDBOX_EXEC" in kernel.run("echo hi").error["evalue"]
     finally:
         kernel.close()
+
+
+def test_a_daemon_that_died_in_the_box_is_started_again_by_the_next_relay(sshd, tmp_path):
+    """Nobody else in an ssh box notices its daemon die: the next relay starts one, and the client
+    reports the command that was running as of unknown outcome."""
+    from owsandbox.runner.executor import RunnerExecutor
+    from owsandbox.runner.providers.exec import ExecProvider
+    from owsandbox.runner.workspace import RunnerWorkspace
+
+    (tmp_path / "kept").mkdir()
+    workspace = RunnerWorkspace(ExecProvider(prefix=sshd, box_cwd=str(tmp_path)), str(tmp_path))
+    try:
+        ex = RunnerExecutor(workspace.client)
+        ex.run("cd kept")
+        daemon = int(ex.run("echo $PPID")["output"])
+        os.kill(daemon, 9)
+        first = ex.run("echo ${PWD##*/}")  # sent before the client could know: never run twice, so unknown
+        assert first["output"] == "kept\n" or "outcome of this command is unknown" in first["error"]
+        assert ex.run("echo ${PWD##*/}")["output"] == "kept\n"  # a new daemon, the shell in its last folder
+        assert workspace.client.restarts == 1
+    finally:
+        workspace.close()

@@ -28,6 +28,8 @@ def build_parser(prog: str = "runner") -> argparse.ArgumentParser:
                        help="characters of a command's output kept in memory")
     attach = sub.add_parser("attach", help="relay stdin/stdout to the daemon's socket")
     attach.add_argument("--socket", required=True)
+    attach.add_argument("--start", nargs=argparse.REMAINDER, metavar="SERVE-ARGS",
+                        help="if no daemon listens, start one with these `serve` arguments (must come last)")
     attach.add_argument("--silence-seconds", type=float, default=0,
                         help="leave after this long without a byte from the client (0 = never)")
     forward = sub.add_parser("forward", help="relay stdin/stdout to the execd endpoint's socket (one connection)")
@@ -46,7 +48,7 @@ def main(argv: list[str] | None = None, prog: str = "runner") -> int:
 
     if args.command == "forward":  # the same byte relay, to the endpoint of long-running programs
         return run_relay(args.socket, 0, half_close=True)
-    return run_relay(args.socket, args.silence_seconds)
+    return run_relay(args.socket, args.silence_seconds, start_args=args.start)
 
 
 if __name__ == "__main__":

@@ -65,6 +65,7 @@ elif args["action"] == "start":
     if not os.path.isdir(cwd):
         print(json.dumps({"error": "no such folder in the box: %s" % cwd}))
         sys.exit(0)
+    out["cwd"] = cwd
     if not serving():
         ready = os.path.join(folder, "ready.json")
         if os.path.exists(ready):
@@ -142,6 +143,7 @@ class ExecProvider(Provider):
         self.daemon_info: dict[str, Any] = {}
         self.reused = False
         self.box_python = python
+        self.box_folder = ""
         self._bridge: ForwardBridge | None = None
         self._lifecycle = threading.RLock()
         for word in (self.python, self.key):
@@ -192,6 +194,8 @@ class ExecProvider(Provider):
         self.socket_path, self.runner_path = started["socket"], started["runner"]
         # Relays start the interpreter by its path: a wrapper found on PATH (pyenv's, say) costs time on
         # every connection.
+        folder = started.get("cwd") or ""
+        self.box_folder = folder if _PLAIN_WORD.match(folder) else ""  # where a restarted daemon starts
         executable = started.get("executable") or ""
         self.box_python = executable if _PLAIN_WORD.match(executable) else self.python
         self.daemon_info = started.get("daemon", {})
@@ -201,8 +205,9 @@ class ExecProvider(Provider):
                 raise BoxError(f"the box's runtime folder '{word}' has characters the exec provider cannot pass")
 
     def open_runner(self) -> PipeTransport:
+        start = ["--start", "--cwd", self.box_folder, "--linger", str(self.linger_seconds)] if self.box_folder else []
         return PipeTransport([*self.prefix, self.box_python, "-S", self.runner_path, "attach", "--socket",
-                              self.socket_path, "--silence-seconds", str(self.relay_silence_seconds)])
+                              self.socket_path, "--silence-seconds", str(self.relay_silence_seconds), *start])
 
     def execd_socket(self, hello: dict[str, Any]) -> str:
         """The box's execd socket is in the box: a local bridge runs `forward` through the prefix."""

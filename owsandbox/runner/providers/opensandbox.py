@@ -132,6 +132,7 @@ def start():
     if not os.path.isdir(cwd):
         fail("no such folder in the box: %s" % cwd)
     os.makedirs(folder, mode=0o700, exist_ok=True)
+    out["cwd"] = cwd
     if serving():
         out["daemon"] = recorded()
         out["reused"] = True
@@ -204,6 +205,7 @@ class OpenSandboxProvider(Provider):
         self.runner_path = ""
         self.daemon_info: dict[str, Any] = {}
         self.reused = False  # create() found this key's daemon serving
+        self.box_folder = ""  # where the daemon started; a relay starts it there again if it died
         self.uploads = 0  # how many times this provider copied the zipapp into the box
         self._zipapp_cache: tuple[str, bytes] | None = None
         self._transports: weakref.WeakSet[ExecdPipeTransport] = weakref.WeakSet()
@@ -282,11 +284,14 @@ class OpenSandboxProvider(Provider):
         self.socket_path, self.runner_path = started["socket"], started["runner"]
         self.daemon_info = started.get("daemon", {})
         self.reused = bool(started.get("reused"))
+        self.box_folder = started.get("cwd") or ""
 
     def open_runner(self) -> ExecdPipeTransport:
         assert self.runner_path, "create() first"
+        # A daemon that died meanwhile (nobody else in the box would notice) is started again by the relay.
+        start = ["--start", "--cwd", self.box_folder, "--linger", f"{self.linger_seconds:g}"] if self.box_folder else []
         command = shlex.join([self.python, "-S", self.runner_path, "attach", "--socket", self.socket_path,
-                              "--silence-seconds", f"{self.relay_silence_seconds:g}"])
+                              "--silence-seconds", f"{self.relay_silence_seconds:g}", *start])
         with self._lifecycle:  # not while the daemon is being restarted: wait for the new one
             transport = ExecdPipeTransport(self.endpoint, f"exec {command}")
             self._transports.add(transport)
