@@ -1,0 +1,166 @@
+"""Floods through the real kernel: memory stays bounded on both sides, and the notebook is told what it missed.
+
+1. A cell prints 1 GB (`head -c 1000000000 /dev/zero | tr '\\0' x | fold -w 100`, about 10 s here).
+2. `%attach` runs a program that writes about 500 MB of small JSON records as fast as it can (about
+   6 million records, 30 s here; 1 GB took 59 s, too close to the per-file budget).
+
+While each runs, the resident memory (VmRSS) of the kernel process and of the daemon process is read
+every 50 ms; both must stay under bounds chosen from measurement with generous headroom. The peaks
+are printed. Measured on this machine (2 CPUs, other test suites often running at the same time),
+over six runs: the 1 GB cell (7-9 s) peaked at 51-62 MB in the kernel and 30-35 MB in the daemon
+(both start near 46 MB and 21 MB); the 500 MB attach (20-26 s) at 47-48 MB and 27-29 MB; a 1 GB
+attach tried by hand took 59 s and peaked at 48 MB and 29 MB. The bounds: kernel 300 MB, daemon 100 MB.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.kernel_session import KernelSession
+
+from .helpers import rss_kb
+
+KERNEL_BOUND_KB = 300 * 1024
+DAEMON_BOUND_KB = 100 * 1024
+FLOOD_BYTES = 1_000_000_000
+ATTACH_RECORDS = 6_000_000  # ~83 bytes each: ~500 MB
+
+PRODUCER = r'''
+import sys
+count = int(sys.argv[1])
+pad = b"x" * 60
+out = sys.stdout.buffer
+n = 0
+while n < count:
+    m = min(2000, count - n)
+    out.write(b"".join(b'{"n":%d,"pad":"%s"}\n' % (i, pad) for i in range(n + 1, n + m + 1)))
+    n += m
+out.flush()
+'''
+
+
+class Sampler:
+    """Reads the VmRSS of some processes every 50 ms on a thread, keeping the peaks."""
+
+    def __init__(self, pids: dict[str, int], every: float = 0.05) -> None:
+        self.pids = pids
+        self.every = every
+        self.peaks = {name: rss_kb(pid) for name, pid in pids.items()}
+        self.start = dict(self.peaks)
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            for name, pid in self.pids.items():
+                self.peaks[name] = max(self.peaks[name], rss_kb(pid))
+            self.samples += 1
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def report(self, what: str, seconds: float) -> str:
+        parts = ", ".join(f"{name} {self.start[name] / 1024:.1f} → peak {self.peaks[name] / 1024:.1f} MB"
+                          for name in self.pids)
+        return f"[faults] {what} in {seconds:.1f} s: {parts} ({self.samples} samples)"
+
+
+@pytest.fixture
+def kernel(tmp_path: Path):
+    session = KernelSession(tmp_path)
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+def daemon_pid(kernel: KernelSession) -> int:
+    run = kernel.run("echo $PPID")
+    assert run.status == "ok", run.outputs
+    return int(run.text().split()[-1])
+
+
+@pytest.mark.timeout(300)
+def test_a_cell_printing_1_gb_keeps_kernel_and_daemon_small(kernel: KernelSession) -> None:
+    pids = {"kernel": kernel.pid, "daemon": daemon_pid(kernel)}
+    started = time.monotonic()
+    with Sampler(pids) as sampler:
+        # The pause keeps THE-END out of the live view, which would otherwise now and then carry the very
+        # end, and then nothing after the notice shows (the bug pinned by the xfail test below).
+        run = kernel.run(f"head -c {FLOOD_BYTES} /dev/zero | tr '\\0' x | fold -w 100; echo; sleep 0.2; echo THE-END",
+                         timeout=240)
+    seconds = time.monotonic() - started
+    print(sampler.report("1 GB cell", seconds))
+    assert run.status == "ok", run.outputs
+    assert sampler.peaks["kernel"] < KERNEL_BOUND_KB and sampler.peaks["daemon"] < DAEMON_BOUND_KB, sampler.peaks
+
+    total = FLOOD_BYTES + FLOOD_BYTES // 100 - 1 + len("\nTHE-END\n")  # fold's newlines, then the echoes
+    notices = run.text("stderr")
+    assert "output limit of 4000000 characters reached" in notices
+    found = re.search(r"\[all (\d+) characters are in (\S+); page them with %read (\S+) --lines 1:200\]", notices)
+    assert found and int(found.group(1)) == total and found.group(2) == found.group(3), notices
+    shown = run.text()
+    assert shown.startswith("x" * 100 + "\n") and len(shown) <= 4_000_000 + 4096
+    assert "[the last " in notices and shown.endswith("THE-END\n"), (shown[-300:], notices[-300:])
+    log = Path(found.group(2))
+    assert log.stat().st_size == total  # the whole output is kept in the sandbox
+    log.unlink()
+
+
+def _wait_for_end(kernel: KernelSession, timeout: float) -> str:
+    """The attach display's text once its header says the program ended."""
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            msg = kernel.kc.get_iopub_msg(timeout=1)
+        except Exception:  # noqa: BLE001 - nothing yet
+            continue
+        if msg["msg_type"] in ("display_data", "update_display_data"):
+            last = msg["content"]["data"].get("text/plain", "")
+            if "[ended" in last.split("\n", 1)[0]:
+                return last
+    raise AssertionError(f"the program did not end within {timeout:g} s; last display: {last[:500]}")
+
+
+@pytest.mark.timeout(300)
+def test_an_attached_program_printing_500_mb_of_records_keeps_kernel_and_daemon_small(
+        kernel: KernelSession, tmp_path: Path) -> None:
+    producer = tmp_path / "producer.py"
+    producer.write_text(PRODUCER)
+    pids = {"kernel": kernel.pid, "daemon": daemon_pid(kernel)}
+    started = time.monotonic()
+    with Sampler(pids) as sampler:
+        run = kernel.run(f"%attach --name flood -- {sys.executable} {producer} {ATTACH_RECORDS}")
+        assert run.status == "ok", run.outputs
+        final = _wait_for_end(kernel, 240)
+    seconds = time.monotonic() - started
+    header, *lines = final.split("\n")
+    cursor = int(re.search(r"cursor (\d+)", header).group(1))  # type: ignore[union-attr]
+    print(sampler.report(f"%attach of {ATTACH_RECORDS} records ({cursor / 1e6:.0f} MB)", seconds))
+    assert sampler.peaks["kernel"] < KERNEL_BOUND_KB and sampler.peaks["daemon"] < DAEMON_BOUND_KB, sampler.peaks
+    assert "exited with code 0" in header and f"{ATTACH_RECORDS} records" in header, header
+    assert lines[-1].startswith(f'{{"n": {ATTACH_RECORDS}, ') and cursor > 450_000_000, (header, lines[-1:])
+
+
+@pytest.mark.xfail(strict=True, reason="kernel/output.py CellOutput._finish_truncated: the tail starts at "
+                                       "max(self.limit, total - TAIL_CHARS, self.shown), and live() keeps adding to "
+                                       "self.shown after the limit although nothing more is shown; a command that "
+                                       "prints past the limit and then pauses gets no '[the last N characters:]'")
+def test_past_the_limit_the_end_shows_even_when_the_command_pauses_after_it(kernel: KernelSession) -> None:
+    assert kernel.run("%output limit 100000").status == "ok"
+    run = kernel.run("seq 1 300000; sleep 0.5")
+    assert "output limit of 100000 characters reached" in run.text("stderr")
+    assert run.text().endswith("299999\n300000\n"), (run.text()[-100:], run.text("stderr")[-400:])
