@@ -128,7 +128,7 @@ def _show_answers(ctx: MagicContext, records: list[dict[str, Any]], answers: lis
 
 def _split_number(text: str) -> tuple[int | None, str]:
     first, _, rest = text.strip().partition(" ")
-    if first.isdigit():
+    if first.isascii() and first.isdigit():
         return int(first), rest
     return None, text
 

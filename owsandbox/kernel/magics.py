@@ -14,6 +14,7 @@ import base64
 import difflib
 import html
 import json
+import math
 import shlex
 import time
 from collections.abc import Callable
@@ -434,6 +435,8 @@ def _timeout(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
         seconds = float(args.seconds)
     except ValueError:
         raise UsageError(f"%timeout takes a number of seconds or 'off', not '{args.seconds}'") from None
+    if not math.isfinite(seconds):
+        raise UsageError(f"%timeout takes a finite number of seconds (or 'off'), not {args.seconds}")
     if seconds <= 0:
         raise UsageError(f"%timeout takes a positive number of seconds, not {args.seconds}")
     ctx.settings["timeout"] = seconds
@@ -450,7 +453,7 @@ def _output(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
     scale = {"K": 1_000, "M": 1_000_000, "G": 1_000_000_000}.get(text[-1:], 1)
     try:
         limit = int(float(text[:-1] if scale > 1 else text) * scale)
-    except ValueError:
+    except (ValueError, OverflowError):
         raise UsageError(f"%output limit takes a size such as 4M or 200000, not '{args.value}'") from None
     if limit < 100:
         raise UsageError(f"%output limit must be at least 100 characters, not {limit}")

@@ -103,7 +103,8 @@ class CellOutput:
             self._stop_at_limit()
         self._events.append(Notice(f"[all {total} characters are in {log}; "
                                    f"page them with %read {log} --lines 1:200]\n"))
-        tail = min(total - max(self.limit, total - TAIL_CHARS, self.shown), kept_tail)
+        # What was shown is the output up to `displayed`; the end comes from the record's tail.
+        tail = min(total - max(self.displayed, total - TAIL_CHARS), kept_tail)
         if tail > 0:
             self._events.append(Notice(f"[the last {tail} characters:]\n"))
             self._events.append(Stream("stdout", output[len(output) - tail :]))

@@ -6,9 +6,8 @@ and is never sent again; the shell comes back in its last known folder (its vari
 Ten rounds on a LocalProvider at moments drawn from a seeded RNG, then the same through the kernel,
 where the cell gets an `error` output named `SandboxRestarted` and the next cell works.
 
-The killed daemon's shells live in sessions of their own, so a SIGKILL leaves them orphaned; each
-round waits for them (and kills what is left), so the test leaves nothing behind. That nothing else
-reaps them, even `destroy()`, is a bug pinned by the xfail test at the end.
+The killed daemon's shells live in sessions of their own, so a SIGKILL leaves them orphaned; the
+daemon writes their pids beside its socket, and the provider ends them (the last test checks it).
 """
 
 from __future__ import annotations
@@ -149,12 +148,6 @@ def test_kill_9_of_the_daemon_during_a_cell(tmp_path: Path) -> None:
         kernel.close()
 
 
-@pytest.mark.xfail(strict=True, reason="runner/providers/local.py _stop_daemon looks for what the daemon started by "
-                                       "parentage (descendants(pid)) and by the daemon's session, but after a SIGKILL "
-                                       "its shells were re-parented and each lives in a session of its own "
-                                       "(shells.py start_new_session=True): a shell running a quiet command (sleep) "
-                                       "outlives the restart and even provider.destroy(), although the README says "
-                                       "shutting down ends everything started in the sandbox")
 def test_nothing_the_killed_daemon_started_outlives_destroy(zipapp: Path, workspace: Path) -> None:
     provider = LocalProvider(cwd=workspace, runner_path=zipapp, relay_silence_seconds=0)
     provider.create()

@@ -20,7 +20,7 @@ wsframes raises `ProtocolError`; jsonlines raises `JsonLineError` kinds (`BadFra
 `LineTooLong`, `ReplayGap`) and `ValueError` only for a negative `since`; magics raise `UsageError`;
 completeness answers ("complete" | "incomplete" | "invalid", indent).
 
-Bugs found here are pinned by the `xfail(strict=True)` tests at the end, a few through a real kernel.
+The tests at the end pin bugs these properties found (now fixed), a few through a real kernel.
 """
 
 from __future__ import annotations
@@ -687,8 +687,6 @@ def test_the_completeness_check_answers_any_text(code: str) -> None:
 
 # ── bugs found by this file ─────────────────────────────────────────────────────────────────────
 
-@pytest.mark.xfail(strict=True, reason="attach_magics._split_number: '²'.isdigit() is True but int('²') raises "
-                                       "ValueError, so `%send ² {...}` is a KernelError instead of a UsageError")
 @FUZZ
 @given(st.text(max_size=20))
 @example("² {\"id\": 1}")
@@ -700,10 +698,6 @@ def test_send_numbers_split_or_say_usage(text: str) -> None:
     assert number is None or isinstance(number, int)
 
 
-@pytest.mark.xfail(strict=True, reason="kernel/output.py CellOutput._finish_truncated: the tail starts at "
-                                       "max(self.limit, total - TAIL_CHARS, self.shown), and live() keeps adding to "
-                                       "self.shown after the limit although nothing more is shown; when the live view "
-                                       "received the end, no '[the last N characters:]' is shown at all")
 def test_past_the_limit_the_last_part_shows_even_when_live_frames_carried_it() -> None:
     text = "".join(f"{i}\n" for i in range(1, 2001))
     view = CellOutput(limit=1000)
@@ -722,16 +716,10 @@ def test_past_the_limit_the_last_part_shows_even_when_live_frames_carried_it() -
 DEEP_LINE = b"[" * 100_000  # nesting deeper than Python's recursion limit
 
 
-@pytest.mark.xfail(strict=True, reason="runner/box/protocol.py decode() catches UnicodeDecodeError and ValueError but "
-                                       "not the RecursionError json.loads raises for deeply nested input, so a line "
-                                       "such as '[' * 100000 raises instead of being dropped as 'not a frame'")
 def test_a_deeply_nested_line_is_not_a_frame() -> None:
     assert P.decode(DEEP_LINE) is None
 
 
-@pytest.mark.xfail(strict=True, reason="the same RecursionError from protocol.decode kills the daemon's "
-                                       "_read_connection thread (daemon.py): the connection is neither answered nor "
-                                       "closed, so a client waits forever")
 def test_the_daemon_answers_after_a_deeply_nested_frame(zipapp: Path, workspace: Path) -> None:
     import socket
 
@@ -768,8 +756,6 @@ def kernel(tmp_path_factory: pytest.TempPathFactory):
         session.close()
 
 
-@pytest.mark.xfail(strict=True, reason="kernel/magics.py _output: int(float(value) * scale) raises OverflowError for "
-                                       "'inf' or '1e400', which is not caught (only ValueError is): KernelError")
 @pytest.mark.parametrize("value", ["inf", "1e400"])
 def test_output_limit_refuses_an_infinite_size(kernel, value: str) -> None:
     run = kernel.run(f"%output limit {value}")
@@ -777,9 +763,6 @@ def test_output_limit_refuses_an_infinite_size(kernel, value: str) -> None:
     assert run.status == "error" and run.error["ename"] == "UsageError", run.error
 
 
-@pytest.mark.xfail(strict=True, reason="kernel/magics.py _timeout: 'seconds <= 0' lets NaN through, so %timeout nan "
-                                       "is accepted and every later cell fails 'TimedOut: timed out after nan s' "
-                                       "(box/params.py number() lets NaN through too)")
 def test_timeout_refuses_nan(kernel) -> None:
     run = kernel.run("%timeout nan")
     after = kernel.run("echo fine")
@@ -788,8 +771,6 @@ def test_timeout_refuses_nan(kernel) -> None:
     assert after.status == "ok", after.outputs
 
 
-@pytest.mark.xfail(strict=True, reason="kernel/attach_magics.py _split_number: str.isdigit() is True for '²', "
-                                       "int('²') raises ValueError: `%send ² {...}` is a KernelError")
 def test_send_with_a_superscript_number_is_a_usage_error(kernel) -> None:
     run = kernel.run('%send ² {"id": 1}')
     assert run.status == "error" and run.error["ename"] == "UsageError", run.error

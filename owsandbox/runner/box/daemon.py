@@ -354,13 +354,28 @@ class Daemon:
         with self._shells_lock:
             self._shells[name] = shell
             self._last_folders[name] = shell.cwd
+        self._note_shells()
         return shell
+
+    def _note_shells(self) -> None:
+        """Write the shells' pids beside the socket: if this daemon is killed, whoever cleans up can
+        still find them (each shell leads a session of its own, so nothing else ties them to us)."""
+        with self._shells_lock:
+            pids = sorted(shell.pid for shell in self._shells.values())
+        path = os.path.join(os.path.dirname(self.socket_path), "shells.pids")
+        try:
+            with open(path + ".tmp", "w") as f:
+                f.write("".join(f"{pid}\n" for pid in pids))
+            os.replace(path + ".tmp", path)
+        except OSError:
+            pass
 
     def _shell_exited(self, shell: Shell) -> None:
         with self._shells_lock:
             if self._shells.get(shell.name) is shell:
                 del self._shells[shell.name]
                 self._last_folders[shell.name] = shell.cwd
+        self._note_shells()
 
     def _run_params(self, p: dict[str, Any]) -> tuple[str, str, str | None, dict[str, Any]]:
         name = params.get(p, "shell", str, "main")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .protocol import INVALID_PARAMS, RunnerError
@@ -35,6 +36,8 @@ def get(params: dict[str, Any], name: str, types: type | tuple[type, ...], defau
 
 def number(params: dict[str, Any], name: str, default: Any = _MISSING, minimum: float | None = None) -> Any:
     value = get(params, name, (int, float), default)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise RunnerError(INVALID_PARAMS, f"param '{name}' must be a finite number, not {value}")
     if value is not None and minimum is not None and value < minimum:
         raise RunnerError(INVALID_PARAMS, f"param '{name}' must be at least {minimum}, not {value}")
     return value

@@ -63,7 +63,7 @@ def decode(line: bytes) -> dict[str, Any] | None:
     """The JSON object on this line, or None for anything that is not a frame."""
     try:
         value = json.loads(line.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):  # deeply nested junk is junk too
         return None
     return value if isinstance(value, dict) else None
 

@@ -223,7 +223,7 @@ class LocalProvider(Provider):
         pid, self.daemon_pid = self.daemon_pid, None
         if pid is None:
             return
-        family = descendants(pid)  # shells live in sessions of their own: find them by parentage
+        family = descendants(pid) + self._recorded_shells()  # shells lead sessions of their own
         if pid_alive(pid):
             os.kill(pid, signal.SIGTERM)  # it ends its shells and removes its socket
             deadline = time.monotonic() + 5
@@ -240,7 +240,8 @@ class LocalProvider(Provider):
         if daemon is not None:
             daemon.wait()
         # Anything left behind goes too, and is waited for: a destroyed sandbox runs nothing.
-        leftovers = [p for p in set(family + session_members(pid)) if pid_alive(p)]
+        members = session_members(pid) + [m for shell in self._recorded_shells() for m in session_members(shell)]
+        leftovers = [p for p in set(family + members) if pid_alive(p)]
         for member in leftovers:
             try:
                 os.kill(member, signal.SIGKILL)
@@ -249,6 +250,23 @@ class LocalProvider(Provider):
         deadline = time.monotonic() + 5
         while any(pid_alive(p) for p in leftovers) and time.monotonic() < deadline:
             time.sleep(0.01)
+
+    def _recorded_shells(self) -> list[int]:
+        """The shells the daemon wrote down (they outlive a daemon that was killed), still bash."""
+        try:
+            with open(os.path.join(os.path.dirname(self.socket_path), "shells.pids")) as f:
+                pids = [int(line) for line in f if line.strip().isdigit()]
+        except (OSError, ValueError):
+            return []
+        found = []
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/comm") as f:
+                    if f.read().strip() == "bash":
+                        found.append(pid)
+            except OSError:
+                continue
+        return found
 
     def restart_daemon(self) -> None:
         with self._lifecycle:
