@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -89,8 +91,15 @@ def box(request: pytest.FixtureRequest, zipapp: Path, workspace: Path):
                                        box_cwd=str(workspace), relay_silence_seconds=0)
     else:
         provider = LocalProvider(cwd=workspace, runner_path=zipapp, relay_silence_seconds=0)
+    with running(provider) as pair:
+        yield pair
+
+
+@contextmanager
+def running(provider: Any, reconnect_timeout: float = 20.0) -> Iterator[tuple[Any, RunnerClient]]:
+    """Create the sandbox, connect a client (pinging often), and end both afterwards, whatever happens."""
     provider.create()
-    client = RunnerClient(provider.open_runner, ping_seconds=0.5, reconnect_timeout=20)
+    client = RunnerClient(provider.open_runner, ping_seconds=0.5, reconnect_timeout=reconnect_timeout)
     try:
         client.connect()
         yield provider, client

@@ -26,6 +26,7 @@ from owsandbox.runner.providers.local import LocalProvider, descendants
 from tests.kernel_session import KernelSession
 from tests.processes import wait_gone
 
+from ..conftest import running
 from .helpers import alive, reap, seed_from_env
 
 SEED = 4242
@@ -39,15 +40,9 @@ def _lines(text: str) -> list[str]:
 
 @pytest.fixture
 def local_box(zipapp: Path, workspace: Path):
-    provider = LocalProvider(cwd=workspace, runner_path=zipapp, relay_silence_seconds=0)
-    provider.create()
-    client = RunnerClient(provider.open_runner, ping_seconds=0.5, reconnect_timeout=20)
-    try:
-        client.connect()
-        yield provider, client
-    finally:
-        client.close()
-        provider.destroy()
+    with running(LocalProvider(cwd=workspace, runner_path=zipapp, relay_silence_seconds=0),
+                 reconnect_timeout=20) as pair:
+        yield pair
 
 
 @pytest.mark.timeout(300)

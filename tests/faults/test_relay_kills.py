@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 
 from owsandbox.kernel.output import CellOutput, Notice, Stream
-from owsandbox.runner.client import RunnerClient
 from owsandbox.runner.providers.local import LocalProvider
 from tests.processes import children, command_line
 
+from ..conftest import running
 from .helpers import seed_from_env
 
 SEED = 20261201
@@ -106,15 +106,9 @@ class Outcome:
 
 @pytest.fixture
 def local_box(zipapp: Path, workspace: Path):
-    provider = LocalProvider(cwd=workspace, runner_path=zipapp, relay_silence_seconds=0)
-    provider.create()
-    client = RunnerClient(provider.open_runner, ping_seconds=0.5, reconnect_timeout=RECONNECT_WAIT)
-    try:
-        client.connect()
-        yield provider, client
-    finally:
-        client.close()
-        provider.destroy()
+    with running(LocalProvider(cwd=workspace, runner_path=zipapp, relay_silence_seconds=0),
+                 reconnect_timeout=RECONNECT_WAIT) as pair:
+        yield pair
 
 
 @pytest.mark.timeout(300)
