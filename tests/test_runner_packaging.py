@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 import zipfile
@@ -116,3 +117,29 @@ def test_destroy_leaves_no_process_behind(tmp_path):
     while any(session_members(pid) for pid in leaders) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert [session_members(pid) for pid in leaders] == [[] for _ in leaders]
+
+
+def test_folders_of_daemons_that_are_gone_are_swept_away(tmp_path, zipapp, monkeypatch):
+    """A kernel that was killed leaves its keyed folder behind; the next keyed sandbox tidies up."""
+    import json
+    import shutil
+    import tempfile
+
+    from owsandbox.runner.providers.local import LocalProvider
+
+    runtime = tempfile.mkdtemp(prefix="ows-rt-")  # short: a Unix socket path has at most 107 bytes
+    monkeypatch.setenv("XDG_RUNTIME_DIR", runtime)
+    first = LocalProvider(cwd=tmp_path, runner_path=zipapp, key="kernel-old")
+    first.create()
+    old = Path(first.state_dir)
+    first.release()  # as a killed kernel would: the daemon is left lingering
+    os.kill(json.loads((old / "daemon.json").read_text())["pid"], 9)
+    untouched = old.parent / "not-ours"
+    untouched.mkdir()
+    second = LocalProvider(cwd=tmp_path, runner_path=zipapp, key="kernel-new")
+    try:
+        second.create()
+        assert not old.exists() and untouched.exists()
+    finally:
+        second.destroy()
+        shutil.rmtree(runtime, ignore_errors=True)

@@ -107,6 +107,29 @@ def pid_alive(pid: int | None) -> bool:
         return False
 
 
+def sweep_dead_state(root: Path, keep: str) -> None:
+    """Remove the folders of keyed daemons that are gone (a kernel that was killed leaves one behind
+    once its daemon stops lingering). Only folders this provider made: they hold daemon.json."""
+    for folder in root.iterdir():
+        record = folder / "daemon.json"
+        if folder.name == keep or not record.is_file():
+            continue
+        try:
+            pid = json.loads(record.read_text()).get("pid")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if not pid_alive(pid) and not (folder / "run" / "runner.sock").is_socket():
+            shutil.rmtree(folder, ignore_errors=True)
+        elif not pid_alive(pid):
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.connect(str(folder / "run" / "runner.sock"))
+            except OSError:
+                shutil.rmtree(folder, ignore_errors=True)  # a socket file nobody listens on
+            finally:
+                probe.close()
+
+
 class LocalProvider(Provider):
     name = "local"
     enforcement = "none"
@@ -135,6 +158,7 @@ class LocalProvider(Provider):
         if self.runner_path is None:
             self.runner_path = str(build_runner_zipapp())
         if self.key:
+            sweep_dead_state(runtime_root(), keep=self.key)
             folder = runtime_root() / self.key
             folder.mkdir(mode=0o700, exist_ok=True)
             self.state_dir = str(folder)
