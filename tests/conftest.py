@@ -75,6 +75,18 @@ def opensandbox_execd(tmp_path_factory: pytest.TempPathFactory):
 def box(request: pytest.FixtureRequest, zipapp: Path, workspace: Path):
     """(provider, client) on a fresh daemon: plain, inside bubblewrap, over a real ssh, and through
     an execd endpoint as in an OpenSandbox sandbox; the relay never leaves on silence here."""
+    with running(_provider(request, zipapp, workspace)) as pair:
+        yield pair
+
+
+@pytest.fixture(params=["local", "bwrap", "ssh"])
+def pipe_box(request: pytest.FixtureRequest, zipapp: Path, workspace: Path):
+    """As `box`, for the providers whose relay is a local process with a stdin of its own."""
+    with running(_provider(request, zipapp, workspace)) as pair:
+        yield pair
+
+
+def _provider(request: pytest.FixtureRequest, zipapp: Path, workspace: Path) -> Any:
     provider: Any
     if request.param == "bwrap":
         require_bwrap()
@@ -91,8 +103,7 @@ def box(request: pytest.FixtureRequest, zipapp: Path, workspace: Path):
                                        box_cwd=str(workspace), relay_silence_seconds=0)
     else:
         provider = LocalProvider(cwd=workspace, runner_path=zipapp, relay_silence_seconds=0)
-    with running(provider) as pair:
-        yield pair
+    return provider
 
 
 @contextmanager

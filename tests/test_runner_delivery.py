@@ -80,11 +80,9 @@ def test_a_restarted_daemon_fails_the_running_command_as_unknown(box, workspace)
     assert ex.run("echo [$LOST] ${PWD##*/}")["output"] == "[] deep\n"  # variables gone, folder kept
 
 
-def test_the_newest_connection_wins(box, workspace):
-    provider, client = box
-    if provider.name == "opensandbox":
-        pytest.skip("this test waits on the relay as a local process (PipeTransport.proc); through execd the relay "
-                    "is a remote session: test_provider_opensandbox checks that the daemon ends the older pipe")
+def test_the_newest_connection_wins(pipe_box, workspace):
+    """(Through execd the relay is a remote session: test_provider_opensandbox checks it there.)"""
+    provider, client = pipe_box
     old = client._transport
     second = provider.open_runner()
     try:
@@ -121,11 +119,10 @@ def test_a_relay_that_cannot_connect_exits_2_and_says_why(zipapp, tmp_path):
     assert done.stdout == b"" and b"cannot connect" in done.stderr
 
 
-def test_the_relay_leaves_when_its_stdin_closes(box):
-    provider, _ = box
-    if provider.name == "opensandbox":
-        pytest.skip("execd cannot close a session's stdin; the relay leaves when its session is deleted instead "
-                    "(ExecdPipeTransport.close, checked in test_provider_opensandbox)")
+def test_the_relay_leaves_when_its_stdin_closes(pipe_box):
+    """(execd cannot close a session's stdin; there the relay leaves when its session is deleted,
+    checked in test_provider_opensandbox.)"""
+    provider, _ = pipe_box
     relay = provider.open_runner()
     relay.proc.stdin.close()
     assert relay.proc.wait(10) == 0
