@@ -143,3 +143,14 @@ def test_folders_of_daemons_that_are_gone_are_swept_away(tmp_path, zipapp, monke
     finally:
         second.destroy()
         shutil.rmtree(runtime, ignore_errors=True)
+
+
+def test_the_relay_command_line_names_the_daemons_defaults():
+    """cli.py repeats two defaults so a relay starts without importing the daemon's modules."""
+    from owsandbox.runner.box import cli, protocol, shells
+
+    assert cli.DEFAULT_MAX_FRAME_BYTES == protocol.DEFAULT_MAX_FRAME_BYTES
+    assert cli.DEFAULT_OUTPUT_LIMIT == shells.DEFAULT_OUTPUT_LIMIT
+    done = subprocess.run([sys.executable, "-S", "-X", "importtime", "-m", "owsandbox.runner.box.cli", "--help"],
+                          capture_output=True, text=True, timeout=60, cwd=str(BOX_DIR.parents[2]))
+    assert "owsandbox.runner.box.shells" not in done.stderr  # `attach` does not load the shells

@@ -21,11 +21,26 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..channel import ExecdControl, ExecdEndpoint, ExecdError, ExecdJsonLineChannel
-from ..channel.endpoint import TOKEN_HEADER
 from ..runner.box import protocol as P
+
+if TYPE_CHECKING:
+    from ..channel import ExecdEndpoint, ExecdJsonLineChannel
+
+
+class _Channel:
+    """`owsandbox.channel`, imported on first use: it brings in websockets, which the kernel need not
+    load before anybody attaches."""
+
+    def __getattr__(self, name: str) -> Any:
+        from .. import channel
+        from ..channel import endpoint
+
+        return getattr(channel, name, None) or getattr(endpoint, name)
+
+
+ch = _Channel()
 
 EVENT_TYPES = frozenset({"event", "progress", "notification", "log"})
 KEEP_RECORDS = 1000  # per program, for the display and %records
@@ -108,13 +123,13 @@ class AttachManager:
         if url:
             merged = dict(headers)
             token = os.environ.get("OWSANDBOX_EXECD_TOKEN")
-            if token and not any(k.lower() == TOKEN_HEADER.lower() for k in merged):
-                merged[TOKEN_HEADER] = token
+            if token and not any(k.lower() == ch.TOKEN_HEADER.lower() for k in merged):
+                merged[ch.TOKEN_HEADER] = token
             if url.startswith("unix:"):
-                return ExecdEndpoint(unix_socket=url[5:], headers=merged)
-            return ExecdEndpoint(origin=url, headers=merged)
+                return ch.ExecdEndpoint(unix_socket=url[5:], headers=merged)
+            return ch.ExecdEndpoint(origin=url, headers=merged)
         if os.environ.get("OWSANDBOX_EXECD_URL"):
-            return ExecdEndpoint.from_env()
+            return ch.ExecdEndpoint.from_env()
         return self._box_endpoint()
 
     # -- the registry in the sandbox --------------------------------------------------------
@@ -151,10 +166,10 @@ class AttachManager:
     def start(self, command: str, name: str | None, cwd: str | None, url: str | None,
               headers: dict[str, str], parent: dict[str, Any]) -> Program:
         endpoint = self.endpoint_for(url, headers)
-        control = ExecdControl(endpoint)
+        control = ch.ExecdControl(endpoint)
         try:
             session_id = control.create(cwd=cwd, command=command)
-        except ExecdError as exc:
+        except ch.ExecdError as exc:
             raise AttachError(f"could not start {command!r}: {exc}") from None
         program = self._new_program(name or _short_name(command), session_id, endpoint, command, cwd or "", url)
         self._connect(program, 0, parent)
@@ -216,7 +231,7 @@ class AttachManager:
             self._schedule_save()
 
         async def connect() -> None:
-            channel = ExecdJsonLineChannel(program.endpoint, session_id=program.session_id, on_record=on_record,
+            channel = ch.ExecdJsonLineChannel(program.endpoint, session_id=program.session_id, on_record=on_record,
                                            on_failure=on_failure, label=program.name)
             program.channel = channel
             program.state = "attached"
@@ -225,7 +240,7 @@ class AttachManager:
 
         try:
             self._run(connect())
-        except (ExecdError, RuntimeError, OSError) as exc:
+        except (ch.ExecdError, RuntimeError, OSError) as exc:
             program.state = f"not attached: {exc}"
             self._render(program)
             raise AttachError(f"could not attach to {program.describe()}: {exc}") from None
@@ -319,7 +334,7 @@ class AttachManager:
 
         try:
             return self._run(go(), timeout=wait + 10)
-        except (ExecdError, RuntimeError) as exc:
+        except (ch.ExecdError, RuntimeError) as exc:
             raise AttachError(f"could not send to {program.describe()}: {exc}") from None
 
     def detach(self, number: int | None) -> Program:
@@ -339,7 +354,7 @@ class AttachManager:
         if channel is not None:
             self._run(channel.delete())
         else:
-            ExecdControl(program.endpoint).delete(program.session_id)
+            ch.ExecdControl(program.endpoint).delete(program.session_id)
         program.state = "killed"
         self._render(program)
         for number in [n for n, p in self.programs.items() if p.session_id == program.session_id]:
@@ -351,9 +366,9 @@ class AttachManager:
         saved = {s["session_id"]: s for s in self.load_registry()}
         live: dict[str, dict[str, Any]] = {}
         try:
-            for session in ExecdControl(self._box_endpoint()).list_sessions():
+            for session in ch.ExecdControl(self._box_endpoint()).list_sessions():
                 live[session["session_id"]] = session
-        except (ExecdError, OSError):
+        except (ch.ExecdError, OSError):
             pass
         rows = []
         for session_id in sorted(set(saved) | set(live), key=lambda s: saved.get(s, {}).get("updated", 0)):
@@ -375,7 +390,7 @@ class AttachManager:
                     self._run(program.channel.detach(), timeout=10)
                     program.cursor = program.channel.cursor
                     program.state = "detached"
-                except (AttachError, ExecdError, RuntimeError):
+                except (AttachError, ch.ExecdError, RuntimeError):
                     pass
         if self.programs:
             self._save_quietly()

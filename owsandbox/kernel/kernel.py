@@ -278,21 +278,18 @@ class OwSandboxKernel(Kernel):
         self._interrupt_running()
 
     def _interrupt_running(self) -> None:
+        """Send `shell.interrupt` for every running cell and return at once (nothing waits for it:
+        the cell's own reply says how it ended)."""
         self.attach.cancel_waits()
         with self._running_lock:
             shells = list(self._running)
-        if shells:
-            threading.Thread(target=self._interrupt_shells, args=(shells,), daemon=True).start()
-
-    def _interrupt_shells(self, shells: list[str]) -> None:
-        try:
-            client = self.sandbox.client
-        except SandboxUnavailable:
+        if not shells or not self.sandbox.ready:
             return
+        client = self.sandbox.client
         for shell in shells:
             try:
-                client.call("shell.interrupt", {"shell": shell}, timeout=10)
-            except (P.RunnerError, TimeoutError):
+                client.start_call("shell.interrupt", {"shell": shell})
+            except P.RunnerError:
                 pass
 
     # -- is_complete, complete, inspect -----------------------------------------------------

@@ -71,6 +71,10 @@ class Sandbox:
         finally:
             self._ready.set()
 
+    @property
+    def ready(self) -> bool:
+        return self._workspace is not None
+
     def wait(self, timeout: float = 60.0) -> RunnerWorkspace:
         if not self._ready.wait(timeout):
             raise SandboxUnavailable(f"the {self.provider_name} sandbox did not start within {timeout:g} s")

@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .protocol import DEFAULT_MAX_FRAME_BYTES
-from .shells import DEFAULT_OUTPUT_LIMIT
+# The defaults of `serve`, written here so that a relay (`attach`), which starts once per pipe, does
+# not import the daemon's modules. A test checks they equal the daemon's own.
+DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024
+DEFAULT_OUTPUT_LIMIT = 1024 * 1024
 
 
 def build_parser(prog: str = "runner") -> argparse.ArgumentParser:

@@ -500,6 +500,7 @@ def serve(socket_path: str, cwd: str | None, exit_with_parent: bool, log_dir: st
           linger: float = 0) -> int:
     daemon = Daemon(socket_path, cwd, log_dir, max_frame_bytes, output_limit)
     daemon.listen()
+    threading.Thread(target=_bash_version, name="bash-version", daemon=True).start()  # for hello, ahead of it
     done = threading.Event()
 
     def stop(*_args: Any) -> None:

@@ -132,7 +132,7 @@ class Shell:
 
     def __init__(self, name: str, cwd: str, env: dict[str, str] | None = None,
                  log_dir: str | None = None, output_limit: int = DEFAULT_OUTPUT_LIMIT,
-                 live_delay: float = 0.04, on_exit: Callable[[Shell], None] | None = None) -> None:
+                 live_delay: float = 0.005, on_exit: Callable[[Shell], None] | None = None) -> None:
         self.name = name
         self.cwd = cwd
         self.log_dir = log_dir
@@ -215,19 +215,23 @@ class Shell:
             if self._current is not cmd or cmd.stop_reason is not None:
                 return
             cmd.stop_reason = reason
+        self._signal_group(signal.SIGINT)  # at once; the thread repeats and escalates if need be
         threading.Thread(target=self._escalate, args=(cmd,), daemon=True).start()
+
+    def _signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.pid, sig)
+        except OSError:
+            pass
 
     def _escalate(self, cmd: Command) -> None:
         """SIGINT, repeated (one that lands while bash is between reading the line and starting the
         program is lost); then the end marker again (in case an abort ate it); then TERM and KILL
         for everything in the shell's session but bash itself; last, the shell."""
         for wait in (0.1, 0.2, 0.3, 0.4):
-            try:
-                os.killpg(self.pid, signal.SIGINT)
-            except OSError:
-                pass
             if cmd.finished.wait(wait):
                 return
+            self._signal_group(signal.SIGINT)
         try:
             self._write(marker_lines(cmd.token))
         except OSError:

@@ -12,14 +12,23 @@ from .base import Provider
 from .bwrap import BwrapProvider, auto_enforcement, auto_provider, bwrap_problem
 from .exec import ExecProvider
 from .local import LocalProvider
-from .opensandbox import OpenSandboxProvider
+
+
+def opensandbox_provider(*args: Any, **options: Any) -> Provider:
+    """The OpenSandbox provider, imported when asked for (it brings in websockets)."""
+    from .opensandbox import OpenSandboxProvider
+
+    return OpenSandboxProvider(*args, **options)
+
+
+opensandbox_provider.enforcement = "the OpenSandbox sandbox"  # type: ignore[attr-defined]
 
 RUNNER_PROVIDERS: dict[str, Callable[..., Provider]] = {
     "auto": auto_provider,
     "bwrap": BwrapProvider,
     "exec": ExecProvider,
     "local": LocalProvider,
-    "opensandbox": OpenSandboxProvider,
+    "opensandbox": opensandbox_provider,
 }
 KNOWN = ("direct", *RUNNER_PROVIDERS)
 
@@ -32,5 +41,5 @@ def enforcement_of(name: str) -> str:
     return getattr(factory, "enforcement", "unknown")
 
 
-__all__ = ["KNOWN", "RUNNER_PROVIDERS", "BwrapProvider", "ExecProvider", "LocalProvider", "OpenSandboxProvider",
-           "Provider", "bwrap_problem", "enforcement_of"]
+__all__ = ["KNOWN", "RUNNER_PROVIDERS", "BwrapProvider", "ExecProvider", "LocalProvider", "Provider",
+           "bwrap_problem", "enforcement_of", "opensandbox_provider"]
