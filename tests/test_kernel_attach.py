@@ -184,3 +184,22 @@ def test_registry_lives_in_the_sandbox(kernel):
     kernel.run("%detach")
     listing = kernel.run("%attach --list").of_type("display_data")[0]["data"]["text/plain"]
     assert "remembered" in listing and "True" in listing  # running, known from the registry
+
+
+def test_attach_to_another_execd_by_url_and_header(kernel, tmp_path):
+    """As against a real OpenSandbox execd: an endpoint given by URL, its token as a header."""
+    from owsandbox.runner.box.execd import ExecdServer
+
+    server = ExecdServer("a-token", tcp_host="127.0.0.1", cwd=str(tmp_path))
+    server.start()
+    try:
+        url = server.address()["url"]
+        refused = kernel.run(f"%attach --url {url} --header X-EXECD-ACCESS-TOKEN:wrong -- {sys.executable} {ENGINE}")
+        assert refused.status == "error" and "401" in refused.error["evalue"]
+        started = kernel.run(f"%attach --url {url} --header X-EXECD-ACCESS-TOKEN:a-token -- {sys.executable} {ENGINE}")
+        assert started.status == "ok", started.error["evalue"]
+        answer = kernel.run('%send {"id": "u1", "type": "echo", "text": "elsewhere"}')
+        assert answer.of_type("display_data")[0]["data"]["application/json"]["text"] == "elsewhere"
+        assert kernel.run("%attach --kill").status == "ok"
+    finally:
+        server.stop()

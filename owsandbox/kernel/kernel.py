@@ -184,9 +184,10 @@ class OwSandboxKernel(Kernel):
         """Run `code` on `shell`, showing its output live; raises CellError for a failure."""
         if not code.strip():
             return
-        client = await asyncio.get_running_loop().run_in_executor(None, self.sandbox.wait)
-        client = client.client
         loop = asyncio.get_running_loop()
+        # Only the first cells may have to wait for the sandbox; the others skip the thread hop.
+        workspace = self.sandbox.wait(0) if self.sandbox.ready else await loop.run_in_executor(None, self.sandbox.wait)
+        client = workspace.client
         wake = asyncio.Event()
         output = CellOutput(self.settings["output_limit"])
 

@@ -76,6 +76,8 @@ class Sandbox:
         return self._workspace is not None
 
     def wait(self, timeout: float = 60.0) -> RunnerWorkspace:
+        if self._workspace is not None:
+            return self._workspace
         if not self._ready.wait(timeout):
             raise SandboxUnavailable(f"the {self.provider_name} sandbox did not start within {timeout:g} s")
         if self._workspace is None:

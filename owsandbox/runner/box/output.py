@@ -96,7 +96,7 @@ class StreamDecoder:
 class LiveBatcher:
     """Live frames for one command. `offset` counts characters of the combined output."""
 
-    def __init__(self, delay: float = 0.005, max_chars: int = 64 * 1024, max_runs: int = 64) -> None:
+    def __init__(self, delay: float = 0.003, max_chars: int = 64 * 1024, max_runs: int = 64) -> None:
         self.delay = delay
         self.max_chars = max_chars
         self.max_runs = max_runs

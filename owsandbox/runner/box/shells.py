@@ -132,7 +132,7 @@ class Shell:
 
     def __init__(self, name: str, cwd: str, env: dict[str, str] | None = None,
                  log_dir: str | None = None, output_limit: int = DEFAULT_OUTPUT_LIMIT,
-                 live_delay: float = 0.005, on_exit: Callable[[Shell], None] | None = None) -> None:
+                 live_delay: float = 0.003, on_exit: Callable[[Shell], None] | None = None) -> None:
         self.name = name
         self.cwd = cwd
         self.log_dir = log_dir
