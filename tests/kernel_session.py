@@ -113,6 +113,18 @@ class KernelSession:
                 runs[reply["parent_header"]["msg_id"]].reply = reply
         return runs
 
+    def wait_for(self, wanted: Any, timeout: float = 30, what: str = "the message") -> dict[str, Any]:
+        """Read iopub until `wanted(message)` is true; that message (an event, not a guess)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                msg = self.kc.get_iopub_msg(timeout=min(1.0, max(deadline - time.monotonic(), 0.01)))
+            except Exception:  # noqa: BLE001 - nothing yet
+                continue
+            if wanted(msg):
+                return msg
+        raise AssertionError(f"{what} did not come within {timeout:g} s")
+
     def run(self, code: str, timeout: float = 60) -> CellRun:
         return self.collect(self.send(code), timeout)
 

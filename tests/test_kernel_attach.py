@@ -33,17 +33,10 @@ def display_text(run) -> str:
 
 def wait_for_display(kernel: KernelSession, pattern: str, timeout: float = 20) -> str:
     """Read iopub until a display update of an %attach matches `pattern` (its records arrive live)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            msg = kernel.kc.get_iopub_msg(timeout=1)
-        except Exception:  # noqa: BLE001 - nothing yet
-            continue
-        if msg["msg_type"] in ("display_data", "update_display_data"):
-            text = msg["content"]["data"].get("text/plain", "")
-            if re.search(pattern, text):
-                return text
-    raise AssertionError(f"no display matched {pattern!r}")
+    msg = kernel.wait_for(lambda m: m["msg_type"] in ("display_data", "update_display_data")
+                          and re.search(pattern, m["content"]["data"].get("text/plain", "")),
+                          timeout, f"a display matching {pattern!r}")
+    return msg["content"]["data"]["text/plain"]
 
 
 def records_of(kernel: KernelSession, extra: str = "") -> list[dict]:

@@ -78,6 +78,15 @@ _EXPECTED_FAILURES = (RuntimeError, OSError)
 _DIRECT = {"proxy": None} if "proxy" in inspect.signature(websocket_connect).parameters else {}
 
 
+def control_frame(text: str) -> dict[str, Any] | None:
+    """execd's text frame as a JSON object, or None: text that is not one is ignored, as execd does."""
+    try:
+        frame = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return frame if isinstance(frame, dict) else None
+
+
 class _ExecdClientConnection(ClientConnection):
     """A client connection that closes TCP itself once both Close frames have crossed.
 
@@ -355,11 +364,8 @@ class ExecdJsonLineChannel:
         self._cursor = decoder.resume_offset
 
     async def _on_control(self, text: str) -> None:
-        try:
-            frame = json.loads(text)
-        except ValueError:
-            return
-        if not isinstance(frame, dict):
+        frame = control_frame(text)
+        if frame is None:
             return
         kind = frame.get("type")
         if kind == "connected":

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import json
 import select
 import socket
 import threading
@@ -41,6 +40,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 from websockets.frames import Opcode
 from websockets.sync.client import ClientConnection, connect, unix_connect
 
+from ..channel.channel import control_frame
 from ..channel.control import ExecdControl, http_error, session_path
 from ..channel.endpoint import ExecdEndpoint
 from ..channel.errors import ExecdError
@@ -205,11 +205,8 @@ class ExecdPipeTransport:
         return b""
 
     def _control_frame(self, text: str) -> None:
-        try:
-            frame = json.loads(text)
-        except ValueError:
-            return
-        if not isinstance(frame, dict):
+        frame = control_frame(text)
+        if frame is None:
             return
         kind = frame.get("type")
         if kind == "connected":

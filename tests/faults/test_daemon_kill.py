@@ -95,16 +95,8 @@ def test_kill_9_of_the_daemon_mid_command_is_reported_never_rerun(local_box, wor
 
 
 def _wait_for_stream(kernel: KernelSession, msg_id: str, needle: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            msg = kernel.kc.get_iopub_msg(timeout=1)
-        except Exception:  # noqa: BLE001 - nothing yet
-            continue
-        if (msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "stream"
-                and needle in msg["content"]["text"]):
-            return
-    raise AssertionError(f"{needle!r} never showed")
+    kernel.wait_for(lambda m: m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "stream"
+                    and needle in m["content"]["text"], timeout, repr(needle))
 
 
 @pytest.mark.timeout(300)

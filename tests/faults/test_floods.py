@@ -119,18 +119,10 @@ def test_a_cell_printing_1_gb_keeps_kernel_and_daemon_small(kernel: KernelSessio
 
 def _wait_for_end(kernel: KernelSession, timeout: float) -> str:
     """The attach display's text once its header says the program ended."""
-    deadline = time.monotonic() + timeout
-    last = ""
-    while time.monotonic() < deadline:
-        try:
-            msg = kernel.kc.get_iopub_msg(timeout=1)
-        except Exception:  # noqa: BLE001 - nothing yet
-            continue
-        if msg["msg_type"] in ("display_data", "update_display_data"):
-            last = msg["content"]["data"].get("text/plain", "")
-            if "[ended" in last.split("\n", 1)[0]:
-                return last
-    raise AssertionError(f"the program did not end within {timeout:g} s; last display: {last[:500]}")
+    msg = kernel.wait_for(lambda m: m["msg_type"] in ("display_data", "update_display_data")
+                          and "[ended" in m["content"]["data"].get("text/plain", "").split("\n", 1)[0],
+                          timeout, "the end of the program")
+    return msg["content"]["data"]["text/plain"]
 
 
 @pytest.mark.timeout(300)
