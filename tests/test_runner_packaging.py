@@ -133,7 +133,11 @@ def test_folders_of_daemons_that_are_gone_are_swept_away(tmp_path, zipapp, monke
     first.create()
     old = Path(first.state_dir)
     first.release()  # as a killed kernel would: the daemon is left lingering
-    os.kill(json.loads((old / "daemon.json").read_text())["pid"], 9)
+    daemon = json.loads((old / "daemon.json").read_text())["pid"]
+    os.kill(daemon, 9)
+    from .processes import wait_gone
+
+    assert wait_gone([daemon]) == []  # SIGKILL is delivered asynchronously
     untouched = old.parent / "not-ours"
     untouched.mkdir()
     second = LocalProvider(cwd=tmp_path, runner_path=zipapp, key="kernel-new")
