@@ -97,14 +97,25 @@ def descendants(root: int) -> list[int]:
 
 
 def pid_alive(pid: int | None) -> bool:
-    """Whether `pid` is a live process (a zombie is not)."""
+    """Whether `pid` is a live process: any of its threads is not a zombie.
+
+    The leader of a process that is being killed shows as a zombie while its other threads are still
+    exiting and holding its files (a listening socket still answers), so every thread is looked at.
+    """
     if not pid:
         return False
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
         return False
+    for thread in threads:
+        try:
+            with open(f"/proc/{pid}/task/{thread}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+                    return True
+        except (OSError, IndexError):
+            continue
+    return False
 
 
 def sweep_dead_state(root: Path, keep: str) -> None:
