@@ -110,6 +110,12 @@ def test_a_failing_command_is_an_error_with_exactly_one_error_output(kernel):
     assert kernel.run("echo next").text() == "next\n"
 
 
+def test_the_next_cell_sees_the_status_the_failing_one_left(kernel):
+    assert kernel.run("ls /no/such/place").status == "error"
+    assert kernel.run("%ls").status == "ok"  # a magic runs no shell command: `$?` is untouched
+    assert kernel.run("echo $?").text() == "2\n"
+
+
 def test_an_empty_cell_is_fine(kernel):
     assert kernel.run("   \n").status == "ok"
 

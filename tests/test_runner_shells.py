@@ -82,6 +82,30 @@ def test_each_named_shell_has_its_own_folder_and_variables(box, workspace):
     assert names == ["a", "b"]
 
 
+def test_the_status_carries_over_to_the_next_command(box, workspace):
+    """As in a terminal: `$?` in one command is what the one before left."""
+    _, client = box
+    ex = RunnerExecutor(client, cwd=str(workspace), shell="status")
+    assert ex.run("true; echo $?")["output"] == "0\n"
+    assert ex.run("sh -c 'exit 7'")["exit_code"] == 7
+    assert ex.run("echo $?")["output"] == "7\n"
+    assert ex.run("echo $?")["output"] == "0\n"  # the echo before succeeded
+    ended = ex.run("set -e; sh -c 'exit 3'")  # errexit ends that shell, as it would in a terminal
+    assert ended["exit_code"] == 3 and "exited" in ended["error"]
+    assert ex.run("echo $? alive")["output"] == "0 alive\n"  # a new shell starts from 0
+
+
+def test_a_failed_status_given_back_does_not_trip_errexit(box, workspace):
+    """`set -e` acts on what the command runs, not on the status the previous command left."""
+    _, client = box
+    ex = RunnerExecutor(client, cwd=str(workspace), shell="errexit")
+    assert ex.run("set -e")["exit_code"] == 0
+    assert ex.run("false || echo handled")["output"] == "handled\n"
+    assert ex.run("echo $? still here")["output"] == "0 still here\n"
+    assert ex.run("(exit 4) || echo $?")["output"] == "4\n"
+    assert ex.run("! false")["exit_code"] == 0
+
+
 def test_a_busy_shell_never_holds_up_another(box, workspace):
     _, client = box
     slow = RunnerExecutor(client, cwd=str(workspace), shell="slow")

@@ -7,7 +7,8 @@ die. A command is sent as `eval $'...' </dev/null`, so a syntax error cannot swa
 and nothing the command runs can wait on a prompt: its stdin is empty. After it, a separate line
 prints an end marker on stdout and on stderr (through descriptors saved at start, so a command that
 redirects its own output cannot hide them); the result goes out once both markers are in, so both
-streams are drained.
+streams are drained. The next command line gives `$?` back as the previous command left it, so
+`false` in one command and `echo $?` in the next says 1, as in a terminal.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ export -f owdisplay
 """
 _INIT = (
     "PS1=''; PS2=''; PS0=''; PROMPT_COMMAND=''; set +H +o history +m; unset HISTFILE; "
-    f"exec {_MARK_OUT_FD}>&1 {_MARK_ERR_FD}>&2\n" + _OWDISPLAY
+    f"exec {_MARK_OUT_FD}>&1 {_MARK_ERR_FD}>&2\n" + "__ows_status() { return \"$1\"; }\n" + _OWDISPLAY
 )
 
 _ANSI_C = {i: f"\\x{i:02x}" for i in range(256) if not 32 <= i < 127}
@@ -65,6 +66,15 @@ _ANSI_C.update({ord("\\"): "\\\\", ord("'"): "\\'", ord("\n"): "\\n", ord("\t"):
 def ansi_c_quote(text: str) -> str:
     """`text` as a bash $'...' word that yields exactly its UTF-8 bytes."""
     return "$'" + text.encode("utf-8", "surrogateescape").decode("latin-1").translate(_ANSI_C) + "'"
+
+
+def command_line(command: str, last_status: int) -> str:
+    """The line that runs `command` with `$?` as the previous command left it (the marker line after
+    a command succeeds, so 0 needs nothing). A failed status is given back by a function on the left
+    of `||`, where `set -e` does not act on it.
+    """
+    restore = "" if last_status == 0 else f"__ows_status {last_status} || "
+    return f"{restore}eval {ansi_c_quote(command)} </dev/null\n"
 
 
 def marker_lines(token: str) -> str:
@@ -145,6 +155,7 @@ class Shell:
         self.alive = True
         self.exit_status: int | None = None
         self.last_command: str | None = None
+        self._last_status = 0  # what `$?` holds in bash between commands
         shell_env = dict(os.environ if env is None else env)
         shell_env.setdefault("PAGER", "cat")
         shell_env.setdefault("GIT_PAGER", "cat")
@@ -194,7 +205,7 @@ class Shell:
             self._current = cmd
             self.last_command = command
         try:
-            self._write(f"eval {ansi_c_quote(command)} </dev/null\n" + marker_lines(token))
+            self._write(command_line(command, self._last_status) + marker_lines(token))
         except OSError:
             pass  # the reader sees the shell go and finishes the command
         if timeout_s is not None:
@@ -347,6 +358,8 @@ class Shell:
             self._current = None
             if cmd.cwd:
                 self.cwd = cmd.cwd
+            if cmd.exit_code is not None and 0 <= cmd.exit_code <= 255:
+                self._last_status = cmd.exit_code
         cmd.batcher.discard()  # what the live view did not get yet is in the record
         output = cmd.record.finish()
         if error is None and cmd.stop_reason == "interrupt":
