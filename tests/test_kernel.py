@@ -116,6 +116,16 @@ def test_the_next_cell_sees_the_status_the_failing_one_left(kernel):
     assert kernel.run("echo $?").text() == "2\n"
 
 
+def test_what_a_background_job_printed_after_its_cell_shows_in_the_next_cell(kernel, module_workspace):
+    marker = module_workspace / "job-printed"
+    assert kernel.run(f"(sleep 0.2; echo from the job; touch {marker}) &").status == "ok"
+    deadline = time.monotonic() + 10
+    while not marker.exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert kernel.run("echo from the cell").text("stdout") == "from the job\nfrom the cell\n"
+
+
 def test_an_empty_cell_is_fine(kernel):
     assert kernel.run("   \n").status == "ok"
 

@@ -106,6 +106,39 @@ def test_a_failed_status_given_back_does_not_trip_errexit(box, workspace):
     assert ex.run("! false")["exit_code"] == 0
 
 
+def wait_for_file(path, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.01)
+
+
+def test_what_a_background_job_prints_between_commands_opens_the_next_output(box, workspace):
+    """Nothing printed is thrown away: with no command running, it waits for the next one."""
+    _, client = box
+    ex = RunnerExecutor(client, cwd=str(workspace), shell="between")
+    started = ex.run("(sleep 0.2; echo late; echo late-err >&2; touch printed) &")
+    assert started["exit_code"] == 0 and re.fullmatch(r"\[1\] \d+\n", started["output"])  # as bash -i says
+    wait_for_file(workspace / "printed")
+    after = client.call("shell.run", {"shell": "between", "command": "echo now"}, timeout=30)
+    assert after["output"] == "late\nlate-err\nnow\n" and after["exit_code"] == 0
+    assert [segment[0] for segment in after["segments"]] == ["stdout", "stderr", "stdout"]
+    assert ex.run("echo again")["output"] == "again\n"  # handed over once
+
+
+def test_a_flood_between_commands_keeps_the_latest_and_says_what_was_dropped(box, workspace):
+    _, client = box
+    ex = RunnerExecutor(client, cwd=str(workspace), shell="flood")
+    ex.run("(sleep 0.2; seq 1 100000; touch flooded) &")  # 588,895 bytes
+    wait_for_file(workspace / "flooded")
+    output = ex.run("echo now")["output"]
+    assert "earlier bytes printed by background jobs between commands were dropped" in output
+    assert len(output) < 200_000 and output.endswith("99999\n100000\nnow\n")
+    kept = output.split("the latest follow]\n", 1)[1].splitlines()[:-1]
+    first = int(kept[1])  # kept[0] may be the end of a line cut by a read
+    assert kept[1:] == [str(n) for n in range(first, 100001)]
+
+
 def test_a_busy_shell_never_holds_up_another(box, workspace):
     _, client = box
     slow = RunnerExecutor(client, cwd=str(workspace), shell="slow")

@@ -7,7 +7,9 @@ die. A command is sent as `eval $'...' </dev/null`, so a syntax error cannot swa
 and nothing the command runs can wait on a prompt: its stdin is empty. After it, a separate line
 prints an end marker on stdout and on stderr (through descriptors saved at start, so a command that
 redirects its own output cannot hide them); the result goes out once both markers are in, so both
-streams are drained. The next command line gives `$?` back as the previous command left it, so
+streams are drained. What background jobs print between commands is kept (the latest 64 KiB) and
+comes first in the next command's output, as a terminal would show it before the next prompt's
+output; nothing is thrown away unsaid. The next command line gives `$?` back as the previous command left it, so
 `false` in one command and `echo $?` in the next says 1, as in a terminal.
 """
 
@@ -30,6 +32,7 @@ from .protocol import INTERNAL_ERROR, SHELL_BUSY, RunnerError
 DEFAULT_OUTPUT_LIMIT = 1024 * 1024  # characters kept in memory per command, unless the request asks
 MAX_OUTPUT_LIMIT = 16 * 1024 * 1024  # the most a request may ask for
 PROGRESS_SECONDS = 5.0  # a command silent this long sends `shell.progress`
+BETWEEN_LIMIT = 64 * 1024  # bytes printed between commands kept for the next one (the latest)
 _TTY_NOISE = re.compile(rb"bash: \[\d+: \d+ \(\d+\)\] tcsetattr: Inappropriate ioctl for device\n")
 
 _MARK_OUT_FD = 63
@@ -156,6 +159,10 @@ class Shell:
         self.exit_status: int | None = None
         self.last_command: str | None = None
         self._last_status = 0  # what `$?` holds in bash between commands
+        # Output with no command to go to, for the next one; touched only by the reader thread.
+        self._between: list[tuple[str, bytes, str]] = []
+        self._between_bytes = 0
+        self._between_dropped = 0
         shell_env = dict(os.environ if env is None else env)
         shell_env.setdefault("PAGER", "cat")
         shell_env.setdefault("GIT_PAGER", "cat")
@@ -292,8 +299,10 @@ class Shell:
                     if kind == "data":
                         self._on_data(stream, payload, now)
                     else:
-                        self._on_marker(stream, payload)
+                        self._on_marker(stream, payload, now)
             cmd = self._current
+            if cmd is not None:
+                self._hand_over_between(cmd, now)
             if cmd is not None and cmd.on_live is not None:
                 self._send_live(cmd, cmd.batcher.due(time.monotonic()))
                 self._maybe_progress(cmd)
@@ -305,14 +314,44 @@ class Shell:
             # An interactive bash with no terminal complains when a job it waited for was killed.
             raw = _TTY_NOISE.sub(b"", raw)
         text = self._decoders[stream].decode(raw, final)
+        if not raw:
+            return
         cmd = self._current
-        if cmd is None or not raw:
-            return  # printed by a background job between commands: nobody is listening
+        if cmd is None:
+            self._keep_between(stream, raw, text)
+            return
+        self._hand_over_between(cmd, now)
         if cmd.stop_reason is not None and stream == "stderr" and raw == b"\n":
             return  # the newline bash prints when SIGINT aborts a line, as a terminal shows ^C
+        self._add(cmd, stream, raw, text, now)
+
+    def _add(self, cmd: Command, stream: str, raw: bytes, text: str, now: float) -> None:
         cmd.record.add(stream, raw, text)
         if cmd.on_live is not None:
             self._send_live(cmd, cmd.batcher.add(stream, text, now))
+
+    def _keep_between(self, stream: str, raw: bytes, text: str) -> None:
+        """Keep what a background job printed while no command ran, the latest BETWEEN_LIMIT bytes."""
+        if stream == "stderr" and raw == b"\n":
+            return  # bash's newline after an aborted line, arriving after the command ended
+        self._between.append((stream, raw, text))
+        self._between_bytes += len(raw)
+        while self._between_bytes > BETWEEN_LIMIT and len(self._between) > 1:
+            _, dropped, _ = self._between.pop(0)
+            self._between_bytes -= len(dropped)
+            self._between_dropped += len(dropped)
+
+    def _hand_over_between(self, cmd: Command, now: float) -> None:
+        """Put the output kept from between commands at the start of `cmd`'s output."""
+        if not self._between and not self._between_dropped:
+            return
+        if self._between_dropped:
+            notice = (f"[owsandbox: {self._between_dropped} earlier bytes printed by background jobs "
+                      "between commands were dropped; the latest follow]\n")
+            self._add(cmd, "stderr", notice.encode(), notice, now)
+        for stream, raw, text in self._between:
+            self._add(cmd, stream, raw, text, now)
+        self._between, self._between_bytes, self._between_dropped = [], 0, 0
 
     def _maybe_progress(self, cmd: Command) -> None:
         """A command that has printed nothing for a while still says it is alive (`shell.progress`)."""
@@ -333,11 +372,12 @@ class Shell:
             assert cmd.on_live is not None
             cmd.on_live(frame)
 
-    def _on_marker(self, stream: str, payload: bytes) -> None:
+    def _on_marker(self, stream: str, payload: bytes, now: float) -> None:
         cmd = self._current
         parts = payload.decode("utf-8", "replace").split(":", 2)
         if cmd is None or parts[0] != cmd.token:
             return  # a stale marker, printed again after an abort: drop it
+        self._hand_over_between(cmd, now)
         if stream == "stdout":
             if len(parts) == 3:
                 try:
@@ -392,6 +432,7 @@ class Shell:
         self.exit_status = self._proc.returncode
         cmd = self._current
         if cmd is not None:
+            self._hand_over_between(cmd, time.monotonic())
             if cmd.exit_code is None and self.exit_status is not None and self.exit_status >= 0:
                 cmd.exit_code = self.exit_status
             reason = f"the shell '{self.name}' exited (status {self.exit_status})"
