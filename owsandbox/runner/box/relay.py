@@ -24,30 +24,6 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def start_daemon(socket_path: str, serve_args: list[str], timeout: float = 20.0) -> None:
-    """Start the daemon detached (its own session, outliving this relay) and wait until it listens.
-
-    A box reached only through commands (ssh, an execd session) has nobody else to notice that its
-    daemon died; the next relay starts a new one, and the client sees a new instance."""
-    import subprocess
-
-    state = os.path.dirname(os.path.dirname(socket_path))  # the layout of the providers: STATE/run/runner.sock
-    os.makedirs(os.path.dirname(socket_path), mode=0o700, exist_ok=True)
-    with open(os.path.join(state, "ready.json"), "wb") as ready, open(os.path.join(state, "daemon.log"), "ab") as log:
-        subprocess.Popen([sys.executable, "-S", sys.argv[0], "serve", "--socket", socket_path, *serve_args],
-                         stdin=subprocess.DEVNULL, stdout=ready, stderr=log, start_new_session=True, close_fds=True)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.connect(socket_path)
-            return
-        except OSError:
-            time.sleep(0.02)
-        finally:
-            probe.close()
-
-
 def attach(socket_path: str, silence_seconds: float = 0, half_close: bool = False,
            start_args: list[str] | None = None) -> int:
     """Relay until either side ends. With `half_close` (for `forward`, one request per connection),
@@ -62,10 +38,18 @@ def attach(socket_path: str, silence_seconds: float = 0, half_close: bool = Fals
         if start_args is None:
             sys.stderr.write(f"owsandbox relay: cannot connect to the runner at {socket_path}: {exc}\n")
             return CANNOT_CONNECT
-        start_daemon(socket_path, start_args)
+        # A box reached only through commands has nobody else to notice that its daemon died; the
+        # next relay starts a new one (the layout of the providers: STATE/run/runner.sock), and the
+        # client sees a new instance.
+        from . import daemonctl
+
         try:
+            daemonctl.start(os.path.dirname(os.path.dirname(socket_path)), start_args)
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             sock.connect(socket_path)
+        except daemonctl.DaemonError as exc:
+            sys.stderr.write(f"owsandbox relay: cannot start a runner at {socket_path}: {exc}\n")
+            return CANNOT_CONNECT
         except OSError as again:
             sys.stderr.write(f"owsandbox relay: started a runner at {socket_path}, but cannot connect: {again}\n")
             return CANNOT_CONNECT

@@ -31,14 +31,13 @@ _PLAIN_WORD = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
 
 # Runs in the box as `python3 -` with a JSON object of arguments on its first line of stdin.
 _BOOTSTRAP = r'''
-import json, os, socket, subprocess, sys, time
+import json, os, sys
 args = json.loads(sys.stdin.readline())
 base = os.environ.get("XDG_RUNTIME_DIR") or "/tmp"
 root = os.path.join(base, "owsandbox-%d" % os.getuid())
 os.makedirs(root, mode=0o700, exist_ok=True)
 os.chmod(root, 0o700)
 folder = os.path.join(root, args["key"])
-os.makedirs(folder, mode=0o700, exist_ok=True)
 runner = os.path.join(root, args["runner_name"])
 out = {"python": sys.version.split()[0], "executable": sys.executable, "runner": runner, "folder": folder,
        "socket": os.path.join(folder, "run", "runner.sock")}
@@ -49,68 +48,27 @@ if payload and not os.path.exists(runner):
     with open(temp, "wb") as f:
         f.write(base64.b64decode(payload))
     os.replace(temp, runner)
+if os.path.exists(runner):
+    sys.path.insert(0, runner)  # the daemon is started and stopped as the runner itself does it
+    from owbox import daemonctl
 if args["action"] == "start" and not os.path.exists(runner):
     out["need_runner"] = True
 elif args["action"] == "start":
-    def serving():
-        s = socket.socket(socket.AF_UNIX)
-        try:
-            s.connect(out["socket"])
-            return True
-        except OSError:
-            return False
-        finally:
-            s.close()
     cwd = args["cwd"] or os.path.expanduser("~")
     if not os.path.isdir(cwd):
-        print(json.dumps({"error": "no such folder in the box: %s" % cwd}))
-        sys.exit(0)
-    out["cwd"] = cwd
-    if not serving():
-        ready = os.path.join(folder, "ready.json")
-        if os.path.exists(ready):
-            os.unlink(ready)
-        with open(ready, "wb") as stdout, open(os.path.join(folder, "daemon.log"), "ab") as log:
-            subprocess.Popen([sys.executable, "-S", runner, "serve", "--socket", out["socket"], "--cwd", cwd,
-                              "--linger", str(args["linger"])], stdin=subprocess.DEVNULL, stdout=stdout,
-                             stderr=log, start_new_session=True, close_fds=True)
-        deadline = time.time() + 20
-        while time.time() < deadline:
-            try:
-                with open(ready) as f:
-                    line = f.readline()
-                if line.endswith("\n"):
-                    out["daemon"] = json.loads(line)
-                    break
-            except OSError:
-                pass
-            time.sleep(0.02)
-        else:
-            with open(os.path.join(folder, "daemon.log"), errors="replace") as f:
-                print(json.dumps({"error": "the runner daemon did not start: " + f.read()[-2000:]}))
-            sys.exit(0)
+        out = {"error": "no such folder in the box: %s" % cwd}
     else:
+        out["cwd"] = cwd
+        os.makedirs(folder, mode=0o700, exist_ok=True)
         try:
-            with open(os.path.join(folder, "ready.json")) as f:
-                out["daemon"] = json.loads(f.readline())
-        except (OSError, ValueError):
-            out["daemon"] = {}
-        out["reused"] = True
-elif args["action"] == "stop":
-    import signal
-    try:
-        with open(os.path.join(folder, "ready.json")) as f:
-            pid = json.loads(f.readline())["pid"]
-        os.kill(pid, signal.SIGTERM)
-        for _ in range(250):
-            os.kill(pid, 0)
-            time.sleep(0.02)
-        os.kill(pid, signal.SIGKILL)
-    except (OSError, ValueError, KeyError):
-        pass
-    if args.get("remove"):
-        import shutil
-        shutil.rmtree(folder, ignore_errors=True)
+            out.update(daemonctl.start(folder, ["--cwd", cwd, "--linger", str(args["linger"])], runner))
+        except daemonctl.DaemonError as exc:
+            out = {"error": str(exc)}
+elif args["action"] == "stop" and os.path.exists(runner):
+    daemonctl.stop(folder, remove=args.get("remove"))
+elif args["action"] == "stop" and args.get("remove"):
+    import shutil
+    shutil.rmtree(folder, ignore_errors=True)
 print(json.dumps(out))
 '''
 

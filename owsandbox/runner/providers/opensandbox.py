@@ -44,15 +44,14 @@ _KEY = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$")
 
 # Runs in the box as `python3 -S -c PROGRAM ARGS_JSON`, in an execd pipe session. Standard library only.
 _BOX_PROGRAM = r'''
-import json, os, signal, socket, subprocess, sys, time
+import json, os, sys
 args = json.loads(sys.argv[1])
 base = args.get("runtime_dir") or os.environ.get("XDG_RUNTIME_DIR") or "/tmp"
 root = os.path.join(base, "owsandbox-%d" % os.getuid())
 folder = os.path.join(root, args["key"])
 runner = os.path.join(root, args["runner_name"])
-sock = os.path.join(folder, "run", "runner.sock")
-ready = os.path.join(folder, "ready.json")
-out = {"python": sys.version.split()[0], "runner": runner, "folder": folder, "socket": sock}
+out = {"python": sys.version.split()[0], "runner": runner, "folder": folder,
+       "socket": os.path.join(folder, "run", "runner.sock")}
 
 def say(message):
     sys.stdout.write(json.dumps(message) + "\n")
@@ -78,52 +77,10 @@ def upload():
     os.replace(temp, runner)
     out["uploaded"] = True
 
-def serving():
-    s = socket.socket(socket.AF_UNIX)
-    try:
-        s.connect(sock)
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()
-
-def recorded():
-    try:
-        with open(ready) as f:
-            return json.loads(f.readline())
-    except (OSError, ValueError):
-        return {}
-
-def ours(pid):
-    """Alive and still our daemon (a pid can be reused after it died)."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                return False
-        with open("/proc/%d/cmdline" % pid, "rb") as f:
-            return sock.encode() in f.read().split(b"\0")
-    except FileNotFoundError:
-        return False
-    except OSError:
-        try:
-            os.kill(pid, 0)
-            return True
-        except OSError:
-            return False
-
-def stop(remove):
-    pid = recorded().get("pid")
-    if isinstance(pid, int) and ours(pid):
-        os.kill(pid, signal.SIGTERM)  # it ends its shells and removes its socket
-        deadline = time.time() + 5
-        while ours(pid) and time.time() < deadline:
-            time.sleep(0.02)
-        if ours(pid):
-            os.kill(pid, signal.SIGKILL)
-    if remove:
-        import shutil
-        shutil.rmtree(folder, ignore_errors=True)
+def daemonctl():
+    sys.path.insert(0, runner)  # the daemon is started and stopped as the runner itself does it
+    from owbox import daemonctl
+    return daemonctl
 
 def start():
     if not os.path.exists(runner):
@@ -133,36 +90,22 @@ def start():
         fail("no such folder in the box: %s" % cwd)
     os.makedirs(folder, mode=0o700, exist_ok=True)
     out["cwd"] = cwd
-    if serving():
-        out["daemon"] = recorded()
-        out["reused"] = True
-        return
-    if os.path.exists(ready):
-        os.unlink(ready)
-    log_path = os.path.join(folder, "daemon.log")
-    with open(ready, "wb") as stdout, open(log_path, "ab") as log:
-        daemon = subprocess.Popen([sys.executable, "-S", runner, "serve", "--socket", sock, "--cwd", cwd,
-                                   "--linger", str(args["linger"])], stdin=subprocess.DEVNULL, stdout=stdout,
-                                  stderr=log, start_new_session=True, close_fds=True)
-    deadline = time.time() + args["start_timeout"]
-    while time.time() < deadline:
-        with open(ready) as f:
-            line = f.readline()
-        if line.endswith("\n"):
-            out["daemon"] = json.loads(line)
-            return
-        if daemon.poll() is not None:
-            break
-        time.sleep(0.01)
-    with open(log_path, errors="replace") as f:
-        fail("the runner daemon did not start: " + (f.read()[-2000:].strip() or "no message"))
+    ctl = daemonctl()
+    try:
+        out.update(ctl.start(folder, ["--cwd", cwd, "--linger", str(args["linger"])], runner, args["start_timeout"]))
+    except ctl.DaemonError as exc:
+        fail(str(exc))
 
 if args["action"] == "start":
     os.makedirs(root, mode=0o700, exist_ok=True)
     os.chmod(root, 0o700)
     start()
 elif args["action"] == "stop" and os.path.isdir(folder):
-    stop(args.get("remove"))
+    if os.path.exists(runner):
+        daemonctl().stop(folder, remove=args.get("remove"))
+    elif args.get("remove"):
+        import shutil
+        shutil.rmtree(folder, ignore_errors=True)
 say(out)
 '''
 

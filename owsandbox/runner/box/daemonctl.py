@@ -1,0 +1,116 @@
+"""Starting and stopping a detached daemon in a box that is reached only through commands.
+
+Three callers need this: the `exec` provider's bootstrap (over ssh or `docker exec`), the
+OpenSandbox provider's bootstrap (in an execd session) and a relay that finds its daemon gone
+(`attach --start`). Each imports this module from the zipapp it has just made sure of, so the box
+has one way to do it. A state folder holds `run/runner.sock`, `ready.json` (the daemon's first
+line: its pid and execd endpoint) and `daemon.log`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+
+class DaemonError(RuntimeError):
+    """The daemon did not start; the message carries the end of its log."""
+
+
+def socket_path(folder: str) -> str:
+    return os.path.join(folder, "run", "runner.sock")
+
+
+def serving(folder: str) -> bool:
+    """Whether a daemon listens on the folder's socket."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(socket_path(folder))
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
+def recorded(folder: str) -> dict[str, Any]:
+    """The first line the daemon printed, or {} when there is none."""
+    try:
+        with open(os.path.join(folder, "ready.json")) as f:
+            info = json.loads(f.readline())
+        return info if isinstance(info, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def ours(pid: int, folder: str) -> bool:
+    """Alive and still this folder's daemon (a pid can be reused after it died)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                return False
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return socket_path(folder).encode() in f.read().split(b"\0")
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):  # no /proc to read: fall back on the pid alone
+        try:
+            os.kill(pid, 0)
+            return True
+        except OSError:
+            return False
+
+
+def start(folder: str, serve_args: list[str], runner: str | None = None, timeout: float = 20.0) -> dict[str, Any]:
+    """Make sure a daemon serves `folder`: `{"daemon": its first line, "reused": bool}`.
+
+    A new daemon runs in its own session, so it outlives the command that started it.
+    """
+    if serving(folder):
+        return {"daemon": recorded(folder), "reused": True}
+    os.makedirs(os.path.dirname(socket_path(folder)), mode=0o700, exist_ok=True)
+    ready = os.path.join(folder, "ready.json")
+    log_path = os.path.join(folder, "daemon.log")
+    if os.path.exists(ready):
+        os.unlink(ready)
+    argv = [sys.executable, "-S", runner or sys.argv[0], "serve", "--socket", socket_path(folder), *serve_args]
+    with open(ready, "wb") as stdout, open(log_path, "ab") as log:
+        daemon = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=log,
+                                  start_new_session=True, close_fds=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(ready) as f:
+            line = f.readline()
+        if line.endswith("\n"):
+            return {"daemon": json.loads(line), "reused": False}
+        if daemon.poll() is not None:
+            break
+        time.sleep(0.01)
+    try:
+        with open(log_path, errors="replace") as f:
+            tail = f.read()[-2000:].strip()
+    except OSError:
+        tail = ""
+    raise DaemonError("the runner daemon did not start: " + (tail or "no message"))
+
+
+def stop(folder: str, remove: bool = False, grace: float = 5.0) -> None:
+    """End the folder's daemon (TERM, which ends its shells; KILL after `grace`), and remove the folder."""
+    pid = recorded(folder).get("pid")
+    if isinstance(pid, int) and ours(pid, folder):
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while ours(pid, folder) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if ours(pid, folder):
+            os.kill(pid, signal.SIGKILL)
+    if remove:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
