@@ -31,6 +31,7 @@ import pexpect
 import pytest
 
 from .conftest import KERNEL_NAME
+from .processes import command_line
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open") or not os.path.isdir("/proc"),
                                 reason="follows processes through /proc and pidfds (Linux)")
@@ -123,6 +124,7 @@ class Console:
             "JUPYTER_CONFIG_DIR": str(folder / ".jupyter-config"),
             "IPYTHONDIR": str(folder / ".ipython"),
             "PYTHONUNBUFFERED": "1",
+            "PYTHONFAULTHANDLER": "1",  # dump_stacks() can show where a console or kernel is stuck
         }
         args = ["-m", "jupyter_console", "--kernel", KERNEL_NAME]
         if simple:
@@ -155,6 +157,20 @@ class Console:
         self.child.send(line + "\r")
         self.count += 1
         return self.expect_prompt(timeout)
+
+    def dump_stacks(self) -> None:
+        """Have the console and its kernel print every thread's stack into the transcript (SIGABRT
+        with faulthandler on), so a failure here says which of them was stuck, and where."""
+        for pid in sorted(process_tree(self.child.pid)):
+            if any(part in command_line(pid) for part in ("jupyter_console", "owsandbox.kernel")):
+                try:
+                    os.kill(pid, signal.SIGABRT)
+                except ProcessLookupError:
+                    pass
+        try:
+            self.child.expect(pexpect.EOF, timeout=5)
+        except pexpect.TIMEOUT:
+            pass
 
     def remember_processes(self) -> set[int]:
         """The console and everything it started so far (kernel, daemon, relays, shells), by pid."""
@@ -204,7 +220,12 @@ def test_ctrl_c_stops_the_running_command_and_the_shell_keeps_its_variables(open
     console.child.expect("sleep-2-begun")  # printed by the cell, so the kernel is busy running it
     console.child.sendintr()
     stopped_at = time.monotonic()
-    console.child.expect("Interrupted", timeout=10)
+    try:
+        console.child.expect("Interrupted", timeout=10)
+    except pexpect.TIMEOUT:
+        console.remember_processes()
+        console.dump_stacks()
+        raise
     console.expect_prompt(timeout=10)
     assert time.monotonic() - stopped_at < 10
     assert "still-here\n" in console.run("echo $KEEP")
