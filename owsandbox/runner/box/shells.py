@@ -7,10 +7,12 @@ die. A command is sent as `eval $'...' </dev/null`, so a syntax error cannot swa
 and nothing the command runs can wait on a prompt: its stdin is empty. After it, a separate line
 prints an end marker on stdout and on stderr (through descriptors saved at start, so a command that
 redirects its own output cannot hide them); the result goes out once both markers are in, so both
-streams are drained. What background jobs print between commands is kept (the latest 64 KiB) and
-comes first in the next command's output, as a terminal would show it before the next prompt's
-output; nothing is thrown away unsaid. The next command line gives `$?` back as the previous command left it, so
-`false` in one command and `echo $?` in the next says 1, as in a terminal.
+streams are drained.
+
+Two things carry from one command to the next, as in a terminal: `$?` (the next command line gives
+it back, so `false` and then `echo $?` says 1), and what background jobs print while no command
+runs (the latest 64 KiB, kept and put first in the next command's output; nothing is thrown away
+unsaid).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import IO, Any
 
@@ -160,7 +163,7 @@ class Shell:
         self.last_command: str | None = None
         self._last_status = 0  # what `$?` holds in bash between commands
         # Output with no command to go to, for the next one; touched only by the reader thread.
-        self._between: list[tuple[str, bytes, str]] = []
+        self._between: deque[tuple[str, bytes, str]] = deque()
         self._between_bytes = 0
         self._between_dropped = 0
         shell_env = dict(os.environ if env is None else env)
@@ -337,7 +340,7 @@ class Shell:
         self._between.append((stream, raw, text))
         self._between_bytes += len(raw)
         while self._between_bytes > BETWEEN_LIMIT and len(self._between) > 1:
-            _, dropped, _ = self._between.pop(0)
+            _, dropped, _ = self._between.popleft()
             self._between_bytes -= len(dropped)
             self._between_dropped += len(dropped)
 
@@ -351,7 +354,8 @@ class Shell:
             self._add(cmd, "stderr", notice.encode(), notice, now)
         for stream, raw, text in self._between:
             self._add(cmd, stream, raw, text, now)
-        self._between, self._between_bytes, self._between_dropped = [], 0, 0
+        self._between.clear()
+        self._between_bytes = self._between_dropped = 0
 
     def _maybe_progress(self, cmd: Command) -> None:
         """A command that has printed nothing for a while still says it is alive (`shell.progress`)."""
