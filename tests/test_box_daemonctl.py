@@ -67,3 +67,25 @@ def test_a_relay_that_cannot_start_a_daemon_says_so_and_exits_2(folder, zipapp):
     done = subprocess.run(relay, input=b"", capture_output=True, timeout=60)
     assert done.returncode == 2 and done.stdout == b""
     assert b"cannot start a runner at " + sock.encode() in done.stderr and b"--no-such-option" in done.stderr
+
+
+def test_a_process_whose_first_thread_ended_is_alive_while_another_thread_runs():
+    """/proc shows such a leader as a zombie; its other threads still hold its files (a daemon being
+    killed looks like this for a moment, and its socket still answers)."""
+    program = ("import ctypes, sys, threading, time\n"
+               "work = lambda: (time.sleep(0.3), print('worker', flush=True), time.sleep(600))\n"
+               "threading.Thread(target=work).start()\n"
+               "print('leader', flush=True)\n"
+               "ctypes.CDLL(None).pthread_exit(None)\n")
+    child = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == "leader\n"
+        assert child.stdout.readline() == "worker\n"  # the leader has exited by now
+        with open(f"/proc/{child.pid}/stat") as f:
+            assert f.read().rsplit(")", 1)[1].split()[0] == "Z"
+        assert daemonctl.pid_alive(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert not daemonctl.pid_alive(child.pid)

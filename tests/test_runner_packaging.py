@@ -158,27 +158,3 @@ def test_the_relay_command_line_names_the_daemons_defaults():
     done = subprocess.run([sys.executable, "-S", "-X", "importtime", "-m", "owsandbox.runner.box.cli", "--help"],
                           capture_output=True, text=True, timeout=60, cwd=str(BOX_DIR.parents[2]))
     assert "owsandbox.runner.box.shells" not in done.stderr  # `attach` does not load the shells
-
-
-def test_a_process_whose_first_thread_ended_is_alive_while_another_thread_runs():
-    """/proc shows such a leader as a zombie; its other threads still hold its files (a daemon being
-    killed looks like this for a moment, and its socket still answers)."""
-    from owsandbox.runner.providers.local import pid_alive
-
-    program = ("import ctypes, sys, threading, time\n"
-               "work = lambda: (time.sleep(0.3), print('worker', flush=True), time.sleep(600))\n"
-               "threading.Thread(target=work).start()\n"
-               "print('leader', flush=True)\n"
-               "ctypes.CDLL(None).pthread_exit(None)\n")
-    child = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline() == "leader\n"
-        assert child.stdout.readline() == "worker\n"  # the leader has exited by now
-        with open(f"/proc/{child.pid}/stat") as f:
-            assert f.read().rsplit(")", 1)[1].split()[0] == "Z"
-        assert pid_alive(child.pid)
-    finally:
-        child.kill()
-        child.wait()
-    assert not pid_alive(child.pid)

@@ -49,22 +49,45 @@ def recorded(folder: str) -> dict[str, Any]:
         return {}
 
 
-def ours(pid: int, folder: str) -> bool:
-    """Alive and still this folder's daemon (a pid can be reused after it died)."""
+def pid_alive(pid: int | None) -> bool:
+    """Whether `pid` is a live process: any of its threads is not a zombie.
+
+    The leader of a process that is being killed shows as a zombie while its other threads are still
+    exiting and holding its files (a listening socket still answers), so every thread is looked at.
+    """
+    if not pid:
+        return False
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                return False
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return socket_path(folder).encode() in f.read().split(b"\0")
+        threads = os.listdir(f"/proc/{pid}/task")
     except FileNotFoundError:
         return False
-    except (OSError, IndexError):  # no /proc to read: fall back on the pid alone
+    except OSError:  # no /proc to read: the pid alone
         try:
             os.kill(pid, 0)
             return True
         except OSError:
             return False
+    for thread in threads:
+        try:
+            with open(f"/proc/{pid}/task/{thread}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+                    return True
+        except (OSError, IndexError):
+            continue
+    return False
+
+
+def ours(pid: int, folder: str) -> bool:
+    """Alive and still this folder's daemon (a pid can be reused after it died)."""
+    if not pid_alive(pid):
+        return False
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return socket_path(folder).encode() in f.read().split(b"\0")
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc to read: the pid alone said it is alive
+        return True
 
 
 def start(folder: str, serve_args: list[str], runner: str | None = None, timeout: float = 20.0) -> dict[str, Any]:

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..box.daemonctl import pid_alive
 from ..box.shells import session_members
 from ..bundle import build_runner_zipapp
 from ..transport import PipeTransport
@@ -94,28 +95,6 @@ def descendants(root: int) -> list[int]:
             found.append(child)
             todo.append(child)
     return found
-
-
-def pid_alive(pid: int | None) -> bool:
-    """Whether `pid` is a live process: any of its threads is not a zombie.
-
-    The leader of a process that is being killed shows as a zombie while its other threads are still
-    exiting and holding its files (a listening socket still answers), so every thread is looked at.
-    """
-    if not pid:
-        return False
-    try:
-        threads = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return False
-    for thread in threads:
-        try:
-            with open(f"/proc/{pid}/task/{thread}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
-                    return True
-        except (OSError, IndexError):
-            continue
-    return False
 
 
 def sweep_dead_state(root: Path, keep: str) -> None:
