@@ -123,6 +123,18 @@ KERNEL_NAME = "owsandbox-test"  # the local provider: the host's view of pids an
 DEFAULT_KERNEL_NAME = "owsandbox-test-default"  # no provider named: what a user gets (auto)
 
 
+@pytest.fixture
+def fresh_kernel(tmp_path: Path):
+    """A kernel of its own (local sandbox, working in the test's folder), shut down after the test."""
+    from .kernel_session import KernelSession
+
+    session = KernelSession(tmp_path)
+    try:
+        yield session
+    finally:
+        session.close()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """A kernelspec for the kernel under test, found through JUPYTER_PATH by every Jupyter client
     that the tests start (jupyter_client, jupyter_kernel_test, nbclient, jupyter console)."""

@@ -1,13 +1,17 @@
-"""Looking at processes from outside, for tests that check what runs and what is left."""
+"""Looking at processes from outside, for tests that check what runs, what is left, and what they did."""
 
 from __future__ import annotations
 
 import os
+import select
+import signal
 import time
+from pathlib import Path
 
 from owsandbox.runner.providers.local import descendants, pid_alive
 
-__all__ = ["children", "command_line", "descendants", "name", "pid_alive", "wait_gone"]
+__all__ = ["PinnedProcesses", "children", "command_line", "descendants", "name", "pid_alive", "wait_for_file",
+           "wait_gone"]
 
 
 def _stat_ppid(pid: str) -> int | None:
@@ -44,3 +48,55 @@ def wait_gone(pids: list[int], timeout: float = 10) -> list[int]:
     while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.02)
     return [p for p in pids if pid_alive(p)]
+
+
+def wait_for_file(path: Path, timeout: float = 10) -> None:
+    """Wait until a command in the box has made `path` (how a test hears that it got that far)."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.01)
+
+
+class PinnedProcesses:
+    """Processes pinned by pidfds, so that a pid reused later is never taken for (or killed as) one of them."""
+
+    def __init__(self) -> None:
+        self._fds: dict[int, int] = {}  # pid → pidfd
+        self.seen: dict[int, str] = {}  # pid → command line when first seen
+
+    def add_tree(self, root: int) -> dict[int, str]:
+        """Pin `root` and every process below it now; every process pinned so far, with its command line."""
+        for pid in [root, *descendants(root)]:
+            if pid not in self._fds:
+                try:
+                    self._fds[pid] = os.pidfd_open(pid)
+                except ProcessLookupError:
+                    continue
+                self.seen[pid] = command_line(pid)
+        return dict(self.seen)
+
+    def still_running_after(self, seconds: float) -> set[int]:
+        """Wait up to `seconds` for every process to end (a pidfd turns readable); the ones still running."""
+        running = {fd: pid for pid, fd in self._fds.items()}
+        deadline = time.monotonic() + seconds
+        while running:
+            ended, _, _ = select.select(list(running), [], [], max(0.0, deadline - time.monotonic()))
+            for fd in ended:
+                del running[fd]
+            if time.monotonic() >= deadline:
+                break
+        return set(running.values())
+
+    def kill(self, pids: set[int] | None = None) -> None:
+        """SIGKILL `pids` (by default every pinned process still running)."""
+        for pid in self.still_running_after(0) if pids is None else pids:
+            try:
+                signal.pidfd_send_signal(self._fds[pid], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()

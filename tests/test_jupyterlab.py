@@ -32,9 +32,7 @@ import json
 import os
 import re
 import secrets
-import select
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -46,6 +44,7 @@ from typing import Any
 import pytest
 
 from .conftest import KERNEL_NAME
+from .processes import PinnedProcesses
 
 TOUR = Path(__file__).resolve().parents[1] / "notebooks" / "tour.ipynb"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -79,30 +78,6 @@ def chromium_or_skip() -> str:
     return chromium
 
 
-def process_tree(root: int) -> dict[int, str]:
-    """`root` and every process below it, read from /proc: pid → command line."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            children.setdefault(int(stat.rpartition(")")[2].split()[1]), []).append(int(entry))
-    found: dict[int, str] = {}
-    todo = [root]
-    while todo:
-        pid = todo.pop()
-        if pid in found:
-            continue
-        try:
-            found[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        todo.extend(children.get(pid, []))
-    return found
-
-
 class Lab:
     """One `jupyter lab` server with its own folders; remembers (by pidfd) every process seen under it."""
 
@@ -114,8 +89,7 @@ class Lab:
         self.url = ""
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = folder / "jupyter-lab.log"
-        self._pidfds: dict[int, int] = {}
-        self.seen: dict[int, str] = {}  # every process seen under the server: pid → command line
+        self.processes = PinnedProcesses()  # every process seen under the server
 
     def start(self) -> None:
         config = self.folder / "config"
@@ -174,14 +148,7 @@ class Lab:
         """The server and everything under it now (kernels, sandbox daemons, shells), pinned by pidfd."""
         if self.process is None:
             return {}
-        for pid, cmdline in process_tree(self.process.pid).items():
-            if pid not in self._pidfds:
-                try:
-                    self._pidfds[pid] = os.pidfd_open(pid)
-                except ProcessLookupError:
-                    continue
-                self.seen[pid] = cmdline
-        return dict(self.seen)
+        return self.processes.add_tree(self.process.pid)
 
     def stop(self) -> dict[int, str]:
         """Terminate the server (it shuts its kernels down), kill it if it lingers; the processes seen
@@ -197,22 +164,11 @@ class Lab:
                     except subprocess.TimeoutExpired:
                         self.process.kill()
                         self.process.wait(10)
-                running = {fd: pid for pid, fd in self._pidfds.items()}
-                deadline = time.monotonic() + 15
-                while running and time.monotonic() < deadline:
-                    ended, _, _ = select.select(list(running), [], [], max(0.0, deadline - time.monotonic()))
-                    for fd in ended:
-                        del running[fd]
-                for fd, pid in running.items():
-                    left[pid] = self.seen[pid]
-                    try:
-                        signal.pidfd_send_signal(fd, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+                running = self.processes.still_running_after(15)
+                left = {pid: self.processes.seen[pid] for pid in running}
+                self.processes.kill(running)
         finally:
-            for fd in self._pidfds.values():
-                os.close(fd)
-            self._pidfds.clear()
+            self.processes.close()
         return left
 
 
@@ -361,8 +317,9 @@ def test_the_tour_runs_in_jupyterlab_in_chromium_and_stop_interrupts_a_cell(tmp_
                 browser.close()
     finally:
         left = lab.stop()
-        print("processes seen under jupyter lab:",
-              *(f"{pid} {cmd.replace(lab.token, '<token>')}" for pid, cmd in sorted(lab.seen.items())), sep="\n  ")
+        seen = sorted(lab.processes.seen.items())
+        print("processes seen under jupyter lab:", *(f"{pid} {cmd.replace(lab.token, '<token>')}" for pid, cmd in seen),
+              sep="\n  ")
         if left:
             print("still running 15 s after jupyter lab ended (killed):", *left.values(), sep="\n  ")
         print(f"jupyter lab log ({lab.log_path}):\n{lab.log()[-6000:]}")

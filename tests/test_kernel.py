@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from .kernel_session import KernelSession
-from .processes import children, command_line, wait_gone
+from .processes import children, command_line, wait_for_file, wait_gone
 
 
 @pytest.fixture(scope="module")
@@ -25,15 +25,6 @@ def module_workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def kernel(module_workspace: Path):
     session = KernelSession(module_workspace)
-    try:
-        yield session
-    finally:
-        session.close()
-
-
-@pytest.fixture
-def fresh_kernel(tmp_path: Path):
-    session = KernelSession(tmp_path)
     try:
         yield session
     finally:
@@ -119,10 +110,7 @@ def test_the_next_cell_sees_the_status_the_failing_one_left(kernel):
 def test_what_a_background_job_printed_after_its_cell_shows_in_the_next_cell(kernel, module_workspace):
     marker = module_workspace / "job-printed"
     assert kernel.run(f"(sleep 0.2; echo from the job; touch {marker}) &").status == "ok"
-    deadline = time.monotonic() + 10
-    while not marker.exists():
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_for_file(marker)
     assert kernel.run("echo from the cell").text("stdout") == "from the job\nfrom the cell\n"
 
 

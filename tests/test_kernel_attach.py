@@ -18,12 +18,8 @@ ENGINE = Path(__file__).resolve().parents[1] / "notebooks" / "engines" / "echo_e
 
 
 @pytest.fixture
-def kernel(tmp_path):
-    session = KernelSession(tmp_path)
-    try:
-        yield session
-    finally:
-        session.close()
+def kernel(fresh_kernel):
+    return fresh_kernel
 
 
 def display_text(run) -> str:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import re
-import select
 import signal
 import sys
 import time
@@ -31,7 +30,7 @@ import pexpect
 import pytest
 
 from .conftest import KERNEL_NAME
-from .processes import command_line
+from .processes import PinnedProcesses, command_line, descendants
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open") or not os.path.isdir("/proc"),
                                 reason="follows processes through /proc and pidfds (Linux)")
@@ -48,67 +47,6 @@ def spelled(text: str) -> str:
 
 def plain(text: str) -> str:
     return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text).replace("\r", "")
-
-
-def process_tree(root: int) -> set[int]:
-    """`root` and every process below it, read from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rpartition(")")[2].split()[1])  # after "pid (comm) state": the parent's pid
-        children.setdefault(ppid, []).append(int(entry))
-    found, todo = set(), [root]
-    while todo:
-        pid = todo.pop()
-        if pid not in found:
-            found.add(pid)
-            todo.extend(children.get(pid, []))
-    return found
-
-
-class Processes:
-    """Processes pinned by pidfds, so that a pid reused later is never taken for (or killed as) one of them."""
-
-    def __init__(self) -> None:
-        self._fds: dict[int, int] = {}  # pid → pidfd
-
-    def add_tree(self, root: int) -> set[int]:
-        for pid in process_tree(root):
-            if pid not in self._fds:
-                try:
-                    self._fds[pid] = os.pidfd_open(pid)
-                except ProcessLookupError:
-                    pass
-        return set(self._fds)
-
-    def still_running_after(self, seconds: float) -> set[int]:
-        """Wait up to `seconds` for every process to end (a pidfd turns readable); the ones still running."""
-        running = {fd: pid for pid, fd in self._fds.items()}
-        deadline = time.monotonic() + seconds
-        while running:
-            ended, _, _ = select.select(list(running), [], [], max(0.0, deadline - time.monotonic()))
-            for fd in ended:
-                del running[fd]
-            if time.monotonic() >= deadline:
-                break
-        return set(running.values())
-
-    def kill(self) -> None:
-        for pid in self.still_running_after(0):
-            try:
-                signal.pidfd_send_signal(self._fds[pid], signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-    def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
 
 
 class Console:
@@ -142,7 +80,7 @@ class Console:
                                    codec_errors="replace", timeout=CELL_SECONDS, dimensions=(40, 160))
         self.child.logfile_read = self._log
         self.workspace = workspace
-        self.processes = Processes()
+        self.processes = PinnedProcesses()
 
     def prompt(self) -> str:
         return spelled(f"In [{self.count}]: ")
@@ -161,7 +99,7 @@ class Console:
     def dump_stacks(self) -> None:
         """Have the console and its kernel print every thread's stack into the transcript (SIGABRT
         with faulthandler on), so a failure here says which of them was stuck, and where."""
-        for pid in sorted(process_tree(self.child.pid)):
+        for pid in sorted([self.child.pid, *descendants(self.child.pid)]):
             if any(part in command_line(pid) for part in ("jupyter_console", "owsandbox.kernel")):
                 try:
                     os.kill(pid, signal.SIGABRT)
@@ -174,7 +112,7 @@ class Console:
 
     def remember_processes(self) -> set[int]:
         """The console and everything it started so far (kernel, daemon, relays, shells), by pid."""
-        return self.processes.add_tree(self.child.pid)
+        return set(self.processes.add_tree(self.child.pid))
 
     def close(self) -> None:
         """Kill the console and every process seen below it; print the transcript (shown for a failure)."""

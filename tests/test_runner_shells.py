@@ -11,6 +11,8 @@ import pytest
 from owsandbox.runner.box import protocol as P
 from owsandbox.runner.executor import DirectExecutor, RunnerExecutor
 
+from .processes import wait_for_file
+
 
 def run_in_background(fn) -> tuple[threading.Thread, dict]:
     box: dict = {}
@@ -104,13 +106,6 @@ def test_a_failed_status_given_back_does_not_trip_errexit(box, workspace):
     assert ex.run("echo $? still here")["output"] == "0 still here\n"
     assert ex.run("(exit 4) || echo $?")["output"] == "4\n"
     assert ex.run("! false")["exit_code"] == 0
-
-
-def wait_for_file(path, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.01)
 
 
 def test_what_a_background_job_prints_between_commands_opens_the_next_output(box, workspace):

@@ -78,12 +78,8 @@ class Sampler:
 
 
 @pytest.fixture
-def kernel(tmp_path: Path):
-    session = KernelSession(tmp_path)
-    try:
-        yield session
-    finally:
-        session.close()
+def kernel(fresh_kernel):
+    return fresh_kernel
 
 
 def daemon_pid(kernel: KernelSession) -> int:
