@@ -18,6 +18,7 @@ and IPython folders; whatever happens, the console and every process under it ar
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -82,6 +83,52 @@ class Console:
         self.workspace = workspace
         self.processes = PinnedProcesses()
 
+    def wait_for_iopub(self, timeout: float = START_SECONDS) -> None:
+        """Wait until the console holds a TCP connection to its kernel's IOPub port.
+
+        jupyter console asks for kernel_info but does not wait for its IOPub subscription (it calls no
+        wait_for_ready), and a kernel's IOPub drops what it publishes before anyone subscribes. A cell
+        typed the moment the first prompt shows can lose its output, or its end (the console then waits
+        for it forever). A person is slower than that; a test is not, so it waits for the connection.
+        """
+        deadline = time.monotonic() + timeout
+        while not self._connected_to(self._iopub_port()):
+            assert time.monotonic() < deadline, "the console never connected to its kernel's IOPub"
+            time.sleep(0.01)
+
+    def _iopub_port(self) -> int | None:
+        for path in (self.folder / ".jupyter-runtime").glob("kernel-*.json"):
+            try:
+                return int(json.loads(path.read_text())["iopub_port"])
+            except (OSError, ValueError, KeyError):
+                return None  # still being written
+        return None
+
+    def _connected_to(self, port: int | None) -> bool:
+        """Whether the console has an established TCP connection to `port` (read from /proc)."""
+        if port is None:
+            return False
+        pid = self.child.pid
+        inodes = set()
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+        for table in ("tcp", "tcp6"):
+            try:
+                lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+            except OSError:
+                continue
+            for line in lines:
+                fields = line.split()  # sl local remote state ... inode (field 9)
+                if (int(fields[2].rsplit(":", 1)[1], 16) == port and fields[3] == "01"  # ESTABLISHED
+                        and fields[9] in inodes):
+                    return True
+        return False
+
     def prompt(self) -> str:
         return spelled(f"In [{self.count}]: ")
 
@@ -136,6 +183,7 @@ def open_console(tmp_path: Path) -> Iterator[Callable[..., Console]]:
         console = Console(tmp_path / f"console-{len(consoles)}", simple=simple)
         consoles.append(console)
         console.expect_prompt(START_SECONDS)
+        console.wait_for_iopub()
         console.remember_processes()
         return console
 
