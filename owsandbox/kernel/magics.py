@@ -376,8 +376,12 @@ def _search(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
                               "ignore_case": args.ignore_case, "max_matches": args.max}
     if args.glob:
         params["glob"] = args.glob
+    limit = ctx.settings.get("timeout")  # the cell's limit bounds a search too (the sandbox's default is 30 s)
+    if limit is not None:
+        params["timeout_s"] = limit
     try:
-        found = ctx.call("fs.search", params)
+        # the sandbox stops the search at its limit and says so; wait a little longer than that for its word
+        found = ctx.call("fs.search", params, timeout=60.0 if limit is None else max(60.0, limit + 30.0))
     except P.RunnerError as err:
         if err.code in (P.INVALID_PARAMS, P.FS_ERROR):
             raise UsageError(err.message) from None

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from . import fsops, params, procs
+from . import fsops, params, procs, searchchild
 from . import protocol as P
 from .execd import ExecdServer
 from .outbox import ANSWERED, NEW, Outbox, RequestLedger
@@ -261,7 +261,9 @@ class Daemon:
             return self._shell_run
         if method == "shell.close":
             return lambda _id, p: self._shell_close(p)
-        table: dict[str, Callable[[dict[str, Any], str], Any]] = {**fsops.HANDLERS, **procs.HANDLERS}
+        # searchchild's fs.search replaces fsops': a regex can hold the GIL for minutes, so it runs in a child
+        table: dict[str, Callable[[dict[str, Any], str], Any]] = {**fsops.HANDLERS, **procs.HANDLERS,
+                                                                  **searchchild.HANDLERS}
         file_handler = table.get(method)
         if file_handler is None:
             return None
