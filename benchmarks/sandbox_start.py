@@ -33,6 +33,20 @@ def first_result(make_provider, folder: str) -> float:
         workspace.close()
 
 
+def round_trip(make_provider, folder: str, count: int = 200) -> float:
+    """The median of `count` round trips of `true` on a started sandbox."""
+    workspace = RunnerWorkspace(make_provider(), folder)
+    try:
+        times = []
+        for _ in range(count):
+            started = time.perf_counter()
+            workspace.executor.run("true")
+            times.append(time.perf_counter() - started)
+        return statistics.median(times)
+    finally:
+        workspace.close()
+
+
 def report(name: str, times: list[float]) -> None:
     times.sort()
     print(f"{name}: start to first result median {statistics.median(times):.3f} s, max {times[-1]:.3f} s "
@@ -47,6 +61,9 @@ def main() -> None:
         report("local", [first_result(lambda: LocalProvider(cwd=tmp), tmp) for _ in range(args.rounds)])
         if bwrap_problem() is None:
             report("bwrap", [first_result(lambda: BwrapProvider(cwd=tmp), tmp) for _ in range(args.rounds)])
+            report("bwrap, network on (pasta)", [first_result(lambda: BwrapProvider(cwd=tmp, network=True), tmp)
+                                                for _ in range(args.rounds)])
+            report("bwrap, round trip of `true` after start", [round_trip(lambda: BwrapProvider(cwd=tmp), tmp)])
         else:
             print(f"bwrap: not measured ({bwrap_problem()})")
         with loopback_sshd(Path(tempfile.mkdtemp(dir=tmp))) as prefix:

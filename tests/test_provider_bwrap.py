@@ -93,7 +93,12 @@ def test_there_is_no_network_unless_asked(zipapp, workspace):
             closed.close()
         opened = RunnerWorkspace(BwrapProvider(cwd=workspace, runner_path=zipapp, network=True), str(workspace))
         try:
-            assert opened.executor.run(CONNECT.format(port))["output"] == "reached\n"
+            # Network on means out, not in: the box has a route out but not the host's loopback services.
+            assert opened.describe()["network"] == "outbound"
+            routes = opened.executor.run("cat /proc/net/route")["output"].splitlines()[1:]
+            assert any(line.split()[1] == "00000000" for line in routes), routes  # a default route
+            done = opened.executor.run(CONNECT.format(port))
+            assert done["exit_code"] != 0 and "reached" not in done["output"]
         finally:
             opened.close()
     finally:
@@ -114,7 +119,8 @@ def test_processes_are_gone_after_the_sandbox_closes(zipapp, workspace):
 def test_the_sandbox_describes_its_mounts(sandbox, workspace):
     info = sandbox.describe()
     assert info["enforcement"] == "bubblewrap" and info["network"] == "none"
-    assert info["mounts"][str(workspace)].startswith("read-write") and info["mounts"]["/"] == "read-only"
+    assert info["mounts"][str(workspace)].startswith("read-write") and info["mounts"]["/usr"] == "read-only"
+    assert "/" not in info["mounts"] and "/home" not in info["mounts"] and "/run" in info["mounts"]
 
 
 def test_auto_chooses_bubblewrap_where_it_works(workspace):

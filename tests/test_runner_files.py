@@ -12,17 +12,23 @@ from owsandbox.runner.box import protocol as P
 from owsandbox.runner.executor import RunnerExecutor
 
 
-def daemon_host_pid(socket_path: str) -> int:
-    """The daemon's pid as this machine sees it (inside a PID namespace it has another)."""
-    for name in os.listdir("/proc"):
+def daemon_host_pid(provider) -> int:
+    """The daemon's pid as this machine sees it (inside a PID namespace it has another): the process
+    serving the provider's socket, or in a bubblewrap box the `serve` below the namespace's init."""
+    from owsandbox.runner.providers.local import descendants
+
+    candidates = descendants(provider.daemon_pid) if provider.name == "bwrap" else [int(n) for n in os.listdir("/proc")
+                                                                                    if n.isdigit()]
+    for pid in candidates:
         try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
                 argv = f.read().split(b"\0")
         except OSError:
             continue
-        if b"serve" in argv and socket_path.encode() in argv and not argv[0].endswith(b"bwrap"):
-            return int(name)
-    raise AssertionError(f"no daemon serving {socket_path}")
+        if b"serve" in argv and not argv[0].endswith(b"bwrap") and (
+                provider.name == "bwrap" or provider.socket_path.encode() in argv):
+            return pid
+    raise AssertionError(f"no daemon serving {provider.socket_path}")
 
 
 def test_a_file_is_read_in_pages_of_lines_and_of_bytes(box, workspace):
@@ -115,7 +121,7 @@ def test_proc_run_takes_argv_and_expands_nothing(box, workspace):
 def test_the_daemon_stays_small_while_a_command_floods_it(box):
     """300 MB of output: the daemon's memory stays bounded (the benchmark measures 1 GB)."""
     provider, client = box
-    pid = daemon_host_pid(provider.socket_path)
+    pid = daemon_host_pid(provider)
     peak = 0
     frames = 0
 

@@ -23,6 +23,7 @@ from .. import __version__
 from ..runner.box import protocol as P
 from . import attach_magics, magics  # noqa: F401 - attach_magics registers its magics
 from .attach import AttachManager
+from .limits import named_limit
 from .magics import RunOnShell, UsageError
 from .output import DEFAULT_OUTPUT_LIMIT, CellOutput, Display, Notice, Stream
 from .sandbox import Sandbox, SandboxUnavailable
@@ -200,6 +201,8 @@ class OwSandboxKernel(Kernel):
                                   "output_limit": self.settings["output_limit"]}
         if self.settings["timeout"] is not None:
             params["timeout_s"] = self.settings["timeout"]
+        provider = workspace.provider
+        counted = provider.limit_counters()
         call = client.start_call("shell.run", params, on_notification=on_frame,
                                  on_done=lambda: loop.call_soon_threadsafe(wake.set))
         with self._running_lock:
@@ -221,6 +224,9 @@ class OwSandboxKernel(Kernel):
         result = call.value
         output.finish(result)
         await self._show(parent, output, shell)
+        hit = named_limit(result, counted, provider.limit_counters(), provider.limit_summary())
+        if hit is not None:
+            raise CellError(*hit)
         self._raise_for(result)
 
     @staticmethod

@@ -421,7 +421,13 @@ def _sandbox(ctx: MagicContext, _args: argparse.Namespace, _body: str) -> None:
     info = ctx.describe_sandbox()
     if info.get("enforcement") == "none":
         info["isolation"] = "none: commands run on this machine with your permissions"
+    mounts = info.pop("mounts", None)
+    limits = info.pop("limits", None)
+    if isinstance(limits, dict):
+        info.update({f"limit: {name}": value for name, value in limits.items()})
     show_table(ctx, ["", "value"], [[k, v] for k, v in info.items() if v is not None])
+    if isinstance(mounts, dict):  # the box's file system as it really is, in the order it is made
+        show_table(ctx, ["path in the sandbox", "what the sandbox sees there"], [[k, v] for k, v in mounts.items()])
 
 
 @magic("timeout", "line", "Set a time limit for each cell (seconds), or 'off'.",

@@ -41,6 +41,7 @@ def kernel_dict(
     env: dict[str, str] | None = None,
     display_name: str | None = None,
     executable: str = "python",
+    limits: list[str] | None = None,
 ) -> dict[str, Any]:
     """The content of kernel.json.
 
@@ -51,6 +52,17 @@ def kernel_dict(
     kernel_env = dict(env or {})
     if provider:
         kernel_env["OWSANDBOX_PROVIDER"] = provider
+    # A variable given to the kernelspec is meant for the cells: it passes into the sandbox's clean
+    # environment by name. The kernel's own settings (OWSANDBOX_*) stay with the kernel.
+    passed = [n for n in kernel_env if not n.startswith("OWSANDBOX_")]
+    if passed:
+        earlier = [n for n in kernel_env.get("OWSANDBOX_ENV", "").split(",") if n]
+        kernel_env["OWSANDBOX_ENV"] = ",".join(dict.fromkeys(earlier + passed))
+    if limits:
+        from ..runner.limits import Limits
+
+        Limits.parse(limits)  # a wrong limit fails here, at install, not at the first cell
+        kernel_env["OWSANDBOX_LIMITS"] = ",".join(limits)
     spec: dict[str, Any] = {
         "argv": [executable, "-m", KERNEL_MODULE, "-f", "{connection_file}"],
         "display_name": display_name or DISPLAY_NAME,
@@ -84,6 +96,7 @@ def install(
     display_name: str | None = None,
     provider: str | None = None,
     env: dict[str, str] | None = None,
+    limits: list[str] | None = None,
 ) -> str:
     """Install the kernelspec and return the folder it landed in.
 
@@ -105,7 +118,8 @@ def install(
 
     with tempfile.TemporaryDirectory(prefix="owsandbox-kernelspec-") as tmp:
         staged = write_kernelspec(
-            Path(tmp) / name, provider=provider, env=env, display_name=display_name, executable=sys.executable
+            Path(tmp) / name, provider=provider, env=env, display_name=display_name, executable=sys.executable,
+            limits=limits,
         )
         return KernelSpecManager().install_kernel_spec(str(staged), name, user=user, prefix=prefix)
 
@@ -171,7 +185,9 @@ def _parser() -> argparse.ArgumentParser:
     inst.add_argument("--provider", default=None,
                       help="sandbox provider the kernel uses (sets OWSANDBOX_PROVIDER; default: chosen at start)")
     inst.add_argument("--env", action="extend", nargs="+", type=_env_pair, default=[], metavar="KEY=VALUE",
-                      help="environment variable for the kernel; repeatable")
+                      help="environment variable for the kernel, passed on into the sandbox; repeatable")
+    inst.add_argument("--limit", action="append", default=[], metavar="NAME=VALUE",
+                      help="a limit of the sandbox: memory=2G, pids=512, tmp=1G, shm=64M, cpu=2; repeatable")
 
     uninst = commands.add_parser("uninstall", help="remove an installed kernelspec",
                                  description="Remove an installed owsandbox kernelspec.")
@@ -193,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         dest = install(user=args.user, prefix=args.prefix, sys_prefix=args.sys_prefix, name=args.name,
-                       display_name=args.display_name, provider=args.provider, env=dict(args.env))
+                       display_name=args.display_name, provider=args.provider, env=dict(args.env),
+                       limits=args.limit)
     except ValueError as e:
         print(f"owsandbox install: error: {e}", file=sys.stderr)
         return 2

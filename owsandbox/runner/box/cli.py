@@ -28,6 +28,12 @@ def build_parser(prog: str = "runner") -> argparse.ArgumentParser:
     serve.add_argument("--max-frame-bytes", type=int, default=DEFAULT_MAX_FRAME_BYTES)
     serve.add_argument("--output-limit", type=int, default=DEFAULT_OUTPUT_LIMIT,
                        help="characters of a command's output kept in memory")
+    serve.add_argument("--listen-fd", type=int, default=None, metavar="FD",
+                       help="serve on this inherited listening socket instead of making --socket")
+    serve.add_argument("--end-namespace", action="store_true",
+                       help="the daemon owns its PID namespace: on leaving, end every process in it")
+    serve.add_argument("--execd-fd", type=int, default=None, metavar="FD",
+                       help="serve the execd endpoint on this inherited listening socket")
     attach = sub.add_parser("attach", help="relay stdin/stdout to the daemon's socket")
     attach.add_argument("--socket", required=True)
     attach.add_argument("--start", nargs=argparse.REMAINDER, metavar="SERVE-ARGS",
@@ -45,7 +51,8 @@ def main(argv: list[str] | None = None, prog: str = "runner") -> int:
         from .daemon import serve as run_daemon
 
         return run_daemon(args.socket, args.cwd, args.exit_with_parent, args.log_dir,
-                          args.max_frame_bytes, args.output_limit, args.linger)
+                          args.max_frame_bytes, args.output_limit, args.linger, args.listen_fd, args.execd_fd,
+                          args.end_namespace)
     from .relay import attach as run_relay
 
     if args.command == "forward":  # the same byte relay, to the endpoint of long-running programs

@@ -68,7 +68,8 @@ class Connection:
 class Daemon:
     def __init__(self, socket_path: str, cwd: str | None = None, log_dir: str | None = None,
                  max_frame_bytes: int = P.DEFAULT_MAX_FRAME_BYTES,
-                 output_limit: int = DEFAULT_OUTPUT_LIMIT) -> None:
+                 output_limit: int = DEFAULT_OUTPUT_LIMIT, listen_fd: int | None = None,
+                 execd_fd: int | None = None) -> None:
         self.socket_path = os.path.abspath(socket_path)
         self.cwd = os.path.abspath(cwd or os.getcwd())
         self.log_dir = log_dir or os.path.join(os.path.dirname(self.socket_path), "logs")
@@ -85,9 +86,13 @@ class Daemon:
         self._shells_lock = threading.Lock()
         self._stopping = threading.Event()
         self._listener: socket.socket | None = None
+        # Sockets made by whoever started the box: it connects to files the box cannot replace.
+        self._given_listener = socket.socket(fileno=listen_fd) if listen_fd is not None else None
+        given_execd = socket.socket(fileno=execd_fd) if execd_fd is not None else None
         self._workers = threading.BoundedSemaphore(64)
         self.execd = ExecdServer(secrets.token_urlsafe(24),
-                                 unix_path=os.path.join(os.path.dirname(self.socket_path), "execd.sock"), cwd=self.cwd)
+                                 unix_path=os.path.join(os.path.dirname(self.socket_path), "execd.sock"), cwd=self.cwd,
+                                 unix_listener=given_execd)
 
     # -- socket -----------------------------------------------------------------------------
 
@@ -95,6 +100,10 @@ class Daemon:
         folder = os.path.dirname(self.socket_path)
         os.makedirs(folder, mode=0o700, exist_ok=True)
         os.chmod(folder, 0o700)
+        if self._given_listener is not None:
+            self._listener = self._given_listener
+            self.execd.start()
+            return
         if os.path.exists(self.socket_path):
             probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
@@ -146,10 +155,11 @@ class Daemon:
                 self._listener.close()
             except OSError:
                 pass
-        try:
-            os.unlink(self.socket_path)
-        except OSError:
-            pass
+        if self._given_listener is None:
+            try:
+                os.unlink(self.socket_path)
+            except OSError:
+                pass
         with self._state:
             conn = self._conn
         if conn is not None:
@@ -499,8 +509,9 @@ def _watch_clients(daemon: Daemon, linger: float, on_alone: Callable[[], None]) 
 
 def serve(socket_path: str, cwd: str | None, exit_with_parent: bool, log_dir: str | None = None,
           max_frame_bytes: int = P.DEFAULT_MAX_FRAME_BYTES, output_limit: int = DEFAULT_OUTPUT_LIMIT,
-          linger: float = 0) -> int:
-    daemon = Daemon(socket_path, cwd, log_dir, max_frame_bytes, output_limit)
+          linger: float = 0, listen_fd: int | None = None, execd_fd: int | None = None,
+          end_namespace: bool = False) -> int:
+    daemon = Daemon(socket_path, cwd, log_dir, max_frame_bytes, output_limit, listen_fd, execd_fd)
     daemon.listen()
     threading.Thread(target=_bash_version, name="bash-version", daemon=True).start()  # for hello, ahead of it
     done = threading.Event()
@@ -526,4 +537,11 @@ def serve(socket_path: str, cwd: str | None, exit_with_parent: bool, log_dir: st
     server.start()
     while not done.wait(1.0):
         pass
+    if end_namespace:
+        # The sandbox's init waits for every process in the namespace, so a double-forked or setsid
+        # program would keep the sandbox alive after its kernel is gone: end them all on the way out.
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
     return 0

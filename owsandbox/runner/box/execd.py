@@ -390,7 +390,8 @@ class ExecdServer:
 
     def __init__(self, token: str, unix_path: str | None = None, tcp_host: str | None = None, tcp_port: int = 0,
                  *, cwd: str | None = None, ping_interval: float = 30.0, idle_timeout: float = 60.0,
-                 kill_grace: float = 2.0, close_timeout: float = 5.0, request_timeout: float = 30.0) -> None:
+                 kill_grace: float = 2.0, close_timeout: float = 5.0, request_timeout: float = 30.0,
+                 unix_listener: socket.socket | None = None) -> None:
         if not token:
             raise ValueError("an access token is required")
         if unix_path is None and tcp_host is None:
@@ -406,6 +407,9 @@ class ExecdServer:
         self.request_timeout = request_timeout
         self.sessions = SessionTable(kill_grace)
         self._listeners: list[socket.socket] = []
+        # A listening socket made by whoever started the box (so the box cannot swap the file the
+        # host connects to); `unix_path` then only names it.
+        self._given_listener = unix_listener
         self._threads: list[threading.Thread] = []
         self._connections: set[socket.socket] = set()
         self._lock = threading.Lock()
@@ -424,7 +428,9 @@ class ExecdServer:
         if self._listeners:
             raise RuntimeError("the server is already started")
         try:
-            if self.unix_path is not None:
+            if self._given_listener is not None:
+                self._listeners.append(self._given_listener)
+            elif self.unix_path is not None:
                 self._listeners.append(_listen_unix(self.unix_path))
             if self.tcp_host is not None:
                 listener = socket.create_server((self.tcp_host, self.tcp_port), family=_family(self.tcp_host))
@@ -471,7 +477,7 @@ class ExecdServer:
             except OSError:
                 pass
             listener.close()
-        if self.unix_path is not None and self._listeners:
+        if self.unix_path is not None and self._listeners and self._given_listener is None:
             try:
                 os.unlink(self.unix_path)
             except OSError:

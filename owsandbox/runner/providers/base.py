@@ -45,5 +45,14 @@ class Provider:
 
         return ExecdEndpoint(unix_socket=self.execd_socket(hello), headers={TOKEN_HEADER: hello["execd"]["token"]})
 
+    def limit_counters(self) -> dict[str, int]:
+        """Called by the kernel before and after each cell: counts of limit events (`oom_kills`,
+        `refused_forks`) read where the box cannot write them; {} when nothing counts them."""
+        return {}
+
+    def limit_summary(self) -> dict[str, str] | None:
+        """Called by the kernel to name a limit a cell hit: the limits in words, or None without limits."""
+        return None
+
     def describe(self) -> dict[str, Any]:
         return {"provider": self.name, "enforcement": self.enforcement}

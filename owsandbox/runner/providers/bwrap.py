@@ -1,34 +1,74 @@
 """The `bwrap` provider: the daemon and every shell inside a bubblewrap sandbox.
 
-What a person expects of the word sandbox on one machine: the workspace folder is writable, the
-system is read-only, `/tmp` is private, home folders (and the secrets in them, `~/.ssh`, `~/.aws`)
-are not there, there is no network unless asked for, processes live in their own PID namespace
-and die with the kernel. The daemon's socket sits in a private folder bound into the box at the same
-path, so the relay runs outside and reaches it across the network namespace.
+One rule shapes it: nothing the box can write is trusted by the host, and the box sees nothing of
+the host it does not need.
+
+* **Host state outside the box.** The state folder (the daemon's log, the host's record of the
+  sandbox, the two listening sockets) is never mounted in the box. The host makes the sockets and the
+  daemon inherits them, so the files the relay and `%attach` connect to cannot be swapped from
+  inside. The host ends the sandbox by killing the PID namespace's init, whose host pid bubblewrap
+  reports on `--info-fd`; it never reads a pid the box wrote.
+* **No privileges inside.** Always a user namespace with every capability dropped and no further
+  user namespaces, so even a kernel run as root gives the box nothing to remount or unmount.
+* **Only what is needed is mounted.** Programs and libraries read-only (`/usr`, `/lib*`, `/etc`
+  without the files only their owner may read, `/opt`, the interpreter's prefix), the workspace
+  read-write, and private, size-limited `/tmp`, `/var/tmp`, `/run`, `/dev/shm` and home. A workspace
+  that is (or holds) the home folder still hides its secrets; a workspace of `/` is refused.
+* **A clean environment**: an allowlist, plus the names in `OWSANDBOX_ENV`.
+* **Network off means off** (its own network namespace; host sockets are not mounted). On means out,
+  not in: `pasta` gives the box its own stack with no way to the host's loopback; without it the
+  host's network is shared and `%sandbox` says loopback is exposed.
+* **Limits** (memory, processes, tmpfs sizes, CPUs) from `OWSANDBOX_LIMITS`, by cgroup or rlimits.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
+import socket
+import stat
 import subprocess
 import sys
+import time
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
-from .local import LocalProvider
+from ..box.daemonctl import pid_alive
+from ..limits import CgroupEnforcement, Enforcement, Limits, enforce, human_size
+from .local import _LAUNCHER, LocalProvider
 
 NETWORK_ENV = "OWSANDBOX_NETWORK"
+LIMITS_ENV = "OWSANDBOX_LIMITS"
+PASS_ENV = "OWSANDBOX_ENV"
+ALLOWED_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "COLORTERM", "USER", "LOGNAME")
+BOX_RUN = "/run/owsandbox"  # where the daemon keeps its own files, inside the box
+BOX_RUNNER = f"{BOX_RUN}/runner.pyz"
+# Inside a home folder that the workspace is (or holds): what must stay hidden.
+HOME_SECRETS = (".ssh", ".aws", ".gnupg", ".config", ".local/share/jupyter", ".docker", ".kube", ".azure",
+                ".netrc", ".git-credentials", ".pypirc", ".npmrc", ".pgpass", ".bashrc", ".bash_profile",
+                ".bash_login", ".bash_logout", ".profile", ".bash_history", ".zshrc", ".zprofile", ".python_history")
+SYSTEM_FOLDERS = ("/", "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/proc", "/sys", "/dev", "/boot", "/run",
+                  "/var")
+# /proc files that write to the whole machine, or tell of it, for a process the host counts as root:
+# read-only or masked, as container engines do.
+PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
+PROC_MASKED = ("/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug", "/proc/latency_stats",
+               "/proc/acpi", "/proc/scsi", "/proc/asound")
+PROGRAM_FOLDERS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
 
 
 @lru_cache(maxsize=1)
 def bwrap_problem() -> str | None:
-    """None when bubblewrap can make a sandbox here, else why not."""
+    """None when bubblewrap can make a sandbox here (with the options this provider needs), else why not."""
     binary = shutil.which("bwrap")
     if binary is None:
         return "bubblewrap (bwrap) is not installed"
     try:
-        done = subprocess.run([binary, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid",
+        done = subprocess.run([binary, "--unshare-user", "--disable-userns", "--cap-drop", "ALL", "--ro-bind", "/usr",
+                               "/usr", *_program_links(), "--dev", "/dev", "--proc", "/proc", "--unshare-pid",
                                "--unshare-net", "--die-with-parent", "true"], capture_output=True, timeout=20)
     except (OSError, subprocess.SubprocessError) as exc:
         return f"bwrap could not run: {exc}"
@@ -37,8 +77,73 @@ def bwrap_problem() -> str | None:
     return None
 
 
+@lru_cache(maxsize=1)
+def _program_links() -> tuple[str, ...]:
+    """`/bin`, `/lib`, ... as they are here: links into /usr recreated, real folders bound read-only."""
+    args: list[str] = []
+    for folder in PROGRAM_FOLDERS:
+        if os.path.islink(folder):
+            args += ["--symlink", os.readlink(folder), folder]
+        elif os.path.isdir(folder):
+            args += ["--ro-bind", folder, folder]
+    return tuple(args)
+
+
+@lru_cache(maxsize=1)
+def private_system_files() -> tuple[str, ...]:
+    """Files under /etc that only their owner may read and that we can read (so: as root, /etc/shadow,
+    ssh host keys, ...). The box gets an empty file or folder in their place."""
+    found = []
+    for root, folders, files in os.walk("/etc"):
+        for name in folders + files:
+            path = os.path.join(root, name)
+            try:
+                info = os.lstat(path)
+            except OSError:
+                continue
+            if not stat.S_ISLNK(info.st_mode) and not info.st_mode & 0o004 and os.access(path, os.R_OK):
+                found.append(path)
+        folders[:] = [f for f in folders if os.path.join(root, f) not in found]
+    return tuple(found)
+
+
 def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot: with the pid, it names one process for good."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _listening_socket(path: str) -> socket.socket:
+    """A listening socket at `path` in the host's private folder, made by the host for the daemon."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_umask = os.umask(0o177)
+    try:
+        listener.bind(path)
+    finally:
+        os.umask(old_umask)
+    listener.listen(64)
+    listener.set_inheritable(True)
+    return listener
+
+
+def passed_env_names() -> list[str]:
+    """The names the kernelspec or the user pass into the box on purpose (`OWSANDBOX_ENV=A,B`)."""
+    return [n.strip() for n in os.environ.get(PASS_ENV, "").split(",") if n.strip()]
+
+
+class WorkspaceRefused(ValueError):
+    """The workspace folder cannot be a sandbox's writable folder; the message says why."""
 
 
 class BwrapProvider(LocalProvider):
@@ -46,54 +151,294 @@ class BwrapProvider(LocalProvider):
     enforcement = "bubblewrap"
 
     def __init__(self, cwd: str | os.PathLike[str] | None = None, network: bool | None = None,
-                 **options: Any) -> None:
+                 limits: Limits | list[str] | str | None = None, **options: Any) -> None:
         super().__init__(cwd, **options)
         self.network = network if network is not None else os.environ.get(NETWORK_ENV, "") in ("1", "true", "yes")
-        self.hidden = self._hidden_folders()
+        self.limits = limits if isinstance(limits, Limits) else Limits.parse(
+            limits if limits is not None else os.environ.get(LIMITS_ENV))
+        self.home = os.path.realpath(os.path.expanduser("~"))
+        self.env_names = passed_env_names()
+        self.enforcer: Enforcement | None = None
+        self.network_mode = "none"
+        self._init_start: str | None = None
+        self._pasta_pid: int | None = None
+        self._pasta_start: str | None = None
 
-    @staticmethod
-    def _hidden_folders() -> list[str]:
-        folders = {os.path.expanduser("~"), "/home", "/root"}
-        return sorted(f for f in folders if f and f != "/" and os.path.isdir(f))
+    # -- what the box is made of ---------------------------------------------------------------
+
+    def check_workspace(self) -> None:
+        for folder in SYSTEM_FOLDERS:
+            if self.cwd == folder:
+                raise WorkspaceRefused(
+                    f"the workspace cannot be {folder}: a sandbox that may write there isolates nothing. Open the "
+                    "notebook from a project folder, or set OWSANDBOX_WORKSPACE to one")
+
+    def hidden_in_workspace(self) -> list[str]:
+        """Secrets of the home folder that the workspace (being it, or holding it) would show."""
+        if not _inside(self.home, self.cwd):
+            return []
+        paths = [os.path.join(self.home, name) for name in HOME_SECRETS]
+        return [path for path in paths if os.path.lexists(path)]
+
+    def box_env(self) -> dict[str, str]:
+        env = {name: os.environ[name] for name in ALLOWED_ENV if name in os.environ}
+        env.update({name: value for name, value in os.environ.items() if name.startswith("LC_")})
+        env.update({name: os.environ[name] for name in self.env_names if name in os.environ})
+        env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+        env.setdefault("USER", os.environ.get("LOGNAME", "user"))
+        env["HOME"] = self.home
+        env["OWSANDBOX_SANDBOX"] = "bwrap"
+        return env
+
+    def mounts(self) -> list[tuple[str, str]]:
+        """(path, what the box sees there), in the order they are made: what `%sandbox` shows."""
+        found = [("/usr", "read-only")]
+        found += [(f, "link into /usr" if os.path.islink(f) else "read-only") for f in PROGRAM_FOLDERS
+                  if os.path.lexists(f)]
+        found.append(("/etc", "read-only"))
+        found += [(f, "hidden (owner-only file)") for f in private_system_files()]
+        size = human_size(self.limits.tmp)
+        found += [("/proc", "own (PID namespace)"), ("/dev", "minimal"),
+                  ("/dev/shm", f"private, at most {human_size(self.limits.shm)}"),
+                  ("/tmp", f"private, at most {size}"), ("/var/tmp", f"private, at most {size}"),
+                  ("/run", f"private, at most {size}"),
+                  (f"{BOX_RUN}/run", "read-write (the daemon's logs and %attach cursors)"),
+                  (self.home, "private (empty home)"),
+                  (self.cwd, "read-write (the workspace)")]
+        prefix = self._python_prefix()
+        if prefix:
+            found.append((prefix, "read-only (the Python that runs the sandbox's daemon)"))
+        found += [(f, "hidden") for f in self.hidden_in_workspace()]
+        return found
+
+    def box_folder(self) -> str:
+        assert self.state_dir
+        folder = os.path.join(self.state_dir, "box")
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        return folder
+
+    def _python_prefix(self) -> str | None:
+        python = os.path.realpath(self.python)
+        if python.startswith("/usr/"):
+            return None
+        prefix = os.path.realpath(sys.base_prefix)
+        return prefix if _inside(python, prefix) else os.path.dirname(os.path.dirname(python))
+
+    def bwrap_args(self) -> list[str]:
+        size = str(self.limits.tmp)
+        args = ["bwrap", "--unshare-user", "--disable-userns", "--cap-drop", "ALL", "--unshare-pid", "--unshare-ipc",
+                "--unshare-uts", "--unshare-cgroup-try", "--unshare-net", "--hostname", "sandbox", "--new-session",
+                "--ro-bind", "/usr", "/usr", *_program_links(), "--ro-bind", "/etc", "/etc"]
+        for path in private_system_files():
+            args += ["--tmpfs", path, "--remount-ro", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
+        args += ["--proc", "/proc"]
+        for path in PROC_READ_ONLY:
+            if os.path.exists(path):
+                args += ["--ro-bind", path, path]
+        for path in PROC_MASKED:
+            if os.path.exists(path):
+                args += ["--tmpfs", path, "--remount-ro", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null",
+                                                                                             path]
+        args += ["--dev", "/dev", "--size", str(self.limits.shm), "--tmpfs", "/dev/shm",
+                 "--size", size, "--tmpfs", "/tmp", "--dir", "/var", "--size", size, "--tmpfs", "/var/tmp",
+                 "--size", size, "--tmpfs", "/run", "--dir", BOX_RUN]
+        assert self.runner_path
+        assert self.state_dir
+        # The daemon's own folder (output logs, %attach cursors) is on disk, in a folder the host makes
+        # and only ever removes: it is the one host folder the box writes, and the host reads nothing in it.
+        args += ["--ro-bind", self.runner_path, BOX_RUNNER, "--bind", self.box_folder(), f"{BOX_RUN}/run"]
+        if not _inside(self.home, self.cwd):
+            args += ["--size", size, "--tmpfs", self.home]
+        args += ["--bind", self.cwd, self.cwd]
+        prefix = self._python_prefix()
+        if prefix:  # after home: a Python installed under the home folder stays visible, read-only
+            args += ["--ro-bind", prefix, prefix]
+        for path in self.hidden_in_workspace():
+            args += ["--tmpfs", path, "--remount-ro", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
+        args += ["--remount-ro", "/", "--chdir", self.cwd, "--clearenv"]
+        for name, value in self.box_env().items():
+            args += ["--setenv", name, value]
+        if not self.key:
+            args.append("--die-with-parent")  # with a key, the daemon lingers for a restarting kernel
+        return args
+
+    # -- lifecycle -------------------------------------------------------------------------------
 
     def create(self) -> None:
         problem = bwrap_problem()
         if problem is not None:
             raise RuntimeError(problem)
+        self.check_workspace()
         super().create()
 
-    def daemon_argv(self, serve: list[str]) -> list[str]:
-        assert self.state_dir and self.runner_path
-        # The box sees the runner in its own folder: home folders, where a cache would be, are hidden.
-        inside_runner = os.path.join(self.state_dir, os.path.basename(self.runner_path))
-        if not os.path.exists(inside_runner):
-            shutil.copyfile(self.runner_path, inside_runner)
-        python = os.path.realpath(self.python)
-        return [*self.bwrap_args(python), "--", python, "-S", inside_runner, *serve]
-
-    def bwrap_args(self, python: str) -> list[str]:
+    def _adopt_running_daemon(self) -> bool:
         assert self.state_dir
-        args = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-                "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", "sandbox", "--new-session"]
+        try:
+            info = json.loads(Path(self.state_dir, "daemon.json").read_text())
+        except (OSError, ValueError):
+            return False
+        pid, started = info.get("init_pid"), info.get("init_start")
+        if not isinstance(pid, int) or not pid_alive(pid) or _start_time(pid) != started:
+            return False
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(self.socket_path)
+        except OSError:
+            return False
+        finally:
+            probe.close()
+        self.daemon_info, self.daemon_pid, self._init_start = info, pid, started
+        self.enforcer = CgroupEnforcement.adopt(self.limits, info.get("limits", {}))
+        self.network_mode = info.get("network_mode", "none")
+        self._pasta_pid, self._pasta_start = info.get("pasta_pid"), info.get("pasta_start")
+        return True
+
+    def _start_daemon(self) -> None:
+        assert self.state_dir and self.runner_path
+        run = Path(self.state_dir, "run")
+        run.mkdir(mode=0o700, exist_ok=True)
+        listener = _listening_socket(self.socket_path)
+        execd = _listening_socket(str(run / "execd.sock"))
+        info_read, info_write = os.pipe()
+        log = os.open(os.path.join(self.state_dir, "daemon.log"),
+                      os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        self.enforcer = enforce(self.limits)
+        wrapper = self._network_wrapper()
+        # Behind pasta, the daemon's parent outlives a killed kernel: it leaves when no client is left.
+        lifetime = ["--linger", str(self.linger_seconds)] if self.key or wrapper else ["--exit-with-parent"]
+        box = self.bwrap_args()
+        if wrapper:
+            box.remove("--unshare-net")
+        if self.network_mode == "pasta" and not wrapper:
+            lifetime = ["--linger", str(self.linger_seconds)]
+        serve = ["serve", "--socket", f"{BOX_RUN}/run/runner.sock", "--listen-fd", str(listener.fileno()),
+                 "--execd-fd", str(execd.fileno()), "--end-namespace", "--cwd", self.cwd, *lifetime, *self.daemon_args]
+        argv = [*wrapper, *box, "--info-fd", str(info_write), "--", os.path.realpath(self.python), "-S",
+                BOX_RUNNER, *serve]
+        try:
+            self.daemon = _LAUNCHER.spawn(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
+                                          start_new_session=True, pass_fds=(listener.fileno(), execd.fileno(),
+                                                                            info_write),
+                                          preexec_fn=self.enforcer.preexec)
+        except BaseException:
+            self.enforcer.remove()
+            raise
+        finally:
+            os.close(log)
+            os.close(info_write)
+            listener.close()  # the daemon holds them now; a dead daemon must not look alive
+            execd.close()
+        try:
+            self.daemon_pid = self._init_pid(info_read)
+        finally:
+            os.close(info_read)
+        self._init_start = _start_time(self.daemon_pid) if self.daemon_pid else None
+        self.daemon_info = self._await_ready()
+        if self.network_mode == "pasta" and not wrapper:
+            self._attach_network()
+        record = {**self.daemon_info, "init_pid": self.daemon_pid, "init_start": self._init_start,
+                  "pasta_pid": self._pasta_pid, "pasta_start": self._pasta_start,
+                  "limits": self.enforcer.record(), "network_mode": self.network_mode}
+        Path(self.state_dir, "daemon.json").write_text(json.dumps(record))
+
+    def _init_pid(self, info_fd: int) -> int | None:
+        """The host pid of the sandbox's PID-namespace init, from bubblewrap's --info-fd."""
+        data = b""
+        while True:
+            chunk = os.read(info_fd, 4096)
+            if not chunk:
+                break
+            data += chunk
+            try:
+                return int(json.loads(data)["child-pid"])
+            except (ValueError, KeyError):
+                continue
+        assert self.daemon is not None
+        self.daemon.wait(5)
+        raise RuntimeError(f"bubblewrap did not start the sandbox: {self._log_tail() or 'no message'}")
+
+    def _network_wrapper(self) -> list[str]:
+        """The command that gives the box outbound network without the host's loopback, run around
+        bwrap (it makes the network namespace), or [] for a box with no network."""
+        pasta = shutil.which("pasta") if self.network else None
+        self.network_mode = "pasta" if pasta else ("unavailable" if self.network else "none")
+        if pasta is None:
+            return []
+        if os.getuid() == 0:
+            return []  # root: pasta joins the box's namespace once it exists (see _attach_network)
+        return [*self._pasta_argv(pasta), "--foreground", "--"]
+
+    @staticmethod
+    def _pasta_argv(pasta: str) -> list[str]:
+        # No port forwarded in either direction, and the gateway is not mapped to the host's loopback.
+        return [pasta, "--config-net", "--quiet", "--no-map-gw", "-t", "none", "-u", "none", "-T", "none", "-U", "none"]
+
+    def _attach_network(self) -> None:
+        """As root, pasta cannot make the box's user namespace (it would map no one), so it joins the
+        network namespace bubblewrap made; it returns once the box's network is configured."""
+        assert self.state_dir and self.daemon_pid
+        pid_file = os.path.join(self.state_dir, "pasta.pid")
+        assert self.network_mode == "pasta"
+        pasta = shutil.which("pasta") or "pasta"
+        done = subprocess.run([*self._pasta_argv(pasta), "--runas", "0", "--pid", pid_file, "--netns",
+                               f"/proc/{self.daemon_pid}/ns/net"], capture_output=True, timeout=20)
+        if done.returncode != 0:
+            raise RuntimeError(f"pasta could not give the sandbox a network: {done.stderr.decode(errors='replace')}")
+        self._pasta_pid = int(Path(pid_file).read_text().split()[0])
+        self._pasta_start = _start_time(self._pasta_pid)
+
+    def describe_network(self) -> tuple[str, str]:
+        """(what the box has, how): `none` or `outbound`."""
         if not self.network:
-            args.append("--unshare-net")
-        if not self.key:
-            args.append("--die-with-parent")  # with a key, the daemon lingers for a restarting kernel
-        for folder in self.hidden:
-            args += ["--tmpfs", folder]
-        # What must stay visible inside a hidden folder comes back: the interpreter, the workspace.
-        prefix = os.path.realpath(sys.base_prefix)
-        if any(_inside(python, folder) or _inside(prefix, folder) for folder in self.hidden):
-            args += ["--ro-bind", prefix, prefix]
-        args += ["--bind", self.cwd, self.cwd, "--bind", self.state_dir, self.state_dir, "--chdir", self.cwd]
-        args += ["--setenv", "HOME", os.path.expanduser("~"), "--setenv", "OWSANDBOX_SANDBOX", "bwrap"]
-        return args
+            return "none", "own network namespace with loopback only; no host socket is mounted"
+        if self.network_mode == "pasta":
+            return "outbound", "pasta: an own network stack; the host's loopback services are not reachable"
+        return "none", "outbound network was asked for, but pasta (Debian package passt) is not installed"
+
+    def _stop_daemon(self) -> None:
+        daemon, self.daemon = self.daemon, None
+        pid, self.daemon_pid = self.daemon_pid, None
+        if pid is not None and pid_alive(pid) and _start_time(pid) == self._init_start:
+            try:
+                os.kill(pid, signal.SIGKILL)  # the PID namespace's init: everything in it ends with it
+            except OSError:
+                pass
+        if daemon is not None:
+            daemon.wait()
+        elif pid is not None:
+            deadline = time.monotonic() + 5
+            while pid_alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        pasta, self._pasta_pid = self._pasta_pid, None
+        if pasta and pid_alive(pasta) and _start_time(pasta) == self._pasta_start:
+            os.kill(pasta, signal.SIGKILL)
+        if self.enforcer is not None:
+            self.enforcer.remove()
+
+    def open_runner(self):  # type: ignore[no-untyped-def]
+        with self._lifecycle:
+            if self.daemon_pid is not None and _start_time(self.daemon_pid) != self._init_start:
+                self.daemon_pid = None  # gone, and its pid may already be another process's
+        return super().open_runner()
+
+    def execd_socket(self, hello: dict[str, Any]) -> str:
+        """The host's own socket, never a path the box names."""
+        assert self.state_dir
+        return os.path.join(self.state_dir, "run", "execd.sock")
+
+    def limit_counters(self) -> dict[str, int]:
+        return self.enforcer.counters() if self.enforcer is not None else {}
+
+    def limit_summary(self) -> dict[str, str]:
+        return self.limits.describe()
 
     def describe(self) -> dict[str, Any]:
-        mounts = {"/": "read-only", "/tmp": "private (empty)", self.cwd: "read-write (the workspace)"}
-        for folder in self.hidden:
-            mounts[folder] = "hidden (empty)"
-        return {**super().describe(), "network": "on" if self.network else "none", "mounts": mounts,
+        env = sorted(self.box_env())
+        network, how = self.describe_network()
+        return {**super().describe(), "network": network, "network note": how, "mounts": dict(self.mounts()),
+                "limits": self.limits.describe(),
+                "limits enforced by": self.enforcer.describe() if self.enforcer else "not started",
+                "environment": ", ".join(env), "privileges": "none (user namespace, every capability dropped)",
                 "pid namespace": "own", "dies with": "the kernel" if not self.key else "its last client (linger)"}
 
 
@@ -103,6 +448,7 @@ def auto_provider(cwd: str | os.PathLike[str] | None = None, **options: Any) -> 
     if problem is None:
         return BwrapProvider(cwd, **options)
     options.pop("network", None)
+    options.pop("limits", None)
     provider = LocalProvider(cwd, **options)
     provider.fallback_reason = f"no isolation: {problem}, so the sandbox is the local machine"
     return provider

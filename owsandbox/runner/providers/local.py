@@ -27,6 +27,7 @@ from typing import Any
 from ..box.daemonctl import pid_alive
 from ..box.shells import session_members
 from ..bundle import build_runner_zipapp
+from ..privatedir import first_private_folder
 from ..transport import PipeTransport
 from .base import Provider
 
@@ -69,12 +70,11 @@ _LAUNCHER = _Launcher()
 
 
 def runtime_root() -> Path:
-    """A private folder for the daemons of this user."""
-    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
-    root = Path(base) / f"owsandbox-{os.getuid()}"
-    root.mkdir(mode=0o700, exist_ok=True)
-    os.chmod(root, 0o700)
-    return root
+    """A private folder for the daemons of this user, checked before use (see privatedir)."""
+    name = f"owsandbox-{os.getuid()}"
+    candidates = [Path(os.environ["XDG_RUNTIME_DIR"]) / name] if os.environ.get("XDG_RUNTIME_DIR") else []
+    candidates += [Path(tempfile.gettempdir()) / name, Path.home() / ".cache" / "owsandbox" / "run"]
+    return first_private_folder(candidates)
 
 
 def descendants(root: int) -> list[int]:
@@ -105,19 +105,26 @@ def sweep_dead_state(root: Path, keep: str) -> None:
         if folder.name == keep or not record.is_file():
             continue
         try:
-            pid = json.loads(record.read_text()).get("pid")
+            info = json.loads(record.read_text())
+            pid = info.get("init_pid", info.get("pid"))
         except (OSError, ValueError, AttributeError):
             continue
-        if not pid_alive(pid) and not (folder / "run" / "runner.sock").is_socket():
-            shutil.rmtree(folder, ignore_errors=True)
-        elif not pid_alive(pid):
-            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        if pid_alive(pid):
+            continue
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(folder / "run" / "runner.sock"))
+            continue  # still served (a daemon whose record is older than it)
+        except OSError:
+            pass  # no socket, or one nobody listens on
+        finally:
+            probe.close()
+        for cgroup in (info.get("limits") or {}).get("folders", {}).values():
             try:
-                probe.connect(str(folder / "run" / "runner.sock"))
+                os.rmdir(cgroup)  # the sandbox's own cgroups, empty once it is gone
             except OSError:
-                shutil.rmtree(folder, ignore_errors=True)  # a socket file nobody listens on
-            finally:
-                probe.close()
+                pass
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 class LocalProvider(Provider):
@@ -182,12 +189,13 @@ class LocalProvider(Provider):
         assert self.state_dir and self.runner_path
         lifetime = ["--linger", str(self.linger_seconds)] if self.key else ["--exit-with-parent"]
         serve = ["serve", "--socket", self.socket_path, "--cwd", self.cwd, *lifetime, *self.daemon_args]
-        log = open(os.path.join(self.state_dir, "daemon.log"), "ab")  # noqa: SIM115 - handed to the child
+        log = os.open(os.path.join(self.state_dir, "daemon.log"),
+                      os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             self.daemon = _LAUNCHER.spawn(self.daemon_argv(serve), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                           stderr=log, start_new_session=True)
         finally:
-            log.close()
+            os.close(log)
         self.daemon_pid = self.daemon.pid
         self.daemon_info = self._await_ready()
         Path(self.state_dir, "daemon.json").write_text(json.dumps(self.daemon_info))

@@ -1,0 +1,74 @@
+"""Runs a bubblewrap sandbox as the user who starts this script, driven by JSON lines on stdin.
+
+The isolation tests run it as root and as a plain user (through `runuser`), with the system Python
+and a world-readable copy of the package, so the same attacks are tried with both kinds of owner.
+Steps (one JSON object a line; one JSON answer a line):
+
+    {"start": {provider options}}   make the sandbox (a BwrapProvider) and answer what it says of itself
+    {"run": "COMMAND"}              run a command on the main shell: exit_code, output
+    {"describe": true}              the provider's describe()
+    {"counters": true}              the limit counters
+    {"state": true}                 the host-side facts: state folder, init pid, its pid namespace
+    {"restart": true}               kill and restart the daemon as a sandbox restart does
+    {"close": true}                 end the sandbox, then this script
+    {"release": true}               leave the sandbox lingering (a kernel restart), then end this script
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def main() -> int:
+    from owsandbox.runner.providers.bwrap import BwrapProvider
+    from owsandbox.runner.workspace import RunnerWorkspace
+
+    workspace: RunnerWorkspace | None = None
+    for line in sys.stdin:
+        step = json.loads(line)
+        answer: dict = {}
+        try:
+            if "start" in step:
+                options = dict(step["start"])
+                cwd = options.pop("cwd")
+                workspace = RunnerWorkspace(BwrapProvider(cwd=cwd, **options), cwd)
+                answer = {"started": True}
+            elif "run" in step:
+                assert workspace is not None
+                before = workspace.provider.limit_counters()
+                done = workspace.executor.run(step["run"], timeout=step.get("timeout", 60))
+                answer = {**done, "counters_before": before, "counters_after": workspace.provider.limit_counters(),
+                          "limits": workspace.provider.limit_summary()}
+            elif "describe" in step:
+                assert workspace is not None
+                answer = json.loads(json.dumps(workspace.provider.describe(), default=str))
+            elif "counters" in step:
+                assert workspace is not None
+                answer = workspace.provider.limit_counters()
+            elif "state" in step:
+                assert workspace is not None
+                provider = workspace.provider
+                pid = provider.daemon_pid
+                answer = {"state_dir": provider.state_dir, "init_pid": pid,
+                          "pidns": os.readlink(f"/proc/{pid}/ns/pid") if pid else None}
+            elif "restart" in step:
+                assert workspace is not None
+                workspace.provider.restart_daemon()
+                answer = {"restarted": True}
+            elif "close" in step or "release" in step:
+                if workspace is not None:
+                    workspace.release() if "release" in step else workspace.close()
+                print(json.dumps({"closed": True}), flush=True)
+                return 0
+        except Exception as exc:  # noqa: BLE001 - reported to the test, which decides
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        print(json.dumps(answer), flush=True)
+    if workspace is not None:
+        workspace.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""The attacker: a bubblewrap sandbox started by root or by a plain user, with a cell's code in it.
+
+Every isolation promise is tested both ways. As root (CI) the test creates a plain user with
+`useradd` for the second way; run by a plain user, the `root` way is skipped and the `user` way is
+the current user. The sandbox runs from a world-readable copy of the package under the system
+Python, because a plain user may not be able to read the project's folder or its virtual env.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from owsandbox.runner.bundle import build_runner_zipapp
+
+from ..conftest import require_bwrap
+
+PROJECT = Path(__file__).resolve().parents[2]
+PLAIN_USER = "owsbx-attacker"
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def plain_user() -> pwd.struct_passwd:
+    """A user with no privileges: made here when the tests run as root, else the current user."""
+    if os.getuid() != 0:
+        return pwd.getpwuid(os.getuid())
+    try:
+        return pwd.getpwnam(PLAIN_USER)
+    except KeyError:
+        subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", PLAIN_USER], check=True)
+        return pwd.getpwnam(PLAIN_USER)
+
+
+@pytest.fixture(scope="session")
+def readable_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The package, the runner and the attacker script where any user can read them."""
+    base = Path(tempfile.mkdtemp(prefix="owsbx-code-"))
+    os.chmod(base, 0o755)
+    shutil.copytree(PROJECT / "owsandbox", base / "owsandbox", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(Path(__file__).with_name("box_attacker.py"), base / "box_attacker.py")
+    build_runner_zipapp(base / "dist")
+    for root, folders, files in os.walk(base):
+        for name in folders:
+            os.chmod(os.path.join(root, name), 0o755)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o644)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+class Attacker:
+    """One sandbox, started by `who`, and the code run in it. Answers are JSON from box_attacker."""
+
+    def __init__(self, who: str, code: Path, home: Path, env: dict[str, str]) -> None:
+        self.who = who
+        self.home = home
+        python = SYSTEM_PYTHON if os.path.exists(SYSTEM_PYTHON) else shutil.which("python3") or "python3"
+        argv = [python, "-B", str(code / "box_attacker.py")]
+        full_env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "PYTHONPATH": str(code),
+                    "LANG": "C.UTF-8", **env}
+        if who == "user" and os.getuid() == 0:
+            runuser = shutil.which("runuser") or "/usr/sbin/runuser"
+            argv = [runuser, "-u", PLAIN_USER, "--", "env", *[f"{k}={v}" for k, v in full_env.items()], *argv]
+        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                        env=full_env, cwd="/", start_new_session=True)
+        self.runner = str(next((code / "dist").glob("runner-*.pyz")))
+
+    def step(self, **step: Any) -> dict[str, Any]:
+        assert self.process.stdin and self.process.stdout
+        self.process.stdin.write(json.dumps(step) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        assert line, f"the attacker's host process ended (exit {self.process.wait()})"
+        return json.loads(line)
+
+    def start(self, cwd: Path | str, **options: Any) -> dict[str, Any]:
+        answer = self.step(start={"cwd": str(cwd), "runner_path": self.runner, **options})
+        assert answer.get("started"), answer
+        return answer
+
+    def run(self, command: str, timeout: float = 60) -> dict[str, Any]:
+        return self.step(run=command, timeout=timeout)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            try:
+                self.step(close=True)
+            except (AssertionError, OSError, ValueError):
+                pass
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+
+    def kill(self) -> None:
+        """The host process dies at once, as a kernel killed with SIGKILL does (with `runuser` above it)."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+
+@pytest.fixture(params=["root", "user"])
+def who(request: pytest.FixtureRequest) -> str:
+    require_bwrap()
+    if request.param == "root" and os.getuid() != 0:
+        pytest.skip("the root half runs where the tests run as root (CI)")
+    return request.param
+
+
+@pytest.fixture
+def owner(who: str) -> pwd.struct_passwd:
+    return pwd.getpwuid(0) if who == "root" else plain_user()
+
+
+@pytest.fixture
+def home(owner: pwd.struct_passwd) -> Iterator[Path]:
+    """A home folder of the attacker's own, with secrets in it, in place of the real one."""
+    folder = Path(tempfile.mkdtemp(prefix="owsbx-home-"))
+    (folder / ".ssh").mkdir()
+    (folder / ".ssh" / "id_ed25519").write_text("PRIVATE KEY\n")
+    (folder / ".aws").mkdir()
+    (folder / ".aws" / "credentials").write_text("aws_secret_access_key = SECRET\n")
+    (folder / ".bashrc").write_text("# the user's own\n")
+    (folder / "project").mkdir()
+    for root, folders, files in os.walk(folder):
+        for name in [*folders, *files, "."]:
+            os.chown(os.path.join(root, name), owner.pw_uid, owner.pw_gid)
+    os.chmod(folder, 0o700)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def attacker_factory(who: str, readable_copy: Path, home: Path) -> Iterator[Any]:
+    made: list[Attacker] = []
+
+    def make(**env: str) -> Attacker:
+        attacker = Attacker(who, readable_copy, home, env)
+        made.append(attacker)
+        return attacker
+
+    yield make
+    for attacker in made:
+        attacker.close()
+
+
+@pytest.fixture
+def attacker(attacker_factory: Any, home: Path) -> Attacker:
+    found = attacker_factory()
+    found.start(home / "project", linger_seconds=5)
+    return found

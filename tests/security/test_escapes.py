@@ -1,0 +1,221 @@
+"""Code in a cell tries to get out of its sandbox; each test is one attack, run as root and as a plain
+user, and each asserts the attack failed and the host is as it was."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import Attacker
+
+
+def _gone_within(check, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.1)
+    return check()
+
+
+def test_a_link_in_place_of_the_log_cannot_reach_host_files(attacker: Attacker, home: Path):
+    state = attacker.step(state=True)["state_dir"]
+    bashrc = (home / ".bashrc").read_text()
+    tried = attacker.run(f"ls {state}; ln -sf {home}/.bashrc {state}/daemon.log; echo planted >> {state}/daemon.log")
+    assert tried["exit_code"] != 0 and "No such file" in tried["output"]
+    attacker.run("kill -9 2")  # the daemon: the host starts a new one, writing its log
+    assert attacker.run("echo back")["output"].endswith("back\n")
+    assert (home / ".bashrc").read_text() == bashrc
+    assert not os.path.islink(os.path.join(state, "daemon.log"))
+
+
+def test_no_privileges_inside_even_when_root_starts_it(attacker: Attacker, home: Path):
+    caps = attacker.run("grep CapEff /proc/self/status")["output"]
+    assert caps.split()[-1] == "0000000000000000", caps
+    for attempt in ("mount -o remount,rw,bind /usr", "mount -o remount,rw /", f"umount {home}",
+                    "mount -t tmpfs none /mnt", "unshare -Ur true", "unshare -m true", "touch /etc/owned",
+                    "touch /usr/owned", "chroot / true"):
+        done = attacker.run(attempt)
+        assert done["exit_code"] != 0, (attempt, done)
+    assert not os.path.exists("/etc/owned") and not os.path.exists("/usr/owned")
+    assert "PRIVATE" not in attacker.run(f"cat {home}/.ssh/id_ed25519")["output"]
+
+
+def test_the_host_never_kills_a_pid_the_box_names(attacker: Attacker):
+    victim = subprocess.Popen(["sleep", "300"])
+    try:
+        attacker.run(f"echo {victim.pid} > /run/owsandbox/run/shells.pids; echo {victim.pid} >> shells.pids")
+        attacker.step(close=True)
+        assert victim.poll() is None, "the host killed a process the box named"
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_after_a_restart_shutdown_ends_the_sandbox_and_removes_its_state(attacker: Attacker):
+    before = attacker.step(state=True)
+    attacker.step(restart=True)
+    after = attacker.step(state=True)
+    assert after["init_pid"] != before["init_pid"]
+    attacker.run("setsid sleep 300 & (sleep 301 &) ; echo ok")
+    attacker.step(close=True)
+    assert _gone_within(lambda: not _in_namespace(after["pidns"]), 5), "processes of the sandbox are left"
+    assert not os.path.exists(after["state_dir"])
+
+
+def _in_namespace(pidns: str) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.readlink(f"/proc/{name}/ns/pid") == pidns:
+                    found.append(int(name))
+            except OSError:
+                continue
+    return found
+
+
+def test_a_workspace_that_is_home_still_hides_its_secrets(attacker_factory, home: Path):
+    attacker = attacker_factory()
+    attacker.start(home)
+    for secret in (".ssh/id_ed25519", ".aws/credentials"):
+        shown = attacker.run(f"cat {home}/{secret}")
+        assert shown["exit_code"] != 0 and "SECRET" not in shown["output"] and "PRIVATE" not in shown["output"]
+    assert attacker.run(f"echo evil > {home}/.ssh/authorized_keys")["exit_code"] != 0
+    assert attacker.run(f"echo evil >> {home}/.bashrc")["exit_code"] != 0
+    assert (home / ".bashrc").read_text() == "# the user's own\n"
+    assert attacker.run(f"echo mine > {home}/notes.txt")["exit_code"] == 0  # the workspace itself is writable
+    mounts = attacker.step(describe=True)["mounts"]
+    assert mounts[f"{home}/.ssh"] == "hidden" and mounts[str(home)].startswith("read-write")
+
+
+def test_a_workspace_of_the_whole_machine_is_refused(attacker_factory):
+    attacker = attacker_factory()
+    answer = attacker.step(start={"cwd": "/", "runner_path": attacker.runner})
+    assert "workspace cannot be /" in answer.get("error", ""), answer
+
+
+def test_other_sandboxes_and_the_runtime_folder_are_out_of_reach(attacker_factory, home: Path, who: str, owner):
+    runtime = Path(tempfile.mkdtemp(prefix="owsbx-xdg-"))
+    os.chown(runtime, owner.pw_uid, owner.pw_gid)
+    os.chmod(runtime, 0o700)
+    try:
+        first, second = attacker_factory(XDG_RUNTIME_DIR=str(runtime)), attacker_factory(XDG_RUNTIME_DIR=str(runtime))
+        first.start(home / "project", key="kernel-one", linger_seconds=5)
+        second.start(home / "project", key="kernel-two", linger_seconds=5)
+        other = second.step(state=True)["state_dir"]
+        assert other.startswith(str(runtime))
+        probe = first.run(f"ls {runtime} >/dev/null 2>&1 && echo LISTED; python3 -c \"import socket; "
+                          f"s=socket.socket(socket.AF_UNIX); s.connect('{other}/run/runner.sock'); print('REACHED')\"")
+        assert "LISTED" not in probe["output"] and "REACHED" not in probe["output"], probe
+        assert first.run("ls /run")["output"].split() == ["owsandbox"]  # no user runtime folder, no D-Bus
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
+
+
+def test_the_hosts_environment_stays_out(attacker_factory, home: Path):
+    attacker = attacker_factory(AWS_SECRET_ACCESS_KEY="hunter2", JUPYTERHUB_API_TOKEN="hub-token",
+                                WANTED="on-purpose", OWSANDBOX_ENV="WANTED")
+    attacker.start(home / "project")
+    env = attacker.run("env")["output"]
+    assert "hunter2" not in env and "hub-token" not in env and "JUPYTERHUB" not in env
+    assert "WANTED=on-purpose" in env and f"HOME={home}" in env
+    assert "WANTED" in attacker.step(describe=True)["environment"]
+
+
+def test_host_unix_sockets_are_not_reachable(attacker: Attacker, who: str):
+    folders = ["/var/tmp", "/tmp"] + (["/run"] if who == "root" else [])
+    listeners = []
+    try:
+        for folder in folders:
+            path = os.path.join(folder, f"owsbx-host-{os.getpid()}.sock")
+            listener = socket.socket(socket.AF_UNIX)
+            listener.bind(path)
+            listener.listen(1)
+            os.chmod(path, 0o777)
+            listeners.append((listener, path))
+        for _, path in listeners:
+            done = attacker.run(f"python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); s.connect('{path}'); "
+                                f"print('connected')\"")
+            assert "connected" not in done["output"], path
+        for sock in ("/run/docker.sock", "/var/run/docker.sock", "/run/dbus/system_bus_socket"):
+            assert attacker.run(f"test -e {sock}")["exit_code"] != 0, sock
+        abstract = attacker.run("python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); "
+                                "s.connect('\\0/tmp/.X11-unix/X0')\"")
+        assert abstract["exit_code"] != 0
+        tcp = attacker.run("python3 -c \"import socket; socket.create_connection(('127.0.0.1', 22), 2)\"")
+        assert tcp["exit_code"] != 0
+    finally:
+        for listener, path in listeners:
+            listener.close()
+            os.unlink(path)
+
+
+def test_what_held_still_holds(attacker: Attacker, home: Path):
+    for attempt in ("ls /proc/1/root/root", "cat /proc/1/environ | tr '\\0' '\\n' | grep -c SECRET",
+                    "ls /home /root /srv /mnt /media", "touch /var/owned", "touch /owned",
+                    "echo 1 > /proc/sys/vm/drop_caches", "echo h > /proc/sysrq-trigger",
+                    "echo x > /proc/sys/kernel/hostname", "head -c1 /proc/kcore | wc -c | grep -x 1"):
+        done = attacker.run(attempt)
+        assert done["exit_code"] != 0, (attempt, done)
+    tiocsti = attacker.run("python3 -c \"import fcntl, termios; fcntl.ioctl(0, termios.TIOCSTI, b'x')\"")
+    assert tiocsti["exit_code"] != 0
+    # Other local users cannot reach the sandbox's sockets: its host folder is private, the sockets 0600.
+    state = Path(attacker.step(state=True)["state_dir"])
+    assert state.stat().st_mode & 0o777 == 0o700
+    for name in ("runner.sock", "execd.sock"):
+        assert (state / "run" / name).stat().st_mode & 0o777 == 0o600, name
+
+
+def test_a_sandbox_whose_kernel_is_killed_ends_within_the_linger_time(attacker_factory, home: Path):
+    attacker = attacker_factory()
+    attacker.start(home / "project", key="kernel-killed", linger_seconds=2)
+    attacker.run("setsid sleep 300 & (setsid sleep 301 &) ; nohup sleep 302 >/dev/null 2>&1 & echo ok")
+    pidns = attacker.step(state=True)["pidns"]
+    assert len(_in_namespace(pidns)) >= 4
+    attacker.kill()
+    assert _gone_within(lambda: not _in_namespace(pidns), 20), "the sandbox outlived its kernel"
+
+
+def test_a_private_folder_made_first_by_someone_else_is_not_used(attacker_factory, home: Path, owner, who: str):
+    """Another local user makes /tmp/owsandbox-UID first (mode 777): the sandbox still starts, elsewhere."""
+    squat = Path(tempfile.gettempdir()) / f"owsandbox-{owner.pw_uid}"
+    moved = None
+    if squat.exists():
+        moved = squat.with_name(squat.name + f".aside-{os.getpid()}")
+        squat.rename(moved)
+    try:
+        squat.mkdir(mode=0o777)
+        os.chmod(squat, 0o777)
+        if who == "root":
+            from .conftest import plain_user
+            other = plain_user()
+            os.chown(squat, other.pw_uid, other.pw_gid)
+        else:
+            os.chown(squat, 0, 0)
+        attacker = attacker_factory()
+        attacker.start(home / "project", key="kernel-squatted", linger_seconds=5)
+        state = attacker.step(state=True)["state_dir"]
+        assert not state.startswith(str(squat)), state
+        assert attacker.run("echo fine")["output"] == "fine\n"
+        assert list(squat.iterdir()) == []
+    finally:
+        shutil.rmtree(squat, ignore_errors=True)
+        if moved is not None:
+            moved.rename(squat)
+
+
+@pytest.mark.parametrize("signal_name", ["SIGKILL"])
+def test_killing_the_daemon_from_inside_brings_a_fresh_sandbox(attacker: Attacker, signal_name: str):
+    first = attacker.step(state=True)
+    attacker.run(f"kill -{getattr(signal, signal_name).value} 2")
+    assert attacker.run("echo again")["output"].endswith("again\n")
+    assert attacker.step(state=True)["init_pid"] != first["init_pid"]
