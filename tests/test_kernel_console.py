@@ -33,8 +33,9 @@ import pytest
 from .conftest import KERNEL_NAME
 from .processes import PinnedProcesses, command_line, descendants
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open") or not os.path.isdir("/proc"),
-                                reason="follows processes through /proc and pidfds (Linux)")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not hasattr(os, "pidfd_open") or not os.path.isdir("/proc"),
+                                 reason="follows processes through /proc and pidfds (Linux)")]
 
 START_SECONDS = 60  # the console's banner and first prompt: a kernel and a sandbox daemon start
 CELL_SECONDS = 30

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..runner.box import protocol as P
+from . import untrusted
 
 
 class UsageError(Exception):
@@ -214,8 +215,9 @@ MAX_RICH_BYTES = 16 * 1024 * 1024
 
 
 def mime_for(path: str, given: str = "") -> str:
+    """The type to show `path` as: `given` (checked: it comes from the sandbox), else by its ending."""
     if given:
-        return given
+        return _allowed(given)
     lower = path.lower()
     for ending, mime in RICH_TYPES.items():
         if lower.endswith(ending):
@@ -240,8 +242,17 @@ def read_whole(ctx: MagicContext, path: str, shell: str | None) -> bytes:
             return b"".join(chunks)
 
 
+def _allowed(mime: str) -> str:
+    try:
+        return untrusted.check_type(mime)
+    except untrusted.RefusedType as exc:
+        raise UsageError(str(exc)) from None
+
+
 def rich_bundle(data: bytes, mime: str, path: str) -> dict[str, Any]:
-    """A display_data bundle for a file's bytes."""
+    """A display_data bundle for a file's bytes from the sandbox, made safe to show (untrusted.py):
+    only allowed types, HTML in a frame that runs no script, Markdown without raw HTML."""
+    mime = _allowed(mime)
     text = data.decode("utf-8", "replace")
     if mime.startswith("image/") and mime != "image/svg+xml":
         return {mime: base64.b64encode(data).decode("ascii"), "text/plain": f"<{mime} image: {path}>"}
@@ -252,7 +263,12 @@ def rich_bundle(data: bytes, mime: str, path: str) -> dict[str, Any]:
             raise UsageError(f"{path} is not valid JSON: {exc}") from None
     if mime == "text/plain":
         return {"text/plain": text}
-    return {mime: text, "text/plain": text if mime == "text/markdown" else f"<{mime}: {path}>"}
+    if mime == "text/html":
+        return {mime: untrusted.html_frame(text, f"{path} (from the sandbox: no script runs)"),
+                "text/plain": f"<{mime}: {path}>"}
+    if mime == "text/markdown":
+        return {mime: untrusted.markdown_text(text), "text/plain": text}
+    return {mime: untrusted.svg_image(text), "text/plain": f"<{mime}: {path}>"}
 
 
 # -- the magics ---------------------------------------------------------------------------------

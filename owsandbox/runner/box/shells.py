@@ -41,6 +41,11 @@ _TTY_NOISE = re.compile(rb"bash: \[\d+: \d+ \(\d+\)\] tcsetattr: Inappropriate i
 _MARK_OUT_FD = 63
 _MARK_ERR_FD = 62
 DISPLAY_START = "\x1f\x1dOWD:"  # a line asking the notebook to show a file: mime TAB id TAB path
+# The types `owdisplay --mime` takes: none of them can run code in the notebook's page. A courtesy to
+# the user only (a clear error, at once): the kernel checks again what it is asked to show
+# (owsandbox/kernel/untrusted.py), since anything in the box can print a display line.
+DISPLAY_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp", "image/bmp", "image/svg+xml",
+                 "text/html", "text/markdown", "application/json", "text/plain")
 _OWDISPLAY = r"""owdisplay() {
   local mime= id= path= usage='usage: owdisplay FILE [--mime TYPE] [--id ID]'
   while [ $# -gt 0 ]; do
@@ -48,18 +53,25 @@ _OWDISPLAY = r"""owdisplay() {
       --mime) mime=$2; shift 2 || return 2;; --mime=*) mime=${1#*=}; shift;;
       --id) id=$2; shift 2 || return 2;; --id=*) id=${1#*=}; shift;;
       -h|--help) echo "$usage"; echo 'Shows FILE (png, jpeg, gif, svg, html, markdown, json, text) in the notebook;'\
- 'a later call with the same --id replaces that output.'; return 0;;
+ 'a later call with the same --id replaces that output. HTML shows in a frame where no script runs,'\
+ "Markdown's raw HTML as text. --mime takes: @TYPES_LIST@."; return 0;;
       -*) echo "owdisplay: unknown option $1" >&2; echo "$usage" >&2; return 2;;
       *) if [ -n "$path" ]; then echo "owdisplay: one file at a time" >&2; return 2; fi; path=$1; shift;;
     esac
   done
   [ -n "$path" ] || { echo "$usage" >&2; return 2; }
+  mime=${mime,,}
+  case $mime in
+    ''|@TYPES_CASE@) ;;
+    *) echo "owdisplay: type '$mime' is not shown (it could run code in the notebook's page);"\
+ "--mime takes: @TYPES_LIST@" >&2; return 2;;
+  esac
   [ -f "$path" ] || { echo "owdisplay: no such file: $path" >&2; return 1; }
   case $path in /*) ;; *) path=$PWD/$path;; esac
   printf '\037\035OWD:%s\t%s\t%s\n' "$mime" "$id" "$path"
 }
 export -f owdisplay
-"""
+""".replace("@TYPES_CASE@", "|".join(DISPLAY_TYPES)).replace("@TYPES_LIST@", ", ".join(DISPLAY_TYPES))
 _INIT = (
     "PS1=''; PS2=''; PS0=''; PROMPT_COMMAND=''; set +H +o history +m; unset HISTFILE; "
     f"exec {_MARK_OUT_FD}>&1 {_MARK_ERR_FD}>&2\n" + "__ows_status() { return \"$1\"; }\n" + _OWDISPLAY
