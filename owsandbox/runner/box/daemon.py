@@ -27,6 +27,7 @@ from . import protocol as P
 from .execd import ExecdServer
 from .outbox import ANSWERED, NEW, Outbox, RequestLedger
 from .shells import DEFAULT_OUTPUT_LIMIT, Shell
+from .terminal import DEFAULT_COLS, DEFAULT_ROWS
 
 RUNNER_VERSION = "0.1.0"
 _CONTROL = {"runner.hello", "session.resume", "shell.interrupt", "shell.list"}
@@ -271,6 +272,8 @@ class Daemon:
             return self._shell_run
         if method == "shell.close":
             return lambda _id, p: self._shell_close(p)
+        if method == "shell.input":
+            return lambda _id, p: self._shell_input(p)
         # searchchild's fs.search replaces fsops': a regex can hold the GIL for minutes, so it runs in a child
         table: dict[str, Callable[[dict[str, Any], str], Any]] = {**fsops.HANDLERS, **procs.HANDLERS,
                                                                   **searchchild.HANDLERS}
@@ -394,7 +397,17 @@ class Daemon:
         command = params.get(p, "command", str)
         cwd = params.get(p, "cwd", str, None)
         options = {"timeout_s": params.number(p, "timeout_s", None, minimum=0),
-                   "output_limit": params.get(p, "output_limit", int, None)}
+                   "output_limit": params.get(p, "output_limit", int, None),
+                   "terminal": params.get(p, "terminal", bool, False),
+                   "stdin": params.get(p, "stdin", bool, False),
+                   "cols": params.get(p, "cols", int, DEFAULT_COLS), "rows": params.get(p, "rows", int, DEFAULT_ROWS)}
+        stderr = params.get(p, "stderr", str, "apart")
+        if stderr not in ("apart", "merge"):
+            raise P.RunnerError(P.INVALID_PARAMS, f"param 'stderr' must be 'apart' or 'merge', not {stderr!r}")
+        options["merge"] = stderr == "merge"
+        for size in ("cols", "rows"):
+            if not 2 <= options[size] <= 1000:
+                raise P.RunnerError(P.INVALID_PARAMS, f"param '{size}' must be between 2 and 1000")
         if options["output_limit"] is not None and options["output_limit"] < 2:
             raise P.RunnerError(P.INVALID_PARAMS, "param 'output_limit' must be at least 2")
         return name, command, cwd, options
@@ -422,7 +435,10 @@ class Daemon:
         name = shell.name
 
         def on_live(frame: dict[str, Any]) -> None:
-            method = "shell.progress" if frame.pop("progress", False) else "shell.output"
+            if frame.pop("input_wanted", False):
+                method = "shell.input_wanted"
+            else:
+                method = "shell.progress" if frame.pop("progress", False) else "shell.output"
             frame.update(id=request_id, shell=name)
             self._send_live(P.encode(P.notification(method, frame)))
 
@@ -444,6 +460,17 @@ class Daemon:
         if shell is None:
             raise P.RunnerError(P.UNKNOWN_SHELL, f"no shell named '{name}'")
         return {"shell": name, "interrupted": shell.interrupt()}
+
+    def _shell_input(self, p: dict[str, Any]) -> dict[str, Any]:
+        name = params.get(p, "shell", str, "main")
+        eof = params.get(p, "eof", bool, False)
+        text = None if eof else params.get(p, "text", str)
+        with self._shells_lock:
+            shell = self._shells.get(name)
+        if shell is None:
+            raise P.RunnerError(P.UNKNOWN_SHELL, f"no shell named '{name}'")
+        shell.write_input(text)
+        return {"shell": name, "written": True}
 
     def _shell_close(self, p: dict[str, Any]) -> dict[str, Any]:
         name = params.get(p, "shell", str)

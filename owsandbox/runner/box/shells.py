@@ -30,8 +30,23 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from .output import LiveBatcher, MarkerScanner, OutputRecord, StreamDecoder
-from .protocol import INTERNAL_ERROR, SHELL_BUSY, RunnerError
+from .protocol import INTERNAL_ERROR, INVALID_PARAMS, SHELL_BUSY, RunnerError
+from .terminal import (
+    DEFAULT_COLS,
+    DEFAULT_ROWS,
+    EOF_NOTE,
+    NOTEBOOK_ENV,
+    EchoStripper,
+    PseudoTerminal,
+    waiting_to_read,
+)
 
+PROMPT_CHARS = 1000  # of the unfinished last line, kept as the prompt of a read
+INPUT_CHECK_SECONDS = 0.02
+# After an answer is written, the terminal hands it to the reader a moment later; until then the
+# reader still looks blocked, so the next look waits this long.
+ANSWER_SETTLE_SECONDS = 0.05  # how often a running command's terminal is checked for a waiting reader
+_STREAM_OF = {"stdout": "stdout", "stderr": "stderr", "tty-out": "stdout", "tty-err": "stderr"}
 DEFAULT_OUTPUT_LIMIT = 1024 * 1024  # characters kept in memory per command, unless the request asks
 MAX_OUTPUT_LIMIT = 16 * 1024 * 1024  # the most a request may ask for
 PROGRESS_SECONDS = 5.0  # a command silent this long sends `shell.progress`
@@ -86,20 +101,33 @@ def ansi_c_quote(text: str) -> str:
     return "$'" + text.encode("utf-8", "surrogateescape").decode("latin-1").translate(_ANSI_C) + "'"
 
 
-def command_line(command: str, last_status: int) -> str:
+def command_line(command: str, last_status: int, stdin: str = "/dev/null") -> str:
     """The line that runs `command` with `$?` as the previous command left it (the marker line after
     a command succeeds, so 0 needs nothing). A failed status is given back by a function on the left
-    of `||`, where `set -e` does not act on it.
+    of `||`, where `set -e` does not act on it. `stdin` is a file, or `&FD` for the terminal.
     """
     restore = "" if last_status == 0 else f"__ows_status {last_status} || "
-    return f"{restore}eval {ansi_c_quote(command)} </dev/null\n"
+    return f"{restore}eval {ansi_c_quote(command)} <{stdin}\n"
 
 
-def marker_lines(token: str) -> str:
+def marker_lines(token: str, out_fd: int = _MARK_OUT_FD, err_fd: int = _MARK_ERR_FD) -> str:
+    """The end markers, on the channels the command's output took: after all of it, in order."""
     return (
-        f"__ows_s=$?; printf '\\037\\036OWS:%s:%s:%s\\n' {token} \"$__ows_s\" \"$PWD\" >&{_MARK_OUT_FD}; "
-        f"printf '\\037\\036OWS:%s\\n' {token} >&{_MARK_ERR_FD}\n"
+        f"__ows_s=$?; printf '\\037\\036OWS:%s:%s:%s\\n' {token} \"$__ows_s\" \"$PWD\" >&{out_fd}; "
+        f"printf '\\037\\036OWS:%s\\n' {token} >&{err_fd}\n"
     )
+
+
+# Where a command's output goes: the terminal's descriptors in the shell, or the pipes (saved at start).
+_TTY_OUT_FD = 61
+_TTY_ERR_FD = 60
+
+
+def output_mode_line(terminal: bool, merge: bool) -> str:
+    """Points the shell's stdout and stderr, for this command and the ones after, at a channel."""
+    if not terminal:
+        return f"exec 1>&{_MARK_OUT_FD} 2>&{_MARK_ERR_FD}\n" if not merge else f"exec 1>&{_MARK_OUT_FD} 2>&1\n"
+    return f"exec 1>&{_TTY_OUT_FD} 2>&{_TTY_OUT_FD if merge else _TTY_ERR_FD}\n"
 
 
 def session_members(sid: int) -> list[int]:
@@ -153,6 +181,14 @@ class Command:
         self.finished = threading.Event()
         self.frames_sent = 0
         self.last_news = self.started  # when the client last heard of this command (output or progress)
+        self.terminal = False  # its stdin and output are the shell's terminals
+        self.marker_fds = (_MARK_OUT_FD, _MARK_ERR_FD)
+        self.allow_stdin = False  # whoever asked can answer a prompt (else a read gets end-of-input)
+        self.partial = ""  # the unfinished last line of its stdout: a prompt, when it waits to read
+        self.last_output = self.started
+        self.last_check = self.started
+        self.asked = False  # a read of the terminal is reported (or answered with end-of-input) already
+        self.eof_noted = False
 
 
 class Shell:
@@ -182,6 +218,14 @@ class Shell:
         shell_env.setdefault("PAGER", "cat")
         shell_env.setdefault("GIT_PAGER", "cat")
         shell_env["OWSANDBOX_SHELL"] = name
+        shell_env.update(NOTEBOOK_ENV)
+        shell_env.setdefault("COLUMNS", str(DEFAULT_COLS))
+        shell_env.setdefault("LINES", str(DEFAULT_ROWS))
+        self._tty = PseudoTerminal()
+        self._tty_err = PseudoTerminal()
+        self._echo = EchoStripper()
+        self._mode: tuple[bool, bool] = (False, False)  # (terminal, merge) the shell's descriptors point at
+        self._env_size = (shell_env["COLUMNS"], shell_env["LINES"])
         self._proc = subprocess.Popen(
             ["bash", "--norc", "--noprofile", "--noediting", "-i"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -190,16 +234,23 @@ class Shell:
         self.pid = self._proc.pid
         assert self._proc.stdin and self._proc.stdout and self._proc.stderr
         self._stdin: IO[bytes] = self._proc.stdin
-        self._scanners = {"stdout": MarkerScanner(), "stderr": MarkerScanner()}
+        # Four channels, two streams: the pipes (bash's own, and commands with %terminal off) and the
+        # terminals. Each channel has its own scanner for the end markers.
+        self._scanners = {key: MarkerScanner() for key in ("stdout", "stderr", "tty-out", "tty-err")}
         self._decoders = {"stdout": StreamDecoder(), "stderr": StreamDecoder()}
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._proc.stdout, selectors.EVENT_READ, "stdout")
         self._selector.register(self._proc.stderr, selectors.EVENT_READ, "stderr")
+        self._selector.register(self._tty.master, selectors.EVENT_READ, "tty-out")
+        self._selector.register(self._tty_err.master, selectors.EVENT_READ, "tty-err")
         ready = threading.Event()
         self._starting = Command(":", "start", OutputRecord(1 << 16, self._open_log), LiveBatcher(),
                                  None, lambda _result: ready.set(), None)
         self._current = self._starting
-        self._write(_INIT + marker_lines("start"))
+        # Opened by path in bash, the first terminal becomes the controlling terminal of its session
+        # (so /dev/tty, getpass and Ctrl-C through the terminal work as in a terminal).
+        self._write(_INIT + f"exec {_TTY_OUT_FD}<>{self._tty.path} {_TTY_ERR_FD}<>{self._tty_err.path}\n"
+                    + marker_lines("start"))
         self._reader = threading.Thread(target=self._read_loop, name=f"shell-{name}", daemon=True)
         self._reader.start()
         if not ready.wait(30) or not self.alive:
@@ -214,7 +265,8 @@ class Shell:
 
     def run(self, command: str, on_done: Callable[[dict[str, Any]], None],
             on_live: Callable[[dict[str, Any]], None] | None = None, timeout_s: float | None = None,
-            output_limit: int | None = None) -> None:
+            output_limit: int | None = None, terminal: bool = False, merge: bool = False, stdin: bool = False,
+            cols: int = DEFAULT_COLS, rows: int = DEFAULT_ROWS) -> None:
         with self._lock:
             if not self.alive:
                 raise RunnerError(SHELL_BUSY, f"shell '{self.name}' has exited")
@@ -224,10 +276,27 @@ class Shell:
             limit = self.output_limit if output_limit is None else min(output_limit, MAX_OUTPUT_LIMIT)
             cmd = Command(command, token, OutputRecord(limit, self._open_log),
                           LiveBatcher(self.live_delay), on_live, on_done, timeout_s)
+            cmd.terminal, cmd.allow_stdin = terminal, stdin and on_live is not None
             self._current = cmd
             self.last_command = command
+        lines = ""
+        if (terminal, merge) != self._mode:
+            lines += output_mode_line(terminal, merge)
+            self._mode = (terminal, merge)
+        if terminal:
+            self._tty.resize(cols, rows)
+            self._tty_err.resize(cols, rows)
+            self._tty.reset()
+            if (cols, rows) != (int(self._env_size[0]), int(self._env_size[1])):
+                lines += f"export COLUMNS={cols} LINES={rows}\n"
+                self._env_size = (str(cols), str(rows))
+            lines += command_line(command, self._last_status, f"&{_TTY_OUT_FD}")
+            cmd.marker_fds = (_TTY_OUT_FD, _TTY_ERR_FD)
+            lines += marker_lines(token, *cmd.marker_fds)
+        else:
+            lines += command_line(command, self._last_status) + marker_lines(token)
         try:
-            self._write(command_line(command, self._last_status) + marker_lines(token))
+            self._write(lines)
         except OSError:
             pass  # the reader sees the shell go and finishes the command
         if timeout_s is not None:
@@ -266,7 +335,7 @@ class Shell:
                 return
             self._signal_group(signal.SIGINT)
         try:
-            self._write(marker_lines(cmd.token))
+            self._write(marker_lines(cmd.token, *cmd.marker_fds))
         except OSError:
             pass
         if cmd.finished.wait(0.5):
@@ -295,22 +364,36 @@ class Shell:
         while open_streams:
             cmd = self._current
             deadline = cmd.batcher.deadline() if cmd is not None else None
-            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            timeout = 0.5 if deadline is None else max(0.0, deadline - time.monotonic())
+            if cmd is not None and cmd.terminal:
+                timeout = min(timeout, INPUT_CHECK_SECONDS)  # to notice a read of the terminal
             # Wake at least twice a second: a shell that exited while a background job still holds
             # its pipes sends no EOF, so its exit is noticed by polling.
-            events = self._selector.select(0.5 if timeout is None else min(timeout, 0.5))
+            events = self._selector.select(min(timeout, 0.5))
             now = time.monotonic()
             if not events and self._proc.poll() is not None:
                 break
             for key, _ in events:
-                stream = key.data
-                data = os.read(key.fd, 65536)
+                channel = key.data
+                stream = _STREAM_OF[channel]
+                try:
+                    data = os.read(key.fd, 65536)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError:  # a terminal whose other end is closed
+                    data = b"" if channel in ("stdout", "stderr") else None
+                    if data is None:
+                        continue
+                if channel == "tty-out":
+                    data = self._echo.strip(data)
+                    if not data:
+                        continue
                 if not data:
                     self._selector.unregister(key.fileobj)
                     open_streams -= 1
-                    self._on_data(stream, self._scanners[stream].flush(), now, final=True)
+                    self._on_data(stream, self._scanners[channel].flush(), now, final=True)
                     continue
-                for kind, payload in self._scanners[stream].feed(data):
+                for kind, payload in self._scanners[channel].feed(data):
                     if kind == "data":
                         self._on_data(stream, payload, now)
                     else:
@@ -318,6 +401,8 @@ class Shell:
             cmd = self._current
             if cmd is not None:
                 self._hand_over_between(cmd, now)
+                if cmd.terminal and cmd is not self._starting:
+                    self._check_for_reader(cmd, now)
             if cmd is not None and cmd.on_live is not None:
                 self._send_live(cmd, cmd.batcher.due(time.monotonic()))
                 self._maybe_progress(cmd)
@@ -342,6 +427,10 @@ class Shell:
 
     def _add(self, cmd: Command, stream: str, raw: bytes, text: str, now: float) -> None:
         cmd.record.add(stream, raw, text)
+        cmd.last_output = now
+        if text:  # a prompt may be on either stream (bash's `read -p` writes it to stderr)
+            line_end = max(text.rfind("\n"), text.rfind("\r"))
+            cmd.partial = (cmd.partial + text if line_end < 0 else text[line_end + 1:])[-PROMPT_CHARS:]
         if cmd.on_live is not None:
             self._send_live(cmd, cmd.batcher.add(stream, text, now))
 
@@ -368,6 +457,55 @@ class Shell:
             self._add(cmd, stream, raw, text, now)
         self._between.clear()
         self._between_bytes = self._between_dropped = 0
+
+    def _check_for_reader(self, cmd: Command, now: float) -> None:
+        """Whether the command now waits to read its terminal: if so, say so once (with the prompt it
+        printed, and whether echo is off), or, when no one can answer, give it end-of-input."""
+        if cmd.stop_reason is not None or now - cmd.last_check < INPUT_CHECK_SECONDS:
+            return
+        cmd.last_check = now
+        if not waiting_to_read(self.pid, self._tty.path):
+            cmd.asked = False
+            return
+        if cmd.asked:
+            return
+        cmd.asked = True
+        if not cmd.allow_stdin:
+            if not cmd.eof_noted:
+                cmd.eof_noted = True
+                note = ("\n" if cmd.partial else "") + EOF_NOTE
+                self._add(cmd, "stderr", note.encode(), note, now)
+            self._tty.write(self._tty.end_of_input())
+            self._answered(cmd)
+            return
+        self._send_live(cmd, cmd.batcher.flush())  # the prompt goes out before the question
+        assert cmd.on_live is not None
+        cmd.on_live({"input_wanted": True, "prompt": cmd.partial, "password": not self._tty.echoes()})
+
+    def write_input(self, text: str | None) -> None:
+        """Type `text` and Enter into the running command's terminal (None: end-of-input)."""
+        with self._lock:
+            cmd = self._current
+            if cmd is None or cmd is self._starting:
+                raise RunnerError(INVALID_PARAMS, f"shell '{self.name}' runs no command to give input to")
+            if not cmd.terminal:
+                raise RunnerError(INVALID_PARAMS, f"shell '{self.name}' runs its command without a terminal "
+                                                  "(%terminal off): its stdin is empty")
+        if text is None:
+            self._tty.write(self._tty.end_of_input())
+        else:
+            data = text.replace("\r\n", "\n").replace("\n", " ").encode("utf-8", "surrogateescape") + b"\n"
+            if self._tty.echoes():
+                self._echo.expect(data)
+            self._tty.write(data)
+        self._answered(cmd)
+
+    @staticmethod
+    def _answered(cmd: Command) -> None:
+        """What the reader waited for is written: the next wait is a new one (once it has taken this)."""
+        cmd.asked = False
+        cmd.partial = ""
+        cmd.last_check = time.monotonic() + ANSWER_SETTLE_SECONDS
 
     def _maybe_progress(self, cmd: Command) -> None:
         """A command that has printed nothing for a while still says it is alive (`shell.progress`)."""
@@ -462,6 +600,8 @@ class Shell:
             except OSError:
                 pass
         self._selector.close()
+        self._tty.close()
+        self._tty_err.close()
         if self.on_exit is not None:
             self.on_exit(self)
 

@@ -1,0 +1,137 @@
+"""Commands with a terminal, through the real daemon on every provider: programs see a tty, a read of
+the terminal is reported with its prompt and answered with `shell.input`, and with no one to answer
+it gets end-of-input at once (never a hang)."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from typing import Any
+
+from owsandbox.runner.box import protocol as P
+from owsandbox.runner.box.terminal import EOF_NOTE
+
+UNBUFFERED_OFF = "unset PYTHONUNBUFFERED; "  # as on a user's machine: Python buffers on a pipe
+
+
+def run(client: Any, command: str, answers: list[str | None] | None = None, **params: Any) -> tuple[dict, list]:
+    """Run `command` with a terminal; answer each `shell.input_wanted` with the next of `answers`
+    (None: end-of-input). Returns the result and the notifications with their arrival times."""
+    started = time.monotonic()
+    seen: list[tuple[float, dict]] = []
+    queue = list(answers or [])
+
+    def on_notification(frame: dict) -> None:
+        seen.append((time.monotonic() - started, frame))
+        if frame.get("method") == "shell.input_wanted":
+            answer = queue.pop(0)
+            body = {"shell": "main", "eof": True} if answer is None else {"shell": "main", "text": answer}
+            threading.Thread(target=client.call, args=("shell.input", body), daemon=True).start()
+
+    body = {"command": command, "terminal": True, "stdin": answers is not None, **params}
+    result = client.call("shell.run", body, timeout=60, on_notification=on_notification)
+    return result, seen
+
+
+def wanted(seen: list) -> list[dict]:
+    return [{k: v for k, v in frame.items() if k != "method"} for _, frame in seen
+            if frame.get("method") == "shell.input_wanted"]
+
+
+def test_programs_see_a_terminal_with_notebook_settings(box):
+    _, client = box
+    result, _ = run(client, "test -t 0 && test -t 1 && test -t 2 && echo all-ttys; echo \"$TERM $COLUMNS\"; "
+                            "stty size; printf 'a\\nb\\n' | od -c | head -1")
+    assert result["output"].splitlines()[:3] == ["all-ttys", "xterm-256color 120", "50 120"]
+    assert "\\r" not in result["output"]  # no \r\n translation
+    narrow, _ = run(client, "stty size; echo $COLUMNS", cols=60, rows=20)
+    assert narrow["output"] == "20 60\n60\n"
+
+
+def test_a_python_program_shows_its_first_line_at_once(box):
+    _, client = box
+    started = time.monotonic()
+    result, seen = run(client, UNBUFFERED_OFF + "python3 -c \"import time; print('one'); time.sleep(1.5); "
+                                               "print('two')\"")
+    ended = time.monotonic() - started
+    assert result["output"] == "one\ntwo\n"
+    outputs = [(at, frame["text"]) for at, frame in seen if frame.get("method") == "shell.output"]
+    first_one = next(at for at, text in outputs if "one" in text)
+    assert ended - first_one > 1.0, outputs  # "one" came live, not with "two" at the end
+
+
+def test_a_prompt_is_reported_and_answered(box):
+    _, client = box
+    result, seen = run(client, "read -p 'Your name? ' n; echo \"hello $n\"", answers=["Ada"])
+    assert wanted(seen) == [{"id": wanted(seen)[0]["id"], "shell": "main", "prompt": "Your name? ",
+                             "password": False}]
+    assert result["exit_code"] == 0 and result["output"].endswith("hello Ada\n")
+    assert "Ada\nhello" not in result["output"]  # the echo of the answer is not output
+
+
+def test_a_silent_read_asks_for_a_password(box):
+    _, client = box
+    result, seen = run(client, "read -s -p 'pw: ' p; echo \"${#p} chars\"", answers=["secret"])
+    assert [w["password"] for w in wanted(seen)] == [True]
+    assert result["output"].endswith("6 chars\n") and "secret" not in result["output"]
+
+
+def test_two_reads_in_one_command_are_two_prompts(box):
+    _, client = box
+    result, seen = run(client, "python3 -c \"print(input('a? ')); print(input('b? '))\"", answers=["x", "y"])
+    assert [w["prompt"] for w in wanted(seen)] == ["a? ", "b? "]
+    assert result["output"].endswith("x\nb? y\n")
+
+
+def test_end_of_input_answers_a_prompt(box):
+    _, client = box
+    result, _ = run(client, "cat; echo \"cat ended $?\"", answers=[None])
+    assert result["output"].endswith("cat ended 0\n")
+
+
+def test_with_no_one_to_answer_a_read_gets_end_of_input_and_a_note(box):
+    _, client = box
+    result, seen = run(client, "read -p 'Your name? ' n; echo \"got [$n]\"; python3 -c 'input()'; echo py $?")
+    assert wanted(seen) == []
+    assert EOF_NOTE in result["output"] and "got []\n" in result["output"]
+    assert result["output"].count(EOF_NOTE) == 1 and result["output"].endswith("py 1\n")
+
+
+def test_stop_ends_a_command_waiting_at_a_prompt(box):
+    _, client = box
+    asked = threading.Event()
+    call = client.start_call("shell.run", {"command": "read -p 'wait: ' x", "terminal": True, "stdin": True},
+                             on_notification=lambda f: f.get("method") == "shell.input_wanted" and asked.set())
+    assert asked.wait(20)
+    client.call("shell.interrupt", {"shell": "main"})
+    result = client.wait(call, 20)
+    assert "interrupted" in result.get("error", "")
+    assert run(client, "echo next")[0]["output"] == "next\n"
+
+
+def test_input_for_a_shell_running_nothing_is_refused(box):
+    _, client = box
+    run(client, "true")
+    try:
+        client.call("shell.input", {"shell": "main", "text": "x"})
+    except P.RunnerError as err:
+        assert err.code == P.INVALID_PARAMS and "runs no command" in err.message
+    else:
+        raise AssertionError("input with no command running was accepted")
+
+
+def test_merged_stderr_keeps_exact_order_and_pipes_keep_exact_bytes(box):
+    _, client = box
+    merged, _ = run(client, "for i in 1 2 3; do echo out $i; echo err $i >&2; done", stderr="merge")
+    assert merged["output"] == "out 1\nerr 1\nout 2\nerr 2\nout 3\nerr 3\n"
+    assert {stream for stream, _ in merged.get("segments") or [("stdout", 0)]} == {"stdout"}
+    exact = client.call("shell.run", {"command": "head -c 30000 /dev/urandom > r.bin; base64 r.bin; "
+                                      "sha256sum r.bin >&2", "terminal": False}, timeout=60)
+    data = "".join(exact["output"].splitlines(keepends=True)[:-1])
+    digest = exact["output"].splitlines()[-1].split()[0]
+    import base64
+
+    assert hashlib.sha256(base64.b64decode(data)).hexdigest() == digest
+    back, _ = run(client, "test -t 1 && echo tty-again")
+    assert back["output"] == "tty-again\n"
