@@ -93,11 +93,21 @@ def ours(pid: int, folder: str) -> bool:
 def start(folder: str, serve_args: list[str], runner: str | None = None, timeout: float = 20.0) -> dict[str, Any]:
     """Make sure a daemon serves `folder`: `{"daemon": its first line, "reused": bool}`.
 
-    A new daemon runs in its own session, so it outlives the command that started it.
+    A new daemon runs in its own session, so it outlives the command that started it. Starters are
+    serialised by a lock in the folder: a relay that finds no daemon (`attach --start`) and a provider
+    restarting one can ask at the same moment, and only one of them may start it.
     """
+    import fcntl
+
+    os.makedirs(os.path.dirname(socket_path(folder)), mode=0o700, exist_ok=True)
+    with open(os.path.join(folder, "start.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _start_locked(folder, serve_args, runner, timeout)
+
+
+def _start_locked(folder: str, serve_args: list[str], runner: str | None, timeout: float) -> dict[str, Any]:
     if serving(folder):
         return {"daemon": recorded(folder), "reused": True}
-    os.makedirs(os.path.dirname(socket_path(folder)), mode=0o700, exist_ok=True)
     ready = os.path.join(folder, "ready.json")
     log_path = os.path.join(folder, "daemon.log")
     if os.path.exists(ready):
