@@ -109,8 +109,20 @@ def test_env_forms(jupyter_dirs: dict[str, Path]) -> None:
     assert kernelspec.main(["install", "--prefix", prefix, "--name", "many",
                             "--env", "A=1", "B=x=y", "--env", "C=", "--name", "many"]) == 0
     spec = read_spec(Path(prefix) / "share" / "jupyter" / "kernels" / "many")
-    assert spec["env"] == {"A": "1", "B": "x=y", "C": ""}
+    # Variables given to the kernelspec are for the cells: their names pass into the sandbox's clean env.
+    assert spec["env"] == {"A": "1", "B": "x=y", "C": "", "OWSANDBOX_ENV": "A,B,C"}
     assert spec["display_name"] == f"{DISPLAY_NAME} [many]"  # another name, no display name given
+
+
+def test_limits_are_checked_at_install_and_kept_in_the_spec(jupyter_dirs: dict[str, Path], capsys) -> None:
+    prefix = str(jupyter_dirs["prefix"])
+    assert kernelspec.main(["install", "--prefix", prefix, "--name", "small", "--limit", "memory=2G",
+                            "--limit", "pids=512", "--env", "OWSANDBOX_NETWORK=1"]) == 0
+    spec = read_spec(Path(prefix) / "share" / "jupyter" / "kernels" / "small")
+    assert spec["env"] == {"OWSANDBOX_NETWORK": "1", "OWSANDBOX_LIMITS": "memory=2G,pids=512"}
+    assert kernelspec.main(["install", "--prefix", prefix, "--name", "bad", "--limit", "memory=lots"]) == 2
+    assert "limit memory='lots' is not a size" in capsys.readouterr().err
+    assert not (Path(prefix) / "share" / "jupyter" / "kernels" / "bad").exists()
 
 
 @pytest.mark.parametrize("bad", ["NOEQUALS", "=value"])
