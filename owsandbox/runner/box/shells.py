@@ -47,6 +47,8 @@ INPUT_CHECK_SECONDS = 0.02
 # reader still looks blocked, so the next look waits this long.
 ANSWER_SETTLE_SECONDS = 0.05  # how often a running command's terminal is checked for a waiting reader
 _STREAM_OF = {"stdout": "stdout", "stderr": "stderr", "tty-out": "stdout", "tty-err": "stderr"}
+_CHANNEL_ORDER = {"stdout": 0, "tty-out": 1, "stderr": 2, "tty-err": 3}
+STDOUT_GRACE_SECONDS = 0.001
 DEFAULT_OUTPUT_LIMIT = 1024 * 1024  # characters kept in memory per command, unless the request asks
 MAX_OUTPUT_LIMIT = 16 * 1024 * 1024  # the most a request may ask for
 PROGRESS_SECONDS = 5.0  # a command silent this long sends `shell.progress`
@@ -157,6 +159,26 @@ def _signal_all(pids: list[int], sig: int) -> None:
             os.kill(pid, sig)
         except OSError:
             pass
+
+
+_TTY_CHUNK = 2048  # a terminal read this long means more is queued behind it
+
+
+def _drain(fd: int, room: int) -> bytes:
+    """What more a terminal has at once: it hands its output over a few KiB per read, and reading it
+    together costs the reader one pass instead of many. Only for a flood: a short read is read alone, so
+    a line on one terminal is not read together with lines written after another terminal's line."""
+    chunks = []
+    while room > 0:
+        try:
+            chunk = os.read(fd, room)
+        except (BlockingIOError, InterruptedError, OSError):
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+        room -= len(chunk)
+    return b"".join(chunks)
 
 
 class Command:
@@ -373,11 +395,14 @@ class Shell:
             now = time.monotonic()
             if not events and self._proc.poll() is not None:
                 break
+            events = self._stdout_first(events)
             for key, _ in events:
                 channel = key.data
                 stream = _STREAM_OF[channel]
                 try:
                     data = os.read(key.fd, 65536)
+                    if channel in ("tty-out", "tty-err") and len(data) >= _TTY_CHUNK:
+                        data += _drain(key.fd, 65536 - len(data))  # a flood: take what is there together
                 except (BlockingIOError, InterruptedError):
                     continue
                 except OSError:  # a terminal whose other end is closed
@@ -408,6 +433,19 @@ class Shell:
                 self._maybe_progress(cmd)
         self._proc.wait()
         self._exited()
+
+    def _stdout_first(self, events: list) -> list:
+        """Two terminals are two queues, and the kernel hands each one's output on a moment after it was
+        written, not always in the order the writes were made. When only stderr's terminal has news,
+        stdout's gets a millisecond to show what may have been written before it."""
+        channels = {key.data for key, _ in events}
+        if "tty-err" not in channels or "tty-out" in channels:
+            return sorted(events, key=lambda event: _CHANNEL_ORDER[event[0].data])
+        waited = self._selector.select(STDOUT_GRACE_SECONDS)
+        seen = {key.data: (key, mask) for key, mask in events}
+        for key, mask in waited:
+            seen.setdefault(key.data, (key, mask))
+        return sorted(seen.values(), key=lambda event: _CHANNEL_ORDER[event[0].data])
 
     def _on_data(self, stream: str, raw: bytes, now: float, final: bool = False) -> None:
         if stream == "stderr" and b"tcsetattr" in raw:
