@@ -342,6 +342,11 @@ class Results:
     stop_status: str = ""
     kept: str = ""
     stderr_apart: str = ""
+    program_output: float | None = None  # request → python3's first line, with PYTHONUNBUFFERED unset
+    program_ran: bool = False
+    prompt: str = ""  # request → input_request for `read -p`, or what happened instead
+    order_runs: tuple[int, int] | None = None  # runs fully in order, of runs (1 ms between pairs)
+    order_pairs: tuple[int, int] | None = None  # back-to-back pairs in order, of pairs
     notes: list[str] = field(default_factory=list)
     failed: str = ""
     leftovers: list[int] = field(default_factory=list)
@@ -516,10 +521,85 @@ def measure_stderr(session: Session, res: Results) -> None:
     progress(f"{session.kernel.label}: stdout {out!r}, stderr {err!r}")
 
 
+PROGRAM = "python3 -c \"import time; print('one'); time.sleep(1.5); print('two')\""
+
+
+def measure_program_output(session: Session, res: Results) -> None:
+    """A program that buffers on a pipe: its first line shows at once only where it has a terminal."""
+    cell = session.send(session.kernel.cell(PROGRAM))
+    if not session.pump(cell, lambda c: c.done, 30):
+        raise TimeoutError("the python3 program did not finish within 30 s")
+    check_ok(cell, PROGRAM)
+    res.program_ran = True
+    seen = ""
+    for when, name, text in cell.streams:
+        seen += text if name == "stdout" else ""
+        if "one" in seen:
+            res.program_output = when - cell.sent
+            break
+    progress(f"{session.kernel.label}: python3's \"one\" after {res.program_output} s")
+
+
+def measure_prompt(session: Session, res: Results) -> None:
+    """`read -p`: does the kernel ask the notebook (input_request), how soon, and does the answer arrive."""
+    code = session.kernel.cell("read -p 'Your name? ' n; echo \"hello $n\"")
+    msg_id = session.kc.execute(code, allow_stdin=True, stop_on_error=False)
+    cell = Cell(msg_id, time.perf_counter())
+    asked_at = None
+    deadline = time.perf_counter() + 10
+    while asked_at is None and time.perf_counter() < deadline:
+        with contextlib.suppress(Empty):
+            msg = session.kc.stdin_channel.get_msg(timeout=0.05)
+            if msg["msg_type"] == "input_request":
+                asked_at = time.perf_counter()
+                session.kc.input("Ada")
+        session.pump(cell, lambda c: c.done, 0.01)
+        if cell.done:
+            break
+    if asked_at is None:
+        if not cell.done:
+            session.interrupt()
+            session.pump(cell, lambda c: c.done, 30)
+            res.prompt = "no input_request: the cell waited until interrupted after 10 s"
+        else:
+            res.prompt = f"no input_request: the cell ended with {cell.text().strip()!r}"
+        return
+    session.pump(cell, lambda c: c.done, 30)
+    answered = "hello Ada" in cell.text()
+    res.prompt = f"{_ms(asked_at - cell.sent)}" + ("" if answered else " (the answer did not arrive)")
+    progress(f"{session.kernel.label}: prompt: {res.prompt}")
+
+
+def _alternating_in_order(cell: Cell, count: int) -> tuple[bool, int]:
+    """(all lines in order, pairs whose out came right before its err) from the stream messages."""
+    lines: list[tuple[str, str]] = []
+    for _, name, text in cell.streams:
+        lines += [(name, line) for line in text.splitlines()]
+    expected = []
+    for i in range(1, count + 1):
+        expected += [("stdout", f"out {i}"), ("stderr", f"err {i}")]
+    pairs = sum(1 for i in range(len(lines) - 1) if lines[i][0] == "stdout" and lines[i + 1] == ("stderr", "err "
+                                                                                                 + lines[i][1][4:]))
+    return lines == expected, pairs
+
+
+def measure_order(session: Session, res: Results, runs: int = 10, count: int = 200) -> None:
+    loop = f'for i in $(seq {count}); do echo "out $i"; echo "err $i" >&2; {{}}; done'
+    in_order = 0
+    for _ in range(runs):
+        ok, _ = _alternating_in_order(session.run(loop.format("sleep 0.001")), count)
+        in_order += ok
+    res.order_runs = (in_order, runs)
+    _, pairs = _alternating_in_order(session.run(loop.format(":")), count)
+    res.order_pairs = (pairs, count)
+    progress(f"{session.kernel.label}: order: {res.order_runs}, back-to-back pairs {res.order_pairs}")
+
+
 def measure(kernel: Kernel, args: argparse.Namespace, root: Path, marker: str) -> Results:
     res = Results()
     workdir = Path(tempfile.mkdtemp(prefix=f"{kernel.key}-", dir=root))
-    env = {key: value for key, value in os.environ.items() if key != "OWSANDBOX_PROVIDER"}
+    # As on a user's machine: no PYTHONUNBUFFERED, which would hide how programs buffer on a pipe.
+    env = {key: value for key, value in os.environ.items() if key not in ("OWSANDBOX_PROVIDER", "PYTHONUNBUFFERED")}
     env[MARKER_ENV] = marker
     session: Session | None = None
     try:
@@ -535,6 +615,9 @@ def measure(kernel: Kernel, args: argparse.Namespace, root: Path, marker: str) -
         measure_first_output(session, res)
         measure_stop(session, res)
         measure_stderr(session, res)
+        measure_program_output(session, res)
+        measure_prompt(session, res)
+        measure_order(session, res)
     except Exception as exc:  # noqa: BLE001 - one kernel's failure is reported in its column
         res.failed = f"{type(exc).__name__}: {exc}"
         progress(f"{kernel.label}: failed: {res.failed}")
@@ -619,6 +702,15 @@ def table(kernels: list[Kernel], results: dict[str, Results], args: argparse.Nam
          lambda r: (_s(r.stop) if r.stop is not None else r.stop_status or "—")),
         ("state kept after Stop (`export X=kept` … `echo $X`)", lambda r: r.kept or "—"),
         ("stderr kept apart (`echo out; echo err >&2`)", lambda r: r.stderr_apart or "—"),
+        ("program output: python3 prints, sleeps 1.5 s, prints (no PYTHONUNBUFFERED): request → first line",
+         lambda r: (_s(r.program_output) if r.program_output is not None else "came at the end")
+         if r.program_ran else "—"),
+        ("prompt: `read -p 'Your name? ' n` with a client that answers: request → input_request",
+         lambda r: r.prompt or "—"),
+        ("order of 200 alternating stdout/stderr lines: runs fully in order (1 ms between pairs) / "
+         "back-to-back pairs in order",
+         lambda r: f"{r.order_runs[0]} of {r.order_runs[1]} / {r.order_pairs[0]} of {r.order_pairs[1]}"
+         if r.order_runs and r.order_pairs else "—"),
     ]
     lines = ["| | " + " | ".join(k.label for k in kernels) + " |", "|---" * (len(kernels) + 1) + "|"]
     for title, cell in rows:
