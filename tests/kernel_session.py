@@ -63,9 +63,10 @@ class KernelSession:
             except Exception:  # noqa: BLE001 - queue empty
                 return
 
-    def send(self, code: str, subshell_id: str | None = None) -> str:
+    def send(self, code: str, subshell_id: str | None = None, allow_stdin: bool = False) -> str:
+        """Send a cell; with `allow_stdin`, its prompts come as input requests (`kc.get_stdin_msg`)."""
         msg = self.kc.session.msg("execute_request", {"code": code, "silent": False, "store_history": True,
-                                                      "user_expressions": {}, "allow_stdin": False,
+                                                      "user_expressions": {}, "allow_stdin": allow_stdin,
                                                       "stop_on_error": False})
         if subshell_id is not None:
             msg["header"]["subshell_id"] = subshell_id

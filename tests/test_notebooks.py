@@ -177,7 +177,7 @@ def test_teaching_files_and_folders(teaching):
     nb, folder = teaching
     first = next(c for c in nb.cells if c.cell_type == "code")
     assert first.source == "pwd" and text(first) == f"{folder}\n"
-    assert text(cell(nb, "mkdir -p shell-lesson")) == f"{folder}/shell-lesson\n.\n..\n"
+    assert text(cell(nb, "mkdir -p shell-lesson")) == f"{folder}/shell-lesson\n.  ..\n"  # ls on a terminal: columns
     assert text(cell(nb, 'echo "Hello, shell!"')) == "hello.txt\nHello, shell!\n"
     assert text(cell(nb, 'echo "A second line."')) == "Hello, shell!\nA second line.\n---\nStart over.\n"
     assert text(cell(nb, "mkdir -p notes/week1")) == (

@@ -1,12 +1,15 @@
 """The owsandbox kernel: every cell runs as shell commands on a named, persistent bash in a sandbox.
 
-A cell becomes `shell.run` on the current shell (default `main`). Its live output arrives on the
-runner's pump thread and is shown as `stream` messages, stdout and stderr apart, batched for a few
-milliseconds; the record fills in whatever the live view missed. Stop (an `interrupt_request`, or
-SIGINT from a client that signals) becomes `shell.interrupt`: the command ends, the shell and its
-variables stay. A non-zero exit status is an error reply with exactly one `error` output, so a
-notebook run stops at a failing cell. Magics live in `magics.py`, output handling in `output.py`,
-the bash completeness check in `completeness.py`.
+A cell becomes `shell.run` on the current shell (default `main`), on a terminal unless `%terminal off`.
+Its live output arrives on the runner's pump thread and is shown as `stream` messages, stdout and
+stderr apart and in the order written, batched for a few milliseconds; the record fills in whatever
+the live view missed. A command that waits for input (`shell.input_wanted`) is answered through
+Jupyter's stdin channel when the client allows it (`stdin.py`), and gets end-of-input otherwise.
+Stop (an `interrupt_request`, or SIGINT from a client that signals) becomes `shell.interrupt`: the
+command ends (and its open prompt with it), the shell and its variables stay. A non-zero exit status
+is an error reply with exactly one `error` output, so a notebook run stops at a failing cell. Magics
+live in `magics.py`, output handling in `output.py` (terminal text in `terminal_text.py`), the bash
+completeness check in `completeness.py`.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import asyncio
 import os
 import signal
 import threading
+import time
 from typing import Any
 
 from ipykernel.kernelbase import Kernel
@@ -24,9 +28,10 @@ from ..runner.box import protocol as P
 from . import attach_magics, magics  # noqa: F401 - attach_magics registers its magics
 from .attach import AttachManager
 from .limits import named_limit
-from .magics import RunOnShell, UsageError
-from .output import DEFAULT_OUTPUT_LIMIT, CellOutput, Display, Notice, Stream
+from .magics import RunOnShell, UsageError, terminal_settings
+from .output import DEFAULT_OUTPUT_LIMIT, CellOutput, Display, InputWanted, Notice, Stream
 from .sandbox import Sandbox, SandboxUnavailable
+from .stdin import CellPrompts, StdinChannel
 
 BATCH_SECONDS = 0.03  # live output is gathered this long before it goes out as one message
 RED, RESET = "\x1b[31m", "\x1b[0m"
@@ -69,6 +74,7 @@ class OwSandboxKernel(Kernel):
         self.attach = AttachManager(self._attach_display, self._runner_call, self._execd_endpoint,
                                     self._attach_registry)
         self._warned_unisolated = False
+        self.stdin = StdinChannel(self.session, lambda: self.stdin_socket, self.log)
 
     def _kernel_key(self) -> str | None:
         """The kernel's id, from its connection file: the same across a restart."""
@@ -133,6 +139,7 @@ class OwSandboxKernel(Kernel):
     async def do_execute(self, code: str, silent: bool, store_history: bool = True,
                          user_expressions: dict[str, Any] | None = None, allow_stdin: bool = False) -> dict[str, Any]:
         parent = self.get_parent("shell")
+        stdin = _CellStdin(allow_stdin, self._parent_ident["shell"])  # where an input_request goes
         ok = {"status": "ok", "execution_count": self.execution_count, "payload": [], "user_expressions": {}}
         if store_history:
             self.cell_history = (self.cell_history + [code])[-200:]
@@ -141,13 +148,13 @@ class OwSandboxKernel(Kernel):
             self._warn_once(parent)
             parsed = magics.parse_cell(code)
             if parsed is None:
-                await self._run_cell(parent, self.settings["shell"], code)
+                await self._run_cell(parent, self.settings["shell"], code, stdin)
                 return ok
             context = _Context(self, parent)
             target = await self._run_magics(context, parsed)
             ok["payload"] = context.payloads
             if target is not None:
-                await self._run_cell(parent, target.shell, target.code)
+                await self._run_cell(parent, target.shell, target.code, stdin)
             return ok
         except CellError as err:
             return self._error_reply(parent, err.ename, err.evalue)
@@ -181,7 +188,7 @@ class OwSandboxKernel(Kernel):
             return RunOnShell(self.settings["shell"], parsed.rest)
         return None
 
-    async def _run_cell(self, parent: dict[str, Any], shell: str, code: str) -> None:
+    async def _run_cell(self, parent: dict[str, Any], shell: str, code: str, stdin: _CellStdin | None = None) -> None:
         """Run `code` on `shell`, showing its output live; raises CellError for a failure."""
         if not code.strip():
             return
@@ -190,15 +197,23 @@ class OwSandboxKernel(Kernel):
         workspace = self.sandbox.wait(0) if self.sandbox.ready else await loop.run_in_executor(None, self.sandbox.wait)
         client = workspace.client
         wake = asyncio.Event()
-        output = CellOutput(self.settings["output_limit"])
+        setup = terminal_settings(self.settings, shell)
+        output = CellOutput(self.settings["output_limit"], terminal=setup.terminal)
+        stdin = stdin or _CellStdin(False, b"")
+        prompts = self._prompts(parent, shell, stdin, client)
 
         def on_frame(frame: dict[str, Any]) -> None:
-            if frame.get("method") == "shell.output":
+            method = frame.get("method")
+            if method == "shell.output":
                 output.live(frame)
-                loop.call_soon_threadsafe(wake.set)
+            elif method == "shell.input_wanted":
+                output.input_wanted(frame)
+            else:
+                return
+            loop.call_soon_threadsafe(wake.set)
 
         params: dict[str, Any] = {"shell": shell, "command": code, "cwd": self.sandbox.cwd,
-                                  "output_limit": self.settings["output_limit"]}
+                                  "output_limit": self.settings["output_limit"], **setup.run_params(stdin.allowed)}
         if self.settings["timeout"] is not None:
             params["timeout_s"] = self.settings["timeout"]
         provider = workspace.provider
@@ -209,13 +224,15 @@ class OwSandboxKernel(Kernel):
             self._running[shell] = call.request_id
         try:
             while True:
-                await wake.wait()
+                await self._news(wake, output)
                 wake.clear()
-                await self._show(parent, output, shell)
-                if call.done.is_set():
+                ended = call.done.is_set()  # a prompt that came with the end is asked of nobody
+                await self._show(parent, output, shell, None if ended else prompts)
+                if ended:
                     break
                 await asyncio.sleep(BATCH_SECONDS)
         finally:
+            prompts.close()  # the command has ended (or the cell was cancelled): its open prompt too
             with self._running_lock:
                 if self._running.get(shell) == call.request_id:
                     del self._running[shell]
@@ -242,9 +259,40 @@ class OwSandboxKernel(Kernel):
         if status not in (0, None):
             raise CellError("ExitStatus", f"the command exited with status {status}")
 
-    async def _show(self, parent: dict[str, Any], output: CellOutput, shell: str) -> None:
+    @staticmethod
+    async def _news(wake: asyncio.Event, output: CellOutput) -> None:
+        """Wait for frames, or until the unfinished line that `output` holds back is due to show."""
+        due = output.hold_deadline()
+        if due is None:
+            await wake.wait()
+            return
+        try:
+            await asyncio.wait_for(wake.wait(), max(due - time.monotonic(), 0.0))
+        except asyncio.TimeoutError:
+            pass
+
+    def _prompts(self, parent: dict[str, Any], shell: str, stdin: _CellStdin, client: Any) -> CellPrompts:
+        """The cell's prompts: asked on the stdin channel of the client that sent the cell, answered
+        with `shell.input` on the shell it runs on."""
+
+        def ask(prompt: str, password: bool, cancelled: threading.Event) -> str | None:
+            return self.stdin.ask(prompt, password, parent, stdin.ident, cancelled)
+
+        def send_input(params: dict[str, Any]) -> None:
+            try:
+                client.call("shell.input", {"shell": shell, **params}, timeout=10)
+            except (P.RunnerError, TimeoutError) as exc:  # the command ended meanwhile: nothing reads
+                self.log.debug("shell.input on %s: %s", shell, exc)
+
+        return CellPrompts(stdin.allowed, ask, send_input)
+
+    async def _show(self, parent: dict[str, Any], output: CellOutput, shell: str,
+                    prompts: CellPrompts | None = None) -> None:
         for event in output.take():
-            if isinstance(event, Stream):
+            if isinstance(event, InputWanted):
+                if prompts is not None:  # after the command ended, nothing reads an answer
+                    prompts.wanted(event.prompt, event.password)
+            elif isinstance(event, Stream):
                 self._stream(parent, event.text, event.name)
             elif isinstance(event, Notice):
                 self._stream(parent, event.text, "stderr")
@@ -357,6 +405,14 @@ class OwSandboxKernel(Kernel):
             return self.sandbox.cwd
 
 
+class _CellStdin:
+    """Whether the cell's client answers input requests, and its socket identity on the stdin channel."""
+
+    def __init__(self, allowed: bool, ident: Any) -> None:
+        self.allowed = allowed
+        self.ident = ident
+
+
 class CellHistory:
     """The cells this kernel ran, for history requests (in memory: session 1 is this kernel)."""
 
@@ -436,6 +492,8 @@ class _Context:
 
     def describe_sandbox(self) -> dict[str, Any]:
         timeout = self.settings["timeout"]
-        return {**self.kernel.sandbox.describe(), "current shell": self.settings["shell"],
+        shell = self.settings["shell"]
+        return {**self.kernel.sandbox.describe(), "current shell": shell,
+                "terminal": terminal_settings(self.settings, shell).describe(shell).split(": ", 1)[1],
                 "cell time limit": "off" if timeout is None else f"{timeout:g} s",
                 "output limit": f"{self.settings['output_limit']} characters"}

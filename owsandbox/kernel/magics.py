@@ -487,6 +487,85 @@ def _output(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
     ctx.stream(f"output limit: {limit} characters per cell\n")
 
 
+@dataclass
+class TerminalSettings:
+    """How one shell's commands are run (`%terminal`, `%stderr`), sent with each of its `shell.run`s.
+
+    On a terminal (the default) programs behave as they do for a user: colours, line-buffered output,
+    prompts that wait for an answer. Off, they get pipes and their exact bytes. stderr on a terminal
+    of its own keeps the two streams apart; merged, they are one stream in the exact order written."""
+
+    terminal: bool = True
+    cols: int = 120
+    rows: int = 50
+    stderr: str = "apart"  # or "merge"
+
+    def run_params(self, stdin: bool) -> dict[str, Any]:
+        return {"terminal": self.terminal, "cols": self.cols, "rows": self.rows, "stderr": self.stderr,
+                "stdin": stdin}
+
+    def describe(self, shell: str) -> str:
+        where = f"on a {self.cols}x{self.rows} terminal" if self.terminal else "off (pipes, exact bytes)"
+        return f"shell '{shell}': terminal {where}; stderr {self.stderr}"
+
+
+def terminal_settings(settings: dict[str, Any], shell: str) -> TerminalSettings:
+    """The shell's own settings (each shell starts with the defaults)."""
+    shells = settings.setdefault("terminals", {})
+    if shell not in shells:
+        shells[shell] = TerminalSettings()
+    return shells[shell]
+
+
+TERMINAL_SIZES = {"cols": (20, 1000), "rows": (2, 1000)}
+
+
+@magic("terminal", "line", "Show or set how the current shell's commands run: on a terminal (on, the default) "
+       "or on pipes with their exact bytes (off), and the terminal's size.",
+       lambda p: p.add_argument("setting", nargs="*", metavar="on|off|cols N|rows N",
+                                help="on, off, cols N (20-1000), rows N (2-1000); none: show the settings. "
+                                     "Each shell has its own; %%%%shell NAME cells use NAME's"),
+       usage="%terminal [on|off] [cols N] [rows N]")
+def _terminal(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
+    shell = _shell(ctx)
+    current = terminal_settings(ctx.settings, shell)
+    if not args.setting:
+        ctx.result(current.describe(shell))
+        return
+    changed = TerminalSettings(**vars(current))
+    words = list(args.setting)
+    while words:
+        word = words.pop(0).lower()
+        if word in ("on", "off"):
+            changed.terminal = word == "on"
+        elif word in TERMINAL_SIZES:
+            low, high = TERMINAL_SIZES[word]
+            if not words:
+                raise UsageError(f"%terminal {word} takes a number, as in %terminal {word} 100")
+            value = words.pop(0)
+            if not value.isdigit() or not low <= int(value) <= high:
+                raise UsageError(f"%terminal {word} takes a whole number from {low} to {high}, not '{value}'")
+            setattr(changed, word, int(value))
+        else:
+            raise UsageError(f"%terminal takes on, off, cols N or rows N, not '{word}'")
+    ctx.settings["terminals"][shell] = changed
+    ctx.stream(changed.describe(shell) + "\n")
+
+
+@magic("stderr", "line", "Show or set where the current shell's stderr goes: apart (its own stream, the default) "
+       "or merge (into stdout, one stream in the exact order written).",
+       lambda p: p.add_argument("mode", nargs="?", choices=["apart", "merge"],
+                                help="none: show the setting (each shell has its own)"))
+def _stderr(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
+    shell = _shell(ctx)
+    current = terminal_settings(ctx.settings, shell)
+    if args.mode is None:
+        ctx.result(f"shell '{shell}': stderr {current.stderr}")
+        return
+    current.stderr = args.mode
+    ctx.stream(f"shell '{shell}': stderr {current.stderr}\n")
+
+
 @magic("page", "line", "Show a text file from the sandbox in the pager (JupyterLab's side panel, the console's pager).",
        lambda p: p.add_argument("path"))
 def _page(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:

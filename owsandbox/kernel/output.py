@@ -5,19 +5,32 @@ command's combined output the notebook has shown (frames carry character offsets
 result comes, shows the rest from the record, split back into stdout and stderr by the record's
 `segments`. Past the cell's output limit it stops showing and says where the whole output is kept.
 `owdisplay` lines on stdout become display requests. Pure: fed frames and results, it returns events.
+
+On a terminal, a command's prompt is the unfinished line it printed before it waits for input. Shown
+as it came, that line would appear in the output and again as the notebook's input prompt, so the
+unfinished last line is held back until more output finishes it, the command ends, the command asks
+for input (the line becomes the prompt instead: `input_wanted`), or it has waited `HOLD_SECONDS`
+(a progress line without a line break still shows). Held text never lets the other stream overtake
+it: output is shown in the order it was written. With `terminal=True` both streams also go through
+`TerminalText`, which keeps colours and drops the cursor movement a notebook cannot show.
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..runner.box.output import MarkerScanner
 from ..runner.box.shells import DISPLAY_START
+from .terminal_text import TerminalText, plain
 
 DEFAULT_OUTPUT_LIMIT = 4_000_000  # characters shown per cell
 TAIL_CHARS = 4096  # of a cut output, this much of its end is shown after the notice
+HOLD_SECONDS = 0.25  # an unfinished last line waits this long for its end (or for the command to ask)
+_LINE_TAIL = 4096  # characters of a stream's unfinished line remembered, to recognize a prompt
 
 
 @dataclass
@@ -38,13 +51,22 @@ class Notice:
     text: str
 
 
-Event = Stream | Display | Notice
+@dataclass
+class InputWanted:
+    """The command waits for a line typed at its terminal; `prompt` is plain text (no colours)."""
+
+    prompt: str
+    password: bool
+
+
+Event = Stream | Display | Notice | InputWanted
 
 
 class CellOutput:
     """Thread-safe: frames come from the runner's pump thread, events are taken by the cell's loop."""
 
-    def __init__(self, limit: int = DEFAULT_OUTPUT_LIMIT) -> None:
+    def __init__(self, limit: int = DEFAULT_OUTPUT_LIMIT, terminal: bool = False,
+                 clock: Callable[[], float] = time.monotonic, hold_seconds: float = HOLD_SECONDS) -> None:
         self.limit = limit
         self.shown = 0  # characters of the combined output accounted for, from the start
         self.displayed = 0  # characters actually sent to the notebook
@@ -53,6 +75,13 @@ class CellOutput:
         self._events: list[Event] = []
         self._scanner = MarkerScanner(DISPLAY_START)
         self._lock = threading.Lock()
+        self._clock = clock
+        self.hold_seconds = hold_seconds
+        self._filters = {"stdout": TerminalText(), "stderr": TerminalText()} if terminal else None
+        self._held: Stream | None = None  # the latest stream's unfinished last line, not shown yet
+        self._held_since = 0.0
+        self._lines = {"stdout": "", "stderr": ""}  # each stream's unfinished line so far (shown or held)
+        self._expected = ""  # a prompt announced before its text arrived: not shown when it comes
 
     # -- input ------------------------------------------------------------------------------
 
@@ -84,6 +113,30 @@ class CellOutput:
                 self._show("stdout", output[self.shown :])
                 self.shown = len(output)
             self._show_held()
+            self._release()
+            self._expected = ""
+            if self._filters is not None:
+                for text_filter in self._filters.values():
+                    text_filter.end()
+
+    def input_wanted(self, frame: dict[str, Any]) -> None:
+        """The command waits for input (`shell.input_wanted`): its unfinished line becomes the
+        prompt of an `InputWanted` event instead of output, so it is not shown twice."""
+        with self._lock:
+            prompt = TerminalText().feed(str(frame.get("prompt") or ""))
+            prompt = prompt[max(prompt.rfind("\n"), prompt.rfind("\r")) + 1 :]
+            held = self._held
+            self._expected = ""
+            if held is not None and not prompt:
+                prompt, self._held = held.text, None  # the line before the cursor is what the user sees
+            elif held is not None and held.text.endswith(prompt):
+                self._held = None
+                self._append(Stream(held.name, held.text[: len(held.text) - len(prompt)]))
+            else:
+                self._release()
+                if prompt and not any(line.endswith(prompt) for line in self._lines.values()):
+                    self._expected = prompt  # announced before its text came: drop it when it does
+            self._events.append(InputWanted(plain(prompt), bool(frame.get("password"))))
 
     def _finish_truncated(self, result: dict[str, Any]) -> None:
         """The record holds only a head and a tail (`tail_chars` long); the log holds everything."""
@@ -101,13 +154,15 @@ class CellOutput:
                 return
         if not self.limited:
             self._stop_at_limit()
+        self._release()
         self._events.append(Notice(f"[all {total} characters are in {log}; "
                                    f"page them with %read {log} --lines 1:200]\n"))
         # What was shown is the output up to `displayed`; the end comes from the record's tail.
         tail = min(total - max(self.displayed, total - TAIL_CHARS), kept_tail)
         if tail > 0:
             self._events.append(Notice(f"[the last {tail} characters:]\n"))
-            self._events.append(Stream("stdout", output[len(output) - tail :]))
+            text = output[len(output) - tail :]
+            self._events.append(Stream("stdout", TerminalText().feed(text) if self._filters is not None else text))
         self.shown = total
 
     # -- showing ----------------------------------------------------------------------------
@@ -125,27 +180,76 @@ class CellOutput:
     def _stop_at_limit(self) -> None:
         self.limited = True
         self._show_held()
+        self._release()
         self._events.append(Notice(f"\n[output limit of {self.limit} characters reached (%output limit); "
                                    "the rest is kept in a log in the sandbox, named when the command ends]\n"))
 
     def _emit(self, stream: str, text: str) -> None:
         self.displayed += len(text)
         if stream != "stdout":
-            self._events.append(Stream(stream, text))
+            self._text(stream, text)
             return
         for kind, chunk in self._scanner.feed(text):
             if kind == "data":
-                self._append(Stream("stdout", chunk))
+                self._text("stdout", chunk)
             else:
+                self._release()
                 mime, display_id, path = (chunk.split("\t", 2) + ["", ""])[:3]
-                self._events.append(Display(path, mime, display_id))
+                self._events.append(Display(path.removesuffix("\r"), mime, display_id))
 
     def _show_held(self) -> None:
         held = self._scanner.flush()
         if held:
-            self._append(Stream("stdout", held))
+            self._text("stdout", held)
+
+    def _text(self, stream: str, text: str) -> None:
+        """Stream text, reduced for the notebook; its unfinished last line is held (see the module)."""
+        if self._filters is not None:
+            text = self._filters[stream].feed(text)
+        if self._expected:
+            text = self._drop_expected(text)
+        if not text:
+            return
+        held = self._held
+        if held is not None and held.name != stream:
+            self._release()  # the other stream's unfinished line was written first: it goes first
+            held = None
+        joined = held.text + text if held is not None else text
+        cut = max(joined.rfind("\n"), joined.rfind("\r")) + 1
+        if cut:
+            self._append(Stream(stream, joined[:cut]))
+            self._lines[stream] = ""
+        rest = joined[cut:]
+        self._lines[stream] = (self._lines[stream] + (rest if held is None or cut else text))[-_LINE_TAIL:]
+        if not rest or len(rest) > _LINE_TAIL:  # a line that long is no prompt: show it as it comes
+            self._held = None
+            self._append(Stream(stream, rest))
+            return
+        if held is None or cut:
+            self._held_since = self._clock()
+        self._held = Stream(stream, rest)
+
+    def _drop_expected(self, text: str) -> str:
+        """Drop the start of `text` that is the prompt announced before it arrived."""
+        expected = self._expected
+        if text.startswith(expected):
+            self._expected = ""
+            return text[len(expected) :]
+        if expected.startswith(text):
+            self._expected = expected[len(text) :]
+            return ""
+        self._expected = ""  # something else came: the prompt is not coming as output after all
+        return text
+
+    def _release(self) -> None:
+        """Show the held unfinished line now."""
+        held, self._held = self._held, None
+        if held is not None:
+            self._append(held)
 
     def _append(self, event: Stream) -> None:
+        if not event.text:
+            return
         last = self._events[-1] if self._events else None
         if isinstance(last, Stream) and last.name == event.name:
             last.text += event.text
@@ -155,6 +259,14 @@ class CellOutput:
     # -- output -----------------------------------------------------------------------------
 
     def take(self) -> list[Event]:
+        """The events to show now; an unfinished line held `hold_seconds` is among them."""
         with self._lock:
+            if self._held is not None and self._clock() - self._held_since >= self.hold_seconds:
+                self._release()
             events, self._events = self._events, []
             return events
+
+    def hold_deadline(self) -> float | None:
+        """When (on the clock) the held unfinished line is due to show, if one is held."""
+        with self._lock:
+            return self._held_since + self.hold_seconds if self._held is not None else None

@@ -1,0 +1,291 @@
+"""Cells behave as in a terminal, through a real kernel driven by jupyter_client: commands see a
+terminal, output shows line by line in the order written, colours pass, prompts become the notebook's
+input requests (answered with `kc.input`), Stop ends an open prompt, and `%terminal` / `%stderr`
+change how a shell's commands run. The tests that depend on the sandbox run on both the local
+provider and the default (bubblewrap) one. Two slow tests answer prompts in the real front ends:
+`jupyter console` in a pty, and JupyterLab's input box in Chromium."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import DEFAULT_KERNEL_NAME, KERNEL_NAME, require_bwrap
+from .kernel_session import CellRun, KernelSession
+from .test_kernel_console import open_console  # noqa: F401 - the fixture, for the console test
+
+NO_STDIN_NOTE = "[stdin is not available in this run: read got end-of-input]"
+
+
+@pytest.fixture(scope="module", params=[KERNEL_NAME, DEFAULT_KERNEL_NAME], ids=["local", "bwrap"])
+def kernel(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    if request.param == DEFAULT_KERNEL_NAME:
+        require_bwrap()
+    session = KernelSession(tmp_path_factory.mktemp("terminal-ws"), kernel_name=request.param)
+    session.run("true")  # the sandbox is up and its first-cell notes are out of the way
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+def streams(run: CellRun) -> list[tuple[str, str]]:
+    return [(m["content"]["name"], m["content"]["text"]) for m in run.outputs if m["msg_type"] == "stream"]
+
+
+def run_answering(kernel: KernelSession, code: str, answers: list[str],
+                  timeout: float = 60) -> tuple[CellRun, list[dict[str, Any]]]:
+    """Run a cell whose client answers input requests with `answers`, in order (as JupyterLab's input
+    box or the console would); the cell's run and the input requests it got."""
+    msg_id = kernel.send(code, allow_stdin=True)
+    requests: list[dict[str, Any]] = []
+    failures: list[BaseException] = []
+
+    def answer() -> None:
+        try:
+            for value in answers:
+                request = kernel.kc.get_stdin_msg(timeout=timeout)
+                requests.append(request)
+                kernel.kc.input(value)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            failures.append(exc)
+
+    answerer = threading.Thread(target=answer, daemon=True)
+    answerer.start()
+    run = kernel.collect(msg_id, timeout=timeout)
+    answerer.join(timeout)
+    assert not failures, failures
+    return run, requests
+
+
+def no_more_stdin(kernel: KernelSession) -> None:
+    with pytest.raises(Exception):  # noqa: B017 - queue.Empty, whichever queue module it comes from
+        kernel.kc.get_stdin_msg(timeout=0.3)
+
+
+# -- a terminal ---------------------------------------------------------------------------------
+
+def test_stdin_stdout_and_stderr_are_terminals(kernel):
+    run = kernel.run("test -t 0 && test -t 1 && test -t 2 && echo all-terminals")
+    assert run.status == "ok", run.outputs
+    assert run.text() == "all-terminals\n"
+
+
+def test_a_program_that_buffers_on_pipes_shows_each_line_as_it_prints_it(kernel):
+    arrived: list[tuple[float, str]] = []
+    started = time.monotonic()
+
+    def on_output(msg: dict[str, Any]) -> None:
+        if msg["msg_type"] == "stream":
+            arrived.append((time.monotonic() - started, msg["content"]["text"]))
+
+    msg_id = kernel.send("unset PYTHONUNBUFFERED; python3 -c \"import time; print('one'); time.sleep(1.5); "
+                         "print('two')\"")
+    run = kernel.collect(msg_id, on_output=on_output)
+    assert run.status == "ok" and run.text() == "one\ntwo\n"
+    one = next(at for at, text in arrived if "one" in text)
+    two = next(at for at, text in arrived if "two" in text)
+    assert not any("one" in text and "two" in text for _, text in arrived)  # two messages, not one at the end
+    assert two - one > 1.0  # "one" came when it was printed, not with "two" 1.5 s later
+
+
+def test_ls_colours_its_listing(kernel):
+    folder = kernel.workspace / "colours"
+    (folder / "subfolder").mkdir(parents=True, exist_ok=True)
+    (folder / "file.txt").write_text("x")
+    run = kernel.run("ls --color=auto colours")
+    assert run.status == "ok"
+    assert "\x1b[" in run.text() and "subfolder" in run.text() and "file.txt" in run.text()
+    assert "\x1b[0m" in run.text() or "\x1b[m" in run.text()
+
+
+def test_cursor_movement_and_titles_are_reduced_and_colours_kept(kernel):
+    run = kernel.run(r"printf '\033]0;title\007\033[?25lstep\033[K\r\033[32mdone\033[0m\033[?25h\n'")
+    assert run.text() == "step\r\x1b[32mdone\x1b[0m\n"
+
+
+def test_output_keeps_the_order_stdout_and_stderr_were_written_in(kernel):
+    """Two terminals are two queues: when the box is slow to read (a loaded machine), a line on one can
+    come before a line written earlier on the other, so the exact order is `%stderr merge`'s promise
+    (tested below). Here: every line once, and almost every pair as written; grouping by stream
+    anywhere on the way (a batch of each stream in turn) would leave few pairs together."""
+    run = kernel.run('for i in $(seq 200); do echo "out $i"; echo "err $i" >&2; sleep 0.001; done', timeout=120)
+    assert run.status == "ok"
+    lines = [(name, line) for name, text in streams(run) for line in text.splitlines()]
+    expected = [(name, f"{word} {i}") for i in range(1, 201) for name, word in (("stdout", "out"), ("stderr", "err"))]
+    assert sorted(lines) == sorted(expected)
+    together = sum(1 for i in range(len(lines) - 1)
+                   if lines[i][0] == "stdout" and lines[i + 1] == ("stderr", "err " + lines[i][1][4:]))
+    assert together >= 180, (together, lines)
+
+
+# -- prompts ------------------------------------------------------------------------------------
+
+def test_a_prompt_is_answered_through_the_stdin_channel_and_shown_once(kernel):
+    run, requests = run_answering(kernel, "read -p 'Your name? ' n; echo \"hello $n\"", ["Ada"])
+    assert run.status == "ok", run.outputs
+    assert len(requests) == 1
+    assert requests[0]["content"] == {"prompt": "Your name? ", "password": False}
+    assert requests[0]["parent_header"]["msg_id"] == run.reply["parent_header"]["msg_id"]
+    assert run.text() == "hello Ada\n"
+    assert "Your name?" not in run.text() + run.text("stderr")
+    no_more_stdin(kernel)
+
+
+def test_a_silent_read_asks_for_a_password(kernel):
+    run, requests = run_answering(kernel, "read -s -p 'pw: ' p; echo ${#p}", ["secret"])
+    assert requests[0]["content"] == {"prompt": "pw: ", "password": True}
+    assert run.text() == "6\n" and "secret" not in run.text() + run.text("stderr")
+
+
+def test_two_reads_in_one_cell_are_two_requests(kernel):
+    run, requests = run_answering(kernel, "python3 -c \"print(input('a? ')); print(input('b? '))\"", ["1", "2"])
+    assert [r["content"]["prompt"] for r in requests] == ["a? ", "b? "]
+    assert run.status == "ok" and run.text() == "1\n2\n"
+    no_more_stdin(kernel)
+
+
+def test_ctrl_d_is_end_of_input(kernel):
+    run, requests = run_answering(kernel, "read -p 'more? ' x || echo got-eof", ["\x04"])
+    assert len(requests) == 1 and run.text() == "got-eof\n"
+
+
+def test_without_stdin_a_read_ends_at_once_with_a_note(kernel):
+    started = time.monotonic()
+    run = kernel.run("read -p 'Your name? ' n || echo \"no answer [$n]\"", timeout=30)
+    assert time.monotonic() - started < 10
+    assert run.status == "ok" and "no answer []" in run.text()
+    assert NO_STDIN_NOTE in run.text("stderr")
+    no_more_stdin(kernel)
+
+
+def test_stop_during_a_prompt_ends_the_command_and_the_request(kernel):
+    kernel.run("export BEFORE_STOP=kept")
+    msg_id = kernel.send("read -p 'waiting? ' x; echo not-reached", allow_stdin=True)
+    request = kernel.kc.get_stdin_msg(timeout=30)
+    assert request["content"]["prompt"] == "waiting? "
+    asked = time.monotonic()
+    kernel.km.interrupt_kernel()
+    run = kernel.collect(msg_id, timeout=30)
+    assert time.monotonic() - asked < 5
+    assert run.status == "error" and run.reply["content"]["ename"] == "Interrupted"
+    assert "not-reached" not in run.text()
+    kernel.kc.input("too late")  # the user answers the old box after all: nothing reads it
+    assert kernel.run("echo $BEFORE_STOP").text() == "kept\n"
+    again, requests = run_answering(kernel, "read -p 'again? ' y; echo \"[$y]\"", ["fresh"])
+    assert [r["content"]["prompt"] for r in requests] == ["again? "] and again.text() == "[fresh]\n"
+
+
+# -- %terminal and %stderr ------------------------------------------------------------------------
+
+def test_stderr_merged_is_one_stream_in_the_exact_order(fresh_kernel):
+    assert fresh_kernel.run("%stderr merge").status == "ok"
+    run = fresh_kernel.run('for i in $(seq 100); do echo "out $i"; echo "err $i" >&2; done')
+    assert run.text() == "".join(f"out {i}\nerr {i}\n" for i in range(1, 101))
+    assert [name for name, _ in streams(run)] == ["stdout"] * len(streams(run))
+    assert "stderr merge" in fresh_kernel.run("%stderr").of_type("execute_result")[0]["data"]["text/plain"]
+    assert fresh_kernel.run("%stderr apart").status == "ok"
+    apart = fresh_kernel.run("echo out; echo err >&2")
+    assert apart.text() == "out\n" and apart.text("stderr") == "err\n"
+
+
+def test_terminal_off_gives_pipes_and_exact_bytes(fresh_kernel):
+    assert fresh_kernel.run("%terminal off").status == "ok"
+    assert fresh_kernel.run("test -t 1 || echo pipe").text() == "pipe\n"
+    run = fresh_kernel.run("head -c 100000 /dev/urandom | base64 | tee data.b64; sha256sum data.b64 >&2")
+    assert run.status == "ok"
+    assert hashlib.sha256(run.text().encode()).hexdigest() == run.text("stderr").split()[0]
+    assert Path(fresh_kernel.workspace / "data.b64").read_text() == run.text()
+
+
+def test_terminal_settings_are_per_shell_and_have_a_size(fresh_kernel):
+    shown = fresh_kernel.run("%terminal").of_type("execute_result")[0]["data"]["text/plain"]
+    assert shown == "shell 'main': terminal on a 120x50 terminal; stderr apart"
+    assert fresh_kernel.run("stty size").text() == "50 120\n"
+    assert fresh_kernel.run("%terminal cols 80 rows 20").status == "ok"
+    assert fresh_kernel.run("stty size; tput cols").text() == "20 80\n80\n"
+    assert fresh_kernel.run("%terminal off").status == "ok"
+    assert fresh_kernel.run("%%shell side\ntest -t 1 && echo side-has-a-terminal").text() == "side-has-a-terminal\n"
+    assert fresh_kernel.run("test -t 1 || echo main-has-pipes").text() == "main-has-pipes\n"
+    assert fresh_kernel.run("%terminal on").status == "ok"
+    assert fresh_kernel.run("stty size").text() == "20 80\n"  # the size is kept while off
+    bad = fresh_kernel.run("%terminal cols wide")
+    assert bad.status == "error" and "whole number" in bad.error["evalue"]
+    assert "usage: %terminal" in fresh_kernel.run("%terminal --help").text()
+    assert "usage: %stderr" in fresh_kernel.run("%stderr --help").text()
+
+
+# -- in a terminal front end ------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_a_prompt_is_typed_in_the_console(open_console) -> None:  # noqa: F811 - the imported fixture
+    """`jupyter console` answers input requests by reading a line (getpass for a password)."""
+    console = open_console()
+    console.child.send("read -p 'Your name? ' n; echo \"hello $n\"\r")
+    console.count += 1
+    console.child.expect("Your name\\? ")
+    console.child.send("Ada\r")
+    console.child.expect("hello Ada")
+    console.expect_prompt()
+    console.child.send("read -s -p 'pw: ' p; echo \"length ${#p}\"\r")
+    console.count += 1
+    console.child.expect("pw: ")
+    console.child.send("secret\r")
+    shown = console.expect_prompt()
+    assert "length 6" in shown and "secret" not in shown
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_prompt_opens_an_input_box_in_jupyterlab_and_stop_ends_it(tmp_path: Path) -> None:
+    """JupyterLab in Chromium: a prompt becomes the input box under the cell (a password box for
+    `read -s`), what is typed there reaches the command, and ■ ends a cell waiting at its box."""
+    from playwright.sync_api import expect
+
+    from .lab_browser import ERROR, STDOUT, code_cell, lab_in_chromium, notebook_for_test_kernel
+
+    sources = ["read -p 'Your name? ' n; echo \"hello $n\"", "read -s -p 'pw: ' p; echo \"length ${#p}\"",
+               "read -p 'stop me? ' x; echo not-reached", "echo after-stop"]
+    with lab_in_chromium(tmp_path, "jupyterlab-prompts.png") as (lab, page):
+        notebook = notebook_for_test_kernel(lab.root, "prompts.ipynb", {
+            "cells": [code_cell(source) for source in sources], "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+        lab.open(page, "prompts.ipynb")
+        display_name = notebook["metadata"]["kernelspec"]["display_name"]
+        expect(page.locator("#jp-main-statusbar").get_by_text(f"{display_name} | Idle")).to_be_visible(timeout=60_000)
+        cells = page.locator(".jp-NotebookPanel .jp-Notebook .jp-CodeCell")
+
+        def run(index: int) -> Any:
+            cells.nth(index).locator(".jp-InputPrompt").click()
+            page.keyboard.press("Shift+Enter")
+            return cells.nth(index)
+
+        cell = run(0)
+        box = cell.locator(".jp-Stdin")
+        expect(box.locator(".jp-Stdin-prompt")).to_have_text("Your name?")
+        box.locator(".jp-Stdin-input").fill("Ada")
+        box.locator(".jp-Stdin-input").press("Enter")
+        expect(cell.locator(STDOUT).filter(has_text="hello")).to_have_text("hello Ada")
+        # JupyterLab keeps the answered prompt as a line of output; the kernel did not print it too
+        expect(cell.locator(STDOUT)).to_have_text(["Your name? Ada", "hello Ada"])
+
+        cell = run(1)
+        field = cell.locator(".jp-Stdin .jp-Stdin-input")
+        expect(field).to_have_attribute("type", "password")
+        field.fill("secret")
+        field.press("Enter")
+        expect(cell.locator(STDOUT).filter(has_text="length")).to_have_text("length 6")
+        expect(cell.locator(STDOUT).first).to_have_text(re.compile(r"^pw: +·+\s*$"))  # the answer hidden
+        expect(cell.locator(STDOUT).filter(has_text="secret")).to_have_count(0)
+
+        cell = run(2)
+        expect(cell.locator(".jp-Stdin .jp-Stdin-prompt")).to_have_text("stop me?")
+        page.locator('.jp-NotebookPanel-toolbar [data-command="notebook:interrupt-kernel"]').click()
+        expect(cell.locator(ERROR)).to_have_text(re.compile(r"^Interrupted: "), timeout=5_000)
+        cell = run(3)
+        expect(cell.locator(STDOUT)).to_have_text("after-stop")
