@@ -135,3 +135,13 @@ def test_merged_stderr_keeps_exact_order_and_pipes_keep_exact_bytes(box):
     assert hashlib.sha256(base64.b64decode(data)).hexdigest() == digest
     back, _ = run(client, "test -t 1 && echo tty-again")
     assert back["output"] == "tty-again\n"
+
+
+def test_the_python_repl_runs_through_prompts(box):
+    """`python3` alone is a REPL with a line editor: it reads through prompts, its own echo of what was
+    typed is not output, and a line editor's silent terminal is not taken for a password read."""
+    _, client = box
+    result, seen = run(client, "python3; echo \"repl ended $?\"", answers=["x = 6 * 7", "print(x)", None])
+    assert result["output"].endswith("42\n>>> \nrepl ended 0\n"), result["output"]
+    assert "x = 6 * 7" not in result["output"] and "print(x)" not in result["output"]
+    assert len(wanted(seen)) == 3 and not any(w["password"] for w in wanted(seen))

@@ -210,6 +210,7 @@ class Command:
         self.last_output = self.started
         self.last_check = self.started
         self.asked = False  # a read of the terminal is reported (or answered with end-of-input) already
+        self.seen_waiting = False  # a read was seen once with no prompt printed yet
         self.eof_noted = False
 
 
@@ -395,34 +396,7 @@ class Shell:
             now = time.monotonic()
             if not events and self._proc.poll() is not None:
                 break
-            events = self._stdout_first(events)
-            for key, _ in events:
-                channel = key.data
-                stream = _STREAM_OF[channel]
-                try:
-                    data = os.read(key.fd, 65536)
-                    if channel in ("tty-out", "tty-err") and len(data) >= _TTY_CHUNK:
-                        data += _drain(key.fd, 65536 - len(data))  # a flood: take what is there together
-                except (BlockingIOError, InterruptedError):
-                    continue
-                except OSError:  # a terminal whose other end is closed
-                    data = b"" if channel in ("stdout", "stderr") else None
-                    if data is None:
-                        continue
-                if channel == "tty-out":
-                    data = self._echo.strip(data)
-                    if not data:
-                        continue
-                if not data:
-                    self._selector.unregister(key.fileobj)
-                    open_streams -= 1
-                    self._on_data(stream, self._scanners[channel].flush(), now, final=True)
-                    continue
-                for kind, payload in self._scanners[channel].feed(data):
-                    if kind == "data":
-                        self._on_data(stream, payload, now)
-                    else:
-                        self._on_marker(stream, payload, now)
+            open_streams -= self._take(self._stdout_first(events), now)
             cmd = self._current
             if cmd is not None:
                 self._hand_over_between(cmd, now)
@@ -433,6 +407,38 @@ class Shell:
                 self._maybe_progress(cmd)
         self._proc.wait()
         self._exited()
+
+    def _take(self, events: list, now: float) -> int:
+        """Read the ready channels and hand on what they hold; returns how many pipes reached their end."""
+        ended = 0
+        for key, _ in events:
+            channel = key.data
+            stream = _STREAM_OF[channel]
+            try:
+                data = os.read(key.fd, 65536)
+                if channel in ("tty-out", "tty-err") and len(data) >= _TTY_CHUNK:
+                    data += _drain(key.fd, 65536 - len(data))  # a flood: take what is there together
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:  # a terminal whose other end is closed
+                if channel in ("tty-out", "tty-err"):
+                    continue
+                data = b""
+            if channel == "tty-out":
+                data = self._echo.strip(data)
+                if not data:
+                    continue
+            if not data:
+                self._selector.unregister(key.fileobj)
+                ended += 1
+                self._on_data(stream, self._scanners[channel].flush(), now, final=True)
+                continue
+            for kind, payload in self._scanners[channel].feed(data):
+                if kind == "data":
+                    self._on_data(stream, payload, now)
+                else:
+                    self._on_marker(stream, payload, now)
+        return ended
 
     def _stdout_first(self, events: list) -> list:
         """Two terminals are two queues, and the kernel hands each one's output on a moment after it was
@@ -504,10 +510,21 @@ class Shell:
         cmd.last_check = now
         if not waiting_to_read(self.pid, self._tty.path):
             cmd.asked = False
+            cmd.seen_waiting = False
             return
         if cmd.asked:
             return
+        # What the reader printed before it began to wait may still be on its way through the terminal:
+        # take it in first, so the prompt is whole. Only the terminals: the pipes' ends are the loop's.
+        ttys = [(key, mask) for key, mask in self._selector.select(0) if key.data in ("tty-out", "tty-err")]
+        self._take(self._stdout_first(ttys), now)
+        if self._current is not cmd:
+            return
+        if not cmd.partial and not cmd.seen_waiting:
+            cmd.seen_waiting = True  # no prompt yet: one more look, in case it is still in the terminal
+            return
         cmd.asked = True
+        cmd.seen_waiting = False
         if not cmd.allow_stdin:
             if not cmd.eof_noted:
                 cmd.eof_noted = True
@@ -518,7 +535,7 @@ class Shell:
             return
         self._send_live(cmd, cmd.batcher.flush())  # the prompt goes out before the question
         assert cmd.on_live is not None
-        cmd.on_live({"input_wanted": True, "prompt": cmd.partial, "password": not self._tty.echoes()})
+        cmd.on_live({"input_wanted": True, "prompt": cmd.partial, "password": self._tty.hides_input()})
 
     def write_input(self, text: str | None) -> None:
         """Type `text` and Enter into the running command's terminal (None: end-of-input)."""
@@ -533,7 +550,7 @@ class Shell:
             self._tty.write(self._tty.end_of_input())
         else:
             data = text.replace("\r\n", "\n").replace("\n", " ").encode("utf-8", "surrogateescape") + b"\n"
-            if self._tty.echoes():
+            if self._tty.echoes():  # by the terminal, or by a line editor (readline) in its place
                 self._echo.expect(data)
             self._tty.write(data)
         self._answered(cmd)

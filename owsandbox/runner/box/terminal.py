@@ -50,12 +50,22 @@ class PseudoTerminal:
             fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
             self.size = (cols, rows)
 
-    def echoes(self) -> bool:
-        """Whether the terminal echoes input now (off while `read -s` or getpass reads a password)."""
+    def _local_modes(self) -> int:
         try:
-            return bool(termios.tcgetattr(self.slave)[3] & termios.ECHO)
+            return termios.tcgetattr(self.slave)[3]
         except termios.error:
-            return True
+            return termios.ECHO | termios.ICANON
+
+    def echoes(self) -> bool:
+        """Whether what is typed comes back as output: the terminal's echo, or a line editor's (readline
+        turns the terminal's echo and line mode off and echoes each character itself)."""
+        modes = self._local_modes()
+        return bool(modes & termios.ECHO) or not modes & termios.ICANON
+
+    def hides_input(self) -> bool:
+        """A password read: line mode with echo off (`read -s`, getpass); a line editor is not one."""
+        modes = self._local_modes()
+        return bool(modes & termios.ICANON) and not modes & termios.ECHO
 
     def write(self, data: bytes) -> None:
         view = memoryview(data)
