@@ -4,6 +4,7 @@ detach and reattach (also across a kernel restart) with nothing lost or repeated
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import time
@@ -101,15 +102,21 @@ def test_detach_and_reattach_lose_and_repeat_nothing(kernel):
     assert "nothing is attached" in kernel.run("%records 1").error["evalue"]  # every attachment went with it
 
 
-def test_a_kernel_restart_keeps_the_program_and_the_cursor(tmp_path):
-    connection = str(tmp_path / f"kernel-{uuid.uuid4()}.json")  # named as Jupyter's servers name them
+@pytest.mark.parametrize(("named", "now"), [(True, False), (False, False), (False, True), (True, True)],
+                         ids=["kernel-id.json", "temporary-file", "temporary-file-now", "kernel-id.json-now"])
+def test_a_kernel_restart_keeps_the_program_and_the_cursor(tmp_path, named, now):
+    """Whatever the client: named as Jupyter's servers name connection files, or the temporary file a
+    plain `KernelManager()` writes (VS Code-style clients, scripts); restarted gently or at once."""
+    connection = str(tmp_path / f"kernel-{uuid.uuid4()}.json") if named else None
     kernel = KernelSession(tmp_path, connection_file=connection)
+    if not named:
+        assert os.path.basename(kernel.km.connection_file).startswith("tmp")
     try:
         kernel.run(f"%attach -- {sys.executable} {ENGINE} --tick 0.05")
         wait_for_ticks(kernel, "", 5)
         kernel.run("%detach")  # so that `before` is exactly what this kernel delivered
         before = [r["n"] for r in records_of(kernel, "--type tick")]
-        kernel.km.restart_kernel(now=False)
+        kernel.km.restart_kernel(now=now)
         kernel.kc.wait_for_ready(timeout=60)
         kernel.drain()
         assert kernel.run("echo fresh-shell-$((1+1))").text().endswith("fresh-shell-2\n")

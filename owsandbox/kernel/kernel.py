@@ -15,6 +15,7 @@ completeness check in `completeness.py`.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import signal
 import threading
@@ -77,10 +78,17 @@ class OwSandboxKernel(Kernel):
         self.stdin = StdinChannel(self.session, lambda: self.stdin_socket, self.log)
 
     def _kernel_key(self) -> str | None:
-        """The kernel's id, from its connection file: the same across a restart."""
+        """The kernel's id, from its connection file, which every client keeps across a restart: its
+        name where Jupyter's servers and consoles give it one (`kernel-<id>.json`), else a digest of its
+        path (jupyter_client's own managers write a temporary `tmpXXXX.json`)."""
         connection_file = getattr(self.parent, "connection_file", "") or ""
+        if not connection_file:
+            return None
         stem = os.path.splitext(os.path.basename(connection_file))[0]
-        return stem if stem.startswith("kernel-") else None
+        if stem.startswith("kernel-"):
+            return stem
+        path = os.path.realpath(connection_file)
+        return "kernel-file-" + hashlib.sha256(path.encode("utf-8", "surrogateescape")).hexdigest()[:20]
 
     # -- what %attach needs -----------------------------------------------------------------
 
