@@ -342,8 +342,14 @@ def test_invalid(code: str) -> None:
     ("%read a \\\nb", ("complete", "")),
     ("\n  %read 'unclosed", ("complete", "")),
     ("%read a\n%write b\n", ("complete", "")),
-    ("%%write path\nif true; then\n'unclosed", ("complete", "")),
-    ("%%write path\necho \\", ("complete", "")),
+    # a cell magic's body is any text: it ends at a blank last line, never at its first line
+    ("%%write path", ("incomplete", "")),
+    ("%%shell other", ("incomplete", "")),
+    ("%%send", ("incomplete", "")),
+    ("%%write path\nif true; then\n'unclosed", ("incomplete", "")),
+    ("%%write path\nif true; then\n'unclosed\n", ("complete", "")),
+    ("%%write path\necho \\\n  ", ("complete", "")),
+    ("%%write path\n", ("complete", "")),
     # shell code after line magics is bash again (magics.parse_cell runs it on the shell)
     ("%read x\necho hi", ("complete", "")),
     ("%read x\nif true; then", ("incomplete", "    ")),

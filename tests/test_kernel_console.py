@@ -268,3 +268,30 @@ def test_ctrl_d_ends_the_console_its_kernel_and_the_sandbox_processes(open_conso
     left = console.processes.still_running_after(10)
     assert not left, {pid: Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ") for pid in left
                       if Path(f"/proc/{pid}").exists()}
+
+
+@pytest.mark.parametrize("magic", ["write", "shell", "send"])
+def test_a_cell_magic_waits_for_its_body_until_a_blank_line(open_console, magic: str) -> None:
+    """Enter after `%%write PATH` (or `%%shell`, `%%send`) does not run the cell with no body: the
+    console asks for more lines, and a blank line runs the header and the body as one cell."""
+    console = open_console(simple=False)
+    engine = Path(__file__).resolve().parents[1] / "notebooks" / "engines" / "echo_engine.py"
+    header, body, shown = {
+        "write": ("%%write note.txt", "first line of the body", None),
+        "shell": ("%%shell other", "echo on-$OWSANDBOX_SHELL", "on-other"),
+        "send": ("%%send", '{"id": "c1", "type": "echo", "text": "from-the-body"}', "from-the-body"),
+    }[magic]
+    if magic == "send":
+        console.run(f"%attach -- {sys.executable} {engine}")
+    console.child.send(header + "\r")
+    console.child.expect(r"\.\.\.: ", timeout=10)  # the console waits for the body
+    console.child.send(body + "\r")
+    console.child.expect(r"\.\.\.: ", timeout=10)
+    console.child.send("\r")  # the blank line ends the cell
+    console.count += 1
+    seen = console.expect_prompt()
+    if magic == "write":
+        assert (console.folder / "workspace" / "note.txt").read_text() == "first line of the body\n"
+        assert "wrote 0 bytes" not in seen
+    else:
+        assert shown in seen, seen

@@ -41,12 +41,15 @@ def check(code: str) -> tuple[str, str]:
 def _check_magics(head: str) -> tuple[str, str]:
     """Magics, read as the kernel reads them (`magics.parse_cell`).
 
-    A `%%` cell magic takes any text as its body. `%` lines at the top are line magics, one line
-    each, and what follows them is shell code; with none, the cell goes on only after a last line
-    ending in a backslash.
+    A `%%` cell magic takes any text as its body, so only the writer knows where it ends: as in
+    IPython, the cell is complete once its last line is blank (Enter on an empty line in a console),
+    never on its first line (`%%write PATH` alone would write an empty file). `%` lines at the top are
+    line magics, one line each, and what follows them is shell code; with none, the cell goes on only
+    after a last line ending in a backslash.
     """
     if head.startswith("%%"):
-        return COMPLETE, ""
+        lines = head.split("\n")
+        return (COMPLETE, "") if len(lines) > 1 and not lines[-1].strip() else (INCOMPLETE, "")
     lines = head.split("\n")
     index = 0
     while index < len(lines) and lines[index].lstrip().startswith("%"):
