@@ -131,3 +131,17 @@ def test_auto_chooses_bubblewrap_where_it_works(workspace):
         assert ws.executor.run("hostname")["output"] == "sandbox\n"
     finally:
         ws.close()
+
+
+def test_an_older_bubblewrap_still_makes_an_unprivileged_box(monkeypatch, workspace):
+    """Before 0.8 there is no --disable-userns, before 0.6 no --size: the options are left out (the box
+    stays in a user namespace with no capabilities) and %sandbox says what is missing."""
+    from owsandbox.runner.providers import bwrap
+
+    monkeypatch.setattr(bwrap, "bwrap_options", lambda: frozenset({"--unshare-user", "--cap-drop", "--tmpfs"}))
+    kept = bwrap.supported(["bwrap", "--unshare-user", "--disable-userns", "--cap-drop", "ALL", "--size", "100",
+                            "--tmpfs", "/tmp"])
+    assert kept == ["bwrap", "--unshare-user", "--cap-drop", "ALL", "--tmpfs", "/tmp"]
+    provider = BwrapProvider(cwd=workspace)
+    assert provider.describe()["mounts"]["/tmp"] == "private (bubblewrap before 0.6: any size)"
+    assert "cannot forbid further user namespaces" in provider.describe()["privileges"]

@@ -61,15 +61,47 @@ PROGRAM_FOLDERS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt
 
 
 @lru_cache(maxsize=1)
+def bwrap_options() -> frozenset[str]:
+    """The options this bubblewrap knows (`--disable-userns` came in 0.8, `--size` in 0.6)."""
+    binary = shutil.which("bwrap")
+    if binary is None:
+        return frozenset()
+    try:
+        done = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return frozenset()
+    return frozenset(word for word in (done.stdout + done.stderr).split() if word.startswith("--"))
+
+
+def supported(args: list[str]) -> list[str]:
+    """`args` without what an older bubblewrap lacks: no further-user-namespace guard, no tmpfs sizes
+    (the box is still unprivileged; `%sandbox` says what is missing)."""
+    known = bwrap_options()
+    kept: list[str] = []
+    skip = 0
+    for arg in args:
+        if skip:
+            skip -= 1
+        elif arg == "--disable-userns" and arg not in known:
+            pass
+        elif arg == "--size" and arg not in known:
+            skip = 1
+        else:
+            kept.append(arg)
+    return kept
+
+
+@lru_cache(maxsize=1)
 def bwrap_problem() -> str | None:
     """None when bubblewrap can make a sandbox here (with the options this provider needs), else why not."""
     binary = shutil.which("bwrap")
     if binary is None:
         return "bubblewrap (bwrap) is not installed"
     try:
-        done = subprocess.run([binary, "--unshare-user", "--disable-userns", "--cap-drop", "ALL", "--ro-bind", "/usr",
-                               "/usr", *_program_links(), "--dev", "/dev", "--proc", "/proc", "--unshare-pid",
-                               "--unshare-net", "--die-with-parent", "true"], capture_output=True, timeout=20)
+        done = subprocess.run(supported([binary, "--unshare-user", "--disable-userns", "--cap-drop", "ALL", "--ro-bind",
+                                         "/usr", "/usr", *_program_links(), "--dev", "/dev", "--proc", "/proc",
+                                         "--unshare-pid", "--unshare-net", "--die-with-parent", "true"]),
+                              capture_output=True, timeout=20)
     except (OSError, subprocess.SubprocessError) as exc:
         return f"bwrap could not run: {exc}"
     if done.returncode != 0:
@@ -197,11 +229,12 @@ class BwrapProvider(LocalProvider):
                   if os.path.lexists(f)]
         found.append(("/etc", "read-only"))
         found += [(f, "hidden (owner-only file)") for f in private_system_files()]
-        size = human_size(self.limits.tmp)
-        found += [("/proc", "own (PID namespace)"), ("/dev", "minimal"),
-                  ("/dev/shm", f"private, at most {human_size(self.limits.shm)}"),
-                  ("/tmp", f"private, at most {size}"), ("/var/tmp", f"private, at most {size}"),
-                  ("/run", f"private, at most {size}"),
+        sized = "--size" in bwrap_options()
+        size = f"private, at most {human_size(self.limits.tmp)}"
+        size = size if sized else "private (bubblewrap before 0.6: any size)"
+        shm = f"private, at most {human_size(self.limits.shm)}" if sized else size
+        found += [("/proc", "own (PID namespace)"), ("/dev", "minimal"), ("/dev/shm", shm), ("/tmp", size),
+                  ("/var/tmp", size), ("/run", size),
                   (f"{BOX_RUN}/run", "read-write (the daemon's logs and %attach cursors)"),
                   (self.home, "private (empty home)"),
                   (self.cwd, "read-write (the workspace)")]
@@ -260,7 +293,7 @@ class BwrapProvider(LocalProvider):
             args += ["--setenv", name, value]
         if not self.key:
             args.append("--die-with-parent")  # with a key, the daemon lingers for a restarting kernel
-        return args
+        return supported(args)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -438,7 +471,9 @@ class BwrapProvider(LocalProvider):
         return {**super().describe(), "network": network, "network note": how, "mounts": dict(self.mounts()),
                 "limits": self.limits.describe(),
                 "limits enforced by": self.enforcer.describe() if self.enforcer else "not started",
-                "environment": ", ".join(env), "privileges": "none (user namespace, every capability dropped)",
+                "environment": ", ".join(env), "privileges": "none (user namespace, every capability dropped"
+                + ("" if "--disable-userns" in bwrap_options() else
+                   "; this bubblewrap (before 0.8) cannot forbid further user namespaces") + ")",
                 "pid namespace": "own", "dies with": "the kernel" if not self.key else "its last client (linger)"}
 
 
