@@ -38,14 +38,11 @@ from .terminal import (
     NOTEBOOK_ENV,
     EchoStripper,
     PseudoTerminal,
-    waiting_to_read,
+    waiting_reader,
 )
 
 PROMPT_CHARS = 1000  # of the unfinished last line, kept as the prompt of a read
-INPUT_CHECK_SECONDS = 0.02
-# After an answer is written, the terminal hands it to the reader a moment later; until then the
-# reader still looks blocked, so the next look waits this long.
-ANSWER_SETTLE_SECONDS = 0.05  # how often a running command's terminal is checked for a waiting reader
+INPUT_CHECK_SECONDS = 0.02  # how often a running command's terminal is checked for a waiting reader
 _STREAM_OF = {"stdout": "stdout", "stderr": "stderr", "tty-out": "stdout", "tty-err": "stderr"}
 _CHANNEL_ORDER = {"stdout": 0, "tty-out": 1, "stderr": 2, "tty-err": 3}
 STDOUT_GRACE_SECONDS = 0.001
@@ -209,8 +206,8 @@ class Command:
         self.partial = ""  # the unfinished last line of its stdout: a prompt, when it waits to read
         self.last_output = self.started
         self.last_check = self.started
-        self.asked = False  # a read of the terminal is reported (or answered with end-of-input) already
-        self.seen_waiting = False  # a read was seen once with no prompt printed yet
+        self.handled: tuple[int, int | None] | None = None  # the wait last reported or given end-of-input
+        self.seen_waiting = False  # a new wait was seen once with no prompt printed yet
         self.eof_noted = False
 
 
@@ -508,30 +505,31 @@ class Shell:
         if cmd.stop_reason is not None or now - cmd.last_check < INPUT_CHECK_SECONDS:
             return
         cmd.last_check = now
-        if not waiting_to_read(self.pid, self._tty.path):
-            cmd.asked = False
+        wait = waiting_reader(self.pid, self._tty.path)
+        if wait is None:
             cmd.seen_waiting = False
             return
-        if cmd.asked:
-            return
-        # What the reader printed before it began to wait may still be on its way through the terminal:
-        # take it in first, so the prompt is whole. Only the terminals: the pipes' ends are the loop's.
-        ttys = [(key, mask) for key, mask in self._selector.select(0) if key.data in ("tty-out", "tty-err")]
-        self._take(self._stdout_first(ttys), now)
+        if wait == cmd.handled:
+            return  # the wait already asked about (or answered, and the reader has not run since)
+        # What the reader printed before it began to wait may still be on its way through the terminal
+        # (a terminal hands output on from a kernel worker): a read of the terminal's end makes it hand
+        # over what it holds at once, where a poll would not. So read both, then look at the prompt.
+        ttys = [(self._selector.get_key(tty.master), 0) for tty in (self._tty, self._tty_err)]
+        self._take(ttys, now)
         if self._current is not cmd:
             return
         if not cmd.partial and not cmd.seen_waiting:
             cmd.seen_waiting = True  # no prompt yet: one more look, in case it is still in the terminal
             return
-        cmd.asked = True
+        cmd.handled = wait
         cmd.seen_waiting = False
         if not cmd.allow_stdin:
             if not cmd.eof_noted:
                 cmd.eof_noted = True
                 note = ("\n" if cmd.partial else "") + EOF_NOTE
                 self._add(cmd, "stderr", note.encode(), note, now)
+            cmd.partial = ""
             self._tty.write(self._tty.end_of_input())
-            self._answered(cmd)
             return
         self._send_live(cmd, cmd.batcher.flush())  # the prompt goes out before the question
         assert cmd.on_live is not None
@@ -546,6 +544,7 @@ class Shell:
             if not cmd.terminal:
                 raise RunnerError(INVALID_PARAMS, f"shell '{self.name}' runs its command without a terminal "
                                                   "(%terminal off): its stdin is empty")
+        cmd.partial = ""  # the next prompt is what comes after the answer (which may come at once)
         if text is None:
             self._tty.write(self._tty.end_of_input())
         else:
@@ -553,14 +552,6 @@ class Shell:
             if self._tty.echoes():  # by the terminal, or by a line editor (readline) in its place
                 self._echo.expect(data)
             self._tty.write(data)
-        self._answered(cmd)
-
-    @staticmethod
-    def _answered(cmd: Command) -> None:
-        """What the reader waited for is written: the next wait is a new one (once it has taken this)."""
-        cmd.asked = False
-        cmd.partial = ""
-        cmd.last_check = time.monotonic() + ANSWER_SETTLE_SECONDS
 
     def _maybe_progress(self, cmd: Command) -> None:
         """A command that has printed nothing for a while still says it is alive (`shell.progress`)."""

@@ -148,12 +148,26 @@ def _fd_is(pid: int, fd: int, path: str) -> bool:
         return False
 
 
-def waiting_to_read(root: int, tty_path: str) -> bool:
-    """Whether a process in `root`'s tree is blocked reading the terminal at `tty_path`: in `read` on
-    it, or in poll/select on a single descriptor while its stdin is that terminal (a line editor)."""
+def _sleeps(pid: int) -> int | None:
+    """How many times the process has gone to sleep: a read that returned and a new one that began
+    differ in it, the same read still waiting does not."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("voluntary_ctxt_switches:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def waiting_reader(root: int, tty_path: str) -> tuple[int, int | None] | None:
+    """The wait of a process in `root`'s tree blocked reading the terminal at `tty_path` (in `read` on
+    it, or in poll/select on a single descriptor while its stdin is that terminal: a line editor), as
+    (pid, sleeps): the same pair means the same wait. None when nothing waits."""
     numbers = _SYSCALLS.get(os.uname().machine)
     if numbers is None:
-        return False
+        return None
     read_nr, poll_nr, ppoll_nr, select_nr, pselect_nr = numbers
     for pid in process_tree(root):
         try:
@@ -164,10 +178,8 @@ def waiting_to_read(root: int, tty_path: str) -> bool:
         if len(fields) < 3 or not fields[0].isdigit():
             continue  # running, or not in a system call
         number, args = int(fields[0]), [int(a, 16) for a in fields[1:4]]
-        if number == read_nr and _fd_is(pid, args[0], tty_path):
-            return True
-        if number in (poll_nr, ppoll_nr) and args[1] == 1 and _fd_is(pid, 0, tty_path):
-            return True
-        if number in (select_nr, pselect_nr) and args[0] == 1 and _fd_is(pid, 0, tty_path):
-            return True
-    return False
+        if ((number == read_nr and _fd_is(pid, args[0], tty_path))
+                or (number in (poll_nr, ppoll_nr) and args[1] == 1 and _fd_is(pid, 0, tty_path))
+                or (number in (select_nr, pselect_nr) and args[0] == 1 and _fd_is(pid, 0, tty_path))):
+            return pid, _sleeps(pid)
+    return None
