@@ -20,6 +20,8 @@ import re
 ESC = "\x1b"
 # The controls that are dropped (or start a sequence): all C0 but \b \t \n \r, DEL, all C1.
 _DROPPED = re.compile("[\x00-\x07\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+# ASCII that passes as it is: printable characters, \b, \t, \n and \r (the complement of _DROPPED's ASCII).
+_KEPT_ASCII = bytes([8, 9, 10, 13, *range(0x20, 0x7F)])
 _SGR = re.compile("\x1b\\[[0-9;:]*m")
 _MAX_CSI = 64  # characters of parameters and intermediates; longer is not a sequence a program meant
 _MAX_OSC = 8192  # characters of an OSC string (a long hyperlink fits; a title never has a line break)
@@ -39,6 +41,8 @@ class TerminalText:
         self._length = 0  # characters in the current sequence, for the caps
 
     def feed(self, text: str) -> str:
+        if self._state == _TEXT and text.isascii() and not text.encode("ascii").translate(None, _KEPT_ASCII):
+            return text  # the common case, checked at C speed: nothing in it to take out
         out: list[str] = []
         state = self._state
         index, size = 0, len(text)

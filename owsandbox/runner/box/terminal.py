@@ -92,7 +92,7 @@ class PseudoTerminal:
 def notebook_settings(attrs: list) -> list:
     attrs = list(attrs)
     attrs[6] = list(attrs[6])
-    attrs[1] = (attrs[1] | termios.OPOST) & ~termios.ONLCR  # `\n` stays `\n`
+    attrs[1] = attrs[1] & ~termios.OPOST  # output as written: `\n` stays `\n` (and no per-character pass)
     attrs[0] = attrs[0] | termios.ICRNL
     attrs[3] = attrs[3] | termios.ICANON | termios.ISIG | termios.IEXTEN | termios.ECHO
     attrs[3] &= ~termios.ECHOCTL  # end-of-input echoes nothing
