@@ -123,16 +123,35 @@ KERNEL_NAME = "owsandbox-test"  # the local provider: the host's view of pids an
 DEFAULT_KERNEL_NAME = "owsandbox-test-default"  # no provider named: what a user gets (auto)
 
 
-@pytest.fixture
-def fresh_kernel(tmp_path: Path):
-    """A kernel of its own (local sandbox, working in the test's folder), shut down after the test."""
+@pytest.fixture(scope="module")
+def module_workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("kernel-ws")
+
+
+@contextmanager
+def kernel_in(folder: Path) -> Iterator[Any]:
+    """A kernel (local sandbox) working in `folder`, shut down however the test ends."""
     from .kernel_session import KernelSession
 
-    session = KernelSession(tmp_path)
+    session = KernelSession(folder)
     try:
         yield session
     finally:
         session.close()
+
+
+@pytest.fixture(scope="module")
+def module_kernel(module_workspace: Path):
+    """One kernel shared by a test module's tests, working in `module_workspace`."""
+    with kernel_in(module_workspace) as session:
+        yield session
+
+
+@pytest.fixture
+def fresh_kernel(tmp_path: Path):
+    """A kernel of its own (local sandbox, working in the test's folder), shut down after the test."""
+    with kernel_in(tmp_path) as session:
+        yield session
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -18,17 +18,8 @@ from .processes import children, command_line, wait_for_file, wait_gone
 
 
 @pytest.fixture(scope="module")
-def module_workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("kernel-ws")
-
-
-@pytest.fixture(scope="module")
-def kernel(module_workspace: Path):
-    session = KernelSession(module_workspace)
-    try:
-        yield session
-    finally:
-        session.close()
+def kernel(module_kernel):
+    return module_kernel
 
 
 def png_bytes(width: int = 2, height: int = 2) -> bytes:
@@ -377,7 +368,7 @@ def test_restart_gives_fresh_shells_and_shutdown_leaves_nothing(fresh_kernel):
     new_daemon = int(fresh_kernel.run("echo $PPID").text().strip().splitlines()[-1])
     shell_pid = int(fresh_kernel.run("echo $$").text().strip().splitlines()[-1])
     fresh_kernel.run("sleep 300 &")
-    assert new_daemon != old_daemon
+    assert new_daemon == old_daemon  # the sandbox lives on for the restarted kernel (fresh shells in it)
     fresh_kernel.close()
     assert wait_gone([old_daemon, new_daemon, shell_pid]) == []
 

@@ -346,17 +346,13 @@ def test_a_file_made_to_be_slow_to_make_safe_is_not(piece: str) -> None:
 # -- through a real kernel ------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def box_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("untrusted-ws")
+def box_folder(module_workspace: Path) -> Path:
+    return module_workspace
 
 
 @pytest.fixture(scope="module")
-def kernel(box_folder: Path):
-    session = KernelSession(box_folder)
-    try:
-        yield session
-    finally:
-        session.close()
+def kernel(module_kernel):
+    return module_kernel
 
 
 ATTACK_PAGE = (f"<h1>report</h1><table id='t'><tr><td>alpha</td></tr></table><script>{ALERT}</script>"

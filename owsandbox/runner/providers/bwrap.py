@@ -36,7 +36,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..box.daemonctl import pid_alive
+from ..box.daemonctl import pid_alive, serving
 from ..limits import CgroupEnforcement, Enforcement, Limits, enforce, human_size
 from .local import _LAUNCHER, LocalProvider
 
@@ -306,20 +306,12 @@ class BwrapProvider(LocalProvider):
 
     def _adopt_running_daemon(self) -> bool:
         assert self.state_dir
-        try:
-            info = json.loads(Path(self.state_dir, "daemon.json").read_text())
-        except (OSError, ValueError):
+        info = self._record()
+        if info is None:
             return False
         pid, started = info.get("init_pid"), info.get("init_start")
-        if not isinstance(pid, int) or not pid_alive(pid) or _start_time(pid) != started:
+        if not isinstance(pid, int) or not pid_alive(pid) or _start_time(pid) != started or not serving(self.state_dir):
             return False
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.connect(self.socket_path)
-        except OSError:
-            return False
-        finally:
-            probe.close()
         self.daemon_info, self.daemon_pid, self._init_start = info, pid, started
         self.enforcer = CgroupEnforcement.adopt(self.limits, info.get("limits", {}))
         self.network_mode = info.get("network_mode", "none")

@@ -15,7 +15,6 @@ import queue
 import select
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..box.daemonctl import pid_alive
+from ..box.daemonctl import pid_alive, serving
 from ..box.shells import session_members
 from ..bundle import build_runner_zipapp
 from ..privatedir import first_private_folder
@@ -109,16 +108,8 @@ def sweep_dead_state(root: Path, keep: str) -> None:
             pid = info.get("init_pid", info.get("pid"))
         except (OSError, ValueError, AttributeError):
             continue
-        if pid_alive(pid):
-            continue
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.connect(str(folder / "run" / "runner.sock"))
-            continue  # still served (a daemon whose record is older than it)
-        except OSError:
-            pass  # no socket, or one nobody listens on
-        finally:
-            probe.close()
+        if pid_alive(pid) or serving(str(folder)):
+            continue  # alive, or still served (a daemon whose record is older than it)
         for cgroup in (info.get("limits") or {}).get("folders", {}).values():
             try:
                 os.rmdir(cgroup)  # the sandbox's own cgroups, empty once it is gone
@@ -167,20 +158,19 @@ class LocalProvider(Provider):
             return
         self._start_daemon()
 
-    def _adopt_running_daemon(self) -> bool:
+    def _record(self) -> dict[str, Any] | None:
+        """The host's own record of the daemon (daemon.json in the state folder), or None."""
         assert self.state_dir
         try:
             info = json.loads(Path(self.state_dir, "daemon.json").read_text())
         except (OSError, ValueError):
-            return False
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.connect(self.socket_path)
-        except OSError:
-            return False
-        finally:
-            probe.close()
-        if not pid_alive(info.get("pid")):
+            return None
+        return info if isinstance(info, dict) else None
+
+    def _adopt_running_daemon(self) -> bool:
+        assert self.state_dir
+        info = self._record()
+        if info is None or not serving(self.state_dir) or not pid_alive(info.get("pid")):
             return False
         self.daemon_info, self.daemon_pid = info, info["pid"]
         return True
