@@ -28,8 +28,9 @@ class OwSandboxConformance(jupyter_kernel_test.KernelTests):
         {"text": "%sand", "matches": {"%sandbox"}},
         {"text": "%%wri", "matches": {"%%write"}},
     ]
-    complete_code_samples = ["echo hi", "if true; then echo yes; fi", "cat <<EOF\nbody\nEOF", "%ls", "%%write x\ny"]
-    incomplete_code_samples = ["if true; then", "echo 'open quote", "for i in 1 2; do", "echo \\", "cat <<EOF\nbody"]
+    complete_code_samples = ["echo hi", "if true; then echo yes; fi", "cat <<EOF\nbody\nEOF", "%ls", "%%write x\ny\n"]
+    incomplete_code_samples = ["if true; then", "echo 'open quote", "for i in 1 2; do", "echo \\", "cat <<EOF\nbody",
+                               "%%write x"]
     invalid_code_samples = ["fi", "done", "esac"]
     code_execute_result = [{"code": "%output", "result": "output limit: 4000000 characters per cell"}]
     supported_history_operations = ("tail", "range", "search")

@@ -205,6 +205,11 @@ def test_ctrl_c_stops_the_running_command_and_the_shell_keeps_its_variables(open
     console.child.send("export KEEP=still-here; echo sleep-$((1+1))-begun; sleep 60\r")
     console.count += 1
     console.child.expect("sleep-2-begun")  # printed by the cell, so the kernel is busy running it
+    # jupyter_console's SIGINT handler waits on a future from inside the signal handler: a Ctrl-C that
+    # lands while its main thread is just entering the wait for the cell (it holds a future's lock for
+    # that instant) deadlocks the console itself. Nothing announces that the wait has begun, so give the
+    # console a moment, as a person at the keyboard always does.
+    time.sleep(0.5)
     console.child.sendintr()
     stopped_at = time.monotonic()
     try:
