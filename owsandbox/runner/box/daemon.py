@@ -24,6 +24,7 @@ from typing import Any
 
 from . import fsops, params, procs, searchchild
 from . import protocol as P
+from .daemonctl import AlreadyServing, listen_unix
 from .execd import ExecdServer
 from .outbox import ANSWERED, NEW, Outbox, RequestLedger
 from .shells import DEFAULT_OUTPUT_LIMIT, Shell
@@ -105,24 +106,10 @@ class Daemon:
             self._listener = self._given_listener
             self.execd.start()
             return
-        if os.path.exists(self.socket_path):
-            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                probe.connect(self.socket_path)
-            except OSError:
-                os.unlink(self.socket_path)  # left behind by a daemon that died
-            else:
-                probe.close()
-                raise SystemExit(f"a runner daemon is already serving {self.socket_path}")
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old_umask = os.umask(0o177)
         try:
-            listener.bind(self.socket_path)
-        finally:
-            os.umask(old_umask)
-        os.chmod(self.socket_path, 0o600)
-        listener.listen(16)
-        self._listener = listener
+            self._listener = listen_unix(self.socket_path, backlog=16)
+        except AlreadyServing:
+            raise SystemExit(f"a runner daemon is already serving {self.socket_path}") from None
         self.execd.start()  # long-running programs for %attach, in the same private folder
 
     def serve_forever(self) -> None:

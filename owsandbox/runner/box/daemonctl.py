@@ -4,7 +4,8 @@ Three callers need this: the `exec` provider's bootstrap (over ssh or `docker ex
 OpenSandbox provider's bootstrap (in an execd session) and a relay that finds its daemon gone
 (`attach --start`). Each imports this module from the zipapp it has just made sure of, so the box
 has one way to do it. A state folder holds `run/runner.sock`, `ready.json` (the daemon's first
-line: its pid and execd endpoint) and `daemon.log`.
+line: its pid and execd endpoint) and `daemon.log`. Its listening sockets are made one way too
+(`listen_unix`), by the daemon, its execd endpoint, and a host that hands a box its sockets.
 """
 
 from __future__ import annotations
@@ -47,6 +48,38 @@ def recorded(folder: str) -> dict[str, Any]:
         return info if isinstance(info, dict) else {}
     except (OSError, ValueError):
         return {}
+
+
+class AlreadyServing(OSError):
+    """Another server answers on the socket's path."""
+
+
+def listen_unix(path: str, backlog: int = 64) -> socket.socket:
+    """A listening Unix socket at `path`, readable and writable by this user only (its folder is the
+    caller's). A socket file nobody answers on is left behind by a server that died and is replaced;
+    one that answers is another server's, and is refused."""
+    if os.path.exists(path):
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(path)
+        except OSError:
+            os.unlink(path)
+        else:
+            raise AlreadyServing(f"a server is already listening on {path}")
+        finally:
+            probe.close()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_umask = os.umask(0o177)
+    try:
+        listener.bind(path)
+    except BaseException:
+        listener.close()
+        raise
+    finally:
+        os.umask(old_umask)
+    os.chmod(path, 0o600)
+    listener.listen(backlog)
+    return listener
 
 
 def pid_alive(pid: int | None) -> bool:

@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from . import wsframes as ws
+from .daemonctl import listen_unix
 from .ptysessions import KIND_REPLAY, KIND_STDIN, SIGNALS, PtySession, SessionTable, StartFailed
 
 TOKEN_HEADER = "x-execd-access-token"
@@ -431,7 +432,7 @@ class ExecdServer:
             if self._given_listener is not None:
                 self._listeners.append(self._given_listener)
             elif self.unix_path is not None:
-                self._listeners.append(_listen_unix(self.unix_path))
+                self._listeners.append(listen_unix(self.unix_path))
             if self.tcp_host is not None:
                 listener = socket.create_server((self.tcp_host, self.tcp_port), family=_family(self.tcp_host))
                 self.tcp_port = listener.getsockname()[1]
@@ -661,29 +662,3 @@ def _ws_key(request: Request) -> str:
 
 def _family(host: str) -> socket.AddressFamily:
     return socket.AF_INET6 if ":" in host else socket.AF_INET
-
-
-def _listen_unix(path: str) -> socket.socket:
-    """A Unix socket at `path` readable and writable by this user only (its folder is the caller's)."""
-    if os.path.exists(path):
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.connect(path)
-        except OSError:
-            os.unlink(path)  # left behind by a server that died
-        else:
-            raise OSError(f"a server is already listening on {path}")
-        finally:
-            probe.close()
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old_umask = os.umask(0o177)
-    try:
-        listener.bind(path)
-    except BaseException:
-        listener.close()
-        raise
-    finally:
-        os.umask(old_umask)
-    os.chmod(path, 0o600)
-    listener.listen(64)
-    return listener
