@@ -3,11 +3,12 @@
 Each shell is `bash -i --norc --noprofile --noediting` on pipes, in a session of its own. Interactive mode is
 what makes Stop keep state: SIGINT to the shell's process group aborts the running command line
 and bash goes on reading with its folder and variables intact, where a non-interactive bash would
-die. A command is sent as `eval $'...' </dev/null`, so a syntax error cannot swallow what follows,
-and nothing the command runs can wait on a prompt: its stdin is empty. After it, a separate line
-prints an end marker on stdout and on stderr (through descriptors saved at start, so a command that
-redirects its own output cannot hide them); the result goes out once both markers are in, so both
-streams are drained.
+die. A command is sent as `eval $'...'`, so a syntax error cannot swallow what follows. With a
+terminal (terminal.py), its stdin and output are the shell's two terminals, and a read of the terminal
+is reported or given end-of-input; without one, it reads an empty stdin and writes to the pipes.
+After it, a separate line prints an end marker on the channels its stdout and stderr took (through
+descriptors saved at start, so a command that redirects its own output cannot hide them); the result
+goes out once both markers are in, so both streams are drained.
 
 Two things carry from one command to the next, as in a terminal: `$?` (the next command line gives
 it back, so `false` and then `echo $?` says 1), and what background jobs print while no command
@@ -122,11 +123,15 @@ _TTY_OUT_FD = 61
 _TTY_ERR_FD = 60
 
 
+def channel_fds(terminal: bool) -> tuple[int, int]:
+    """The shell's descriptors of a channel's stdout and stderr: the terminals, or the pipes."""
+    return (_TTY_OUT_FD, _TTY_ERR_FD) if terminal else (_MARK_OUT_FD, _MARK_ERR_FD)
+
+
 def output_mode_line(terminal: bool, merge: bool) -> str:
     """Points the shell's stdout and stderr, for this command and the ones after, at a channel."""
-    if not terminal:
-        return f"exec 1>&{_MARK_OUT_FD} 2>&{_MARK_ERR_FD}\n" if not merge else f"exec 1>&{_MARK_OUT_FD} 2>&1\n"
-    return f"exec 1>&{_TTY_OUT_FD} 2>&{_TTY_OUT_FD if merge else _TTY_ERR_FD}\n"
+    out, err = channel_fds(terminal)
+    return f"exec 1>&{out} 2>&{out if merge else err}\n"
 
 
 def session_members(sid: int) -> list[int]:
@@ -204,7 +209,6 @@ class Command:
         self.marker_fds = (_MARK_OUT_FD, _MARK_ERR_FD)
         self.allow_stdin = False  # whoever asked can answer a prompt (else a read gets end-of-input)
         self.partial = ""  # the unfinished last line of its stdout: a prompt, when it waits to read
-        self.last_output = self.started
         self.last_check = self.started
         self.handled: tuple[int, int | None] | None = None  # the wait last reported or given end-of-input
         self.seen_waiting = False  # a new wait was seen once with no prompt printed yet
@@ -235,8 +239,6 @@ class Shell:
         self._between_bytes = 0
         self._between_dropped = 0
         shell_env = dict(os.environ if env is None else env)
-        shell_env.setdefault("PAGER", "cat")
-        shell_env.setdefault("GIT_PAGER", "cat")
         shell_env["OWSANDBOX_SHELL"] = name
         shell_env.update(NOTEBOOK_ENV)
         shell_env.setdefault("COLUMNS", str(DEFAULT_COLS))
@@ -307,14 +309,12 @@ class Shell:
             self._tty.resize(cols, rows)
             self._tty_err.resize(cols, rows)
             self._tty.reset()
-            if (cols, rows) != (int(self._env_size[0]), int(self._env_size[1])):
+            if (str(cols), str(rows)) != self._env_size:
                 lines += f"export COLUMNS={cols} LINES={rows}\n"
                 self._env_size = (str(cols), str(rows))
-            lines += command_line(command, self._last_status, f"&{_TTY_OUT_FD}")
-            cmd.marker_fds = (_TTY_OUT_FD, _TTY_ERR_FD)
-            lines += marker_lines(token, *cmd.marker_fds)
-        else:
-            lines += command_line(command, self._last_status) + marker_lines(token)
+        cmd.marker_fds = channel_fds(terminal)
+        stdin = f"&{_TTY_OUT_FD}" if terminal else "/dev/null"
+        lines += command_line(command, self._last_status, stdin) + marker_lines(token, *cmd.marker_fds)
         try:
             self._write(lines)
         except OSError:
@@ -468,7 +468,6 @@ class Shell:
 
     def _add(self, cmd: Command, stream: str, raw: bytes, text: str, now: float) -> None:
         cmd.record.add(stream, raw, text)
-        cmd.last_output = now
         if text:  # a prompt may be on either stream (bash's `read -p` writes it to stderr)
             line_end = max(text.rfind("\n"), text.rfind("\r"))
             cmd.partial = (cmd.partial + text if line_end < 0 else text[line_end + 1:])[-PROMPT_CHARS:]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import select
 import struct
 import termios
 
@@ -73,8 +74,6 @@ class PseudoTerminal:
             try:
                 view = view[os.write(self.master, view):]
             except BlockingIOError:
-                import select
-
                 select.select([], [self.master], [], 1.0)
 
     def end_of_input(self) -> bytes:

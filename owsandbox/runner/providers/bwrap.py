@@ -17,7 +17,7 @@ the host it does not need.
 * **A clean environment**: an allowlist, plus the names in `OWSANDBOX_ENV`.
 * **Network off means off** (its own network namespace; host sockets are not mounted). On means out,
   not in: `pasta` gives the box its own stack with no way to the host's loopback; without it the
-  host's network is shared and `%sandbox` says loopback is exposed.
+  box stays offline and `%sandbox` says why.
 * **Limits** (memory, processes, tmpfs sizes, CPUs) from `OWSANDBOX_LIMITS`, by cgroup or rlimits.
 """
 
@@ -36,7 +36,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..box.daemonctl import pid_alive, serving
+from ..box.daemonctl import listen_unix, pid_alive, serving
 from ..limits import CgroupEnforcement, Enforcement, Limits, enforce, human_size
 from .local import _LAUNCHER, LocalProvider
 
@@ -139,6 +139,11 @@ def private_system_files() -> tuple[str, ...]:
     return tuple(found)
 
 
+def _masked(path: str) -> list[str]:
+    """bwrap options that put an empty, read-only folder or file over `path`."""
+    return ["--tmpfs", path, "--remount-ro", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
+
+
 def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
@@ -152,19 +157,14 @@ def _start_time(pid: int) -> str | None:
         return None
 
 
+def _same_process(pid: int | None, started: str | None) -> bool:
+    """Whether `pid` is still the process recorded with start time `started` (not a reused pid)."""
+    return isinstance(pid, int) and pid_alive(pid) and _start_time(pid) == started
+
+
 def _listening_socket(path: str) -> socket.socket:
     """A listening socket at `path` in the host's private folder, made by the host for the daemon."""
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old_umask = os.umask(0o177)
-    try:
-        listener.bind(path)
-    finally:
-        os.umask(old_umask)
-    listener.listen(64)
+    listener = listen_unix(path)
     listener.set_inheritable(True)
     return listener
 
@@ -193,6 +193,7 @@ class BwrapProvider(LocalProvider):
         self.enforcer: Enforcement | None = None
         self.network_mode = "none"
         self._init_start: str | None = None
+        self._pasta: str | None = None  # the pasta program, when the box is to have a network
         self._pasta_pid: int | None = None
         self._pasta_start: str | None = None
 
@@ -263,15 +264,14 @@ class BwrapProvider(LocalProvider):
                 "--unshare-uts", "--unshare-cgroup-try", "--unshare-net", "--hostname", "sandbox", "--new-session",
                 "--ro-bind", "/usr", "/usr", *_program_links(), "--ro-bind", "/etc", "/etc"]
         for path in private_system_files():
-            args += ["--tmpfs", path, "--remount-ro", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
+            args += _masked(path)
         args += ["--proc", "/proc"]
         for path in PROC_READ_ONLY:
             if os.path.exists(path):
                 args += ["--ro-bind", path, path]
         for path in PROC_MASKED:
             if os.path.exists(path):
-                args += ["--tmpfs", path, "--remount-ro", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null",
-                                                                                             path]
+                args += _masked(path)
         args += ["--dev", "/dev", "--size", str(self.limits.shm), "--tmpfs", "/dev/shm",
                  "--size", size, "--tmpfs", "/tmp", "--dir", "/var", "--size", size, "--tmpfs", "/var/tmp",
                  "--size", size, "--tmpfs", "/run", "--dir", BOX_RUN]
@@ -287,7 +287,7 @@ class BwrapProvider(LocalProvider):
         if prefix:  # after home: a Python installed under the home folder stays visible, read-only
             args += ["--ro-bind", prefix, prefix]
         for path in self.hidden_in_workspace():
-            args += ["--tmpfs", path, "--remount-ro", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
+            args += _masked(path)
         args += ["--remount-ro", "/", "--chdir", self.cwd, "--clearenv"]
         for name, value in self.box_env().items():
             args += ["--setenv", name, value]
@@ -310,7 +310,7 @@ class BwrapProvider(LocalProvider):
         if info is None:
             return False
         pid, started = info.get("init_pid"), info.get("init_start")
-        if not isinstance(pid, int) or not pid_alive(pid) or _start_time(pid) != started or not serving(self.state_dir):
+        if not _same_process(pid, started) or not serving(self.state_dir):
             return False
         self.daemon_info, self.daemon_pid, self._init_start = info, pid, started
         self.enforcer = CgroupEnforcement.adopt(self.limits, info.get("limits", {}))
@@ -325,17 +325,15 @@ class BwrapProvider(LocalProvider):
         listener = _listening_socket(self.socket_path)
         execd = _listening_socket(str(run / "execd.sock"))
         info_read, info_write = os.pipe()
-        log = os.open(os.path.join(self.state_dir, "daemon.log"),
-                      os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        log = self._open_log()
         self.enforcer = enforce(self.limits)
         wrapper = self._network_wrapper()
-        # Behind pasta, the daemon's parent outlives a killed kernel: it leaves when no client is left.
-        lifetime = ["--linger", str(self.linger_seconds)] if self.key or wrapper else ["--exit-with-parent"]
+        # With pasta, the daemon's parent can outlive a killed kernel: it leaves when no client is left.
+        linger = self.key or self.network_mode == "pasta"
+        lifetime = ["--linger", str(self.linger_seconds)] if linger else ["--exit-with-parent"]
         box = self.bwrap_args()
         if wrapper:
             box.remove("--unshare-net")
-        if self.network_mode == "pasta" and not wrapper:
-            lifetime = ["--linger", str(self.linger_seconds)]
         serve = ["serve", "--socket", f"{BOX_RUN}/run/runner.sock", "--listen-fd", str(listener.fileno()),
                  "--execd-fd", str(execd.fileno()), "--end-namespace", "--cwd", self.cwd, *lifetime, *self.daemon_args]
         argv = [*wrapper, *box, "--info-fd", str(info_write), "--", os.path.realpath(self.python), "-S",
@@ -385,7 +383,7 @@ class BwrapProvider(LocalProvider):
     def _network_wrapper(self) -> list[str]:
         """The command that gives the box outbound network without the host's loopback, run around
         bwrap (it makes the network namespace), or [] for a box with no network."""
-        pasta = shutil.which("pasta") if self.network else None
+        pasta = self._pasta = shutil.which("pasta") if self.network else None
         self.network_mode = "pasta" if pasta else ("unavailable" if self.network else "none")
         if pasta is None:
             return []
@@ -403,9 +401,8 @@ class BwrapProvider(LocalProvider):
         network namespace bubblewrap made; it returns once the box's network is configured."""
         assert self.state_dir and self.daemon_pid
         pid_file = os.path.join(self.state_dir, "pasta.pid")
-        assert self.network_mode == "pasta"
-        pasta = shutil.which("pasta") or "pasta"
-        done = subprocess.run([*self._pasta_argv(pasta), "--runas", "0", "--pid", pid_file, "--netns",
+        assert self.network_mode == "pasta" and self._pasta
+        done = subprocess.run([*self._pasta_argv(self._pasta), "--runas", "0", "--pid", pid_file, "--netns",
                                f"/proc/{self.daemon_pid}/ns/net"], capture_output=True, timeout=20)
         if done.returncode != 0:
             raise RuntimeError(f"pasta could not give the sandbox a network: {done.stderr.decode(errors='replace')}")
@@ -423,7 +420,7 @@ class BwrapProvider(LocalProvider):
     def _stop_daemon(self) -> None:
         daemon, self.daemon = self.daemon, None
         pid, self.daemon_pid = self.daemon_pid, None
-        if pid is not None and pid_alive(pid) and _start_time(pid) == self._init_start:
+        if _same_process(pid, self._init_start):
             try:
                 os.kill(pid, signal.SIGKILL)  # the PID namespace's init: everything in it ends with it
             except OSError:
@@ -435,14 +432,14 @@ class BwrapProvider(LocalProvider):
             while pid_alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.01)
         pasta, self._pasta_pid = self._pasta_pid, None
-        if pasta and pid_alive(pasta) and _start_time(pasta) == self._pasta_start:
+        if _same_process(pasta, self._pasta_start):
             os.kill(pasta, signal.SIGKILL)
         if self.enforcer is not None:
             self.enforcer.remove()
 
     def open_runner(self):  # type: ignore[no-untyped-def]
         with self._lifecycle:
-            if self.daemon_pid is not None and _start_time(self.daemon_pid) != self._init_start:
+            if self.daemon_pid is not None and not _same_process(self.daemon_pid, self._init_start):
                 self.daemon_pid = None  # gone, and its pid may already be another process's
         return super().open_runner()
 

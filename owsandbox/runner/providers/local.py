@@ -179,8 +179,7 @@ class LocalProvider(Provider):
         assert self.state_dir and self.runner_path
         lifetime = ["--linger", str(self.linger_seconds)] if self.key else ["--exit-with-parent"]
         serve = ["serve", "--socket", self.socket_path, "--cwd", self.cwd, *lifetime, *self.daemon_args]
-        log = os.open(os.path.join(self.state_dir, "daemon.log"),
-                      os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        log = self._open_log()
         try:
             self.daemon = _LAUNCHER.spawn(self.daemon_argv(serve), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                           stderr=log, start_new_session=True)
@@ -189,6 +188,12 @@ class LocalProvider(Provider):
         self.daemon_pid = self.daemon.pid
         self.daemon_info = self._await_ready()
         Path(self.state_dir, "daemon.json").write_text(json.dumps(self.daemon_info))
+
+    def _open_log(self) -> int:
+        """The daemon's log, for appending: never through a link someone put in its place."""
+        assert self.state_dir
+        return os.open(os.path.join(self.state_dir, "daemon.log"),
+                       os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
 
     def daemon_argv(self, serve: list[str]) -> list[str]:
         """The command that starts the daemon; isolating providers wrap it."""
