@@ -163,7 +163,12 @@ def _same_process(pid: int | None, started: str | None) -> bool:
 
 
 def _listening_socket(path: str) -> socket.socket:
-    """A listening socket at `path` in the host's private folder, made by the host for the daemon."""
+    """A listening socket at `path` in the host's private folder, made by the host for the daemon. What
+    is there is replaced, even a socket still served (a daemon of an older layout, lingering)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
     listener = listen_unix(path)
     listener.set_inheritable(True)
     return listener
