@@ -45,7 +45,7 @@ from .terminal import (
 PROMPT_CHARS = 1000  # of the unfinished last line, kept as the prompt of a read
 INPUT_CHECK_SECONDS = 0.02  # how often a running command's terminal is checked for a waiting reader
 _STREAM_OF = {"stdout": "stdout", "stderr": "stderr", "tty-out": "stdout", "tty-err": "stderr"}
-_CHANNEL_ORDER = {"stdout": 0, "tty-out": 1, "stderr": 2, "tty-err": 3}
+_TTY_CHANNELS = ("tty-out", "tty-err")  # in the order they are read when both have news
 STDOUT_GRACE_SECONDS = 0.001
 DEFAULT_OUTPUT_LIMIT = 1024 * 1024  # characters kept in memory per command, unless the request asks
 MAX_OUTPUT_LIMIT = 16 * 1024 * 1024  # the most a request may ask for
@@ -393,7 +393,7 @@ class Shell:
             now = time.monotonic()
             if not events and self._proc.poll() is not None:
                 break
-            open_streams -= self._take(self._stdout_first(events), now)
+            open_streams -= self._take(self._in_order(events), now)
             cmd = self._current
             if cmd is not None:
                 self._hand_over_between(cmd, now)
@@ -413,12 +413,12 @@ class Shell:
             stream = _STREAM_OF[channel]
             try:
                 data = os.read(key.fd, 65536)
-                if channel in ("tty-out", "tty-err") and len(data) >= _TTY_CHUNK:
+                if channel in _TTY_CHANNELS and len(data) >= _TTY_CHUNK:
                     data += _drain(key.fd, 65536 - len(data))  # a flood: take what is there together
             except (BlockingIOError, InterruptedError):
                 continue
             except OSError:  # a terminal whose other end is closed
-                if channel in ("tty-out", "tty-err"):
+                if channel in _TTY_CHANNELS:
                     continue
                 data = b""
             if channel == "tty-out":
@@ -437,18 +437,21 @@ class Shell:
                     self._on_marker(stream, payload, now)
         return ended
 
-    def _stdout_first(self, events: list) -> list:
-        """Two terminals are two queues, and the kernel hands each one's output on a moment after it was
-        written, not always in the order the writes were made. When only stderr's terminal has news,
-        stdout's gets a millisecond to show what may have been written before it."""
-        channels = {key.data for key, _ in events}
-        if "tty-err" not in channels or "tty-out" in channels:
-            return sorted(events, key=lambda event: _CHANNEL_ORDER[event[0].data])
-        waited = self._selector.select(STDOUT_GRACE_SECONDS)
-        seen = {key.data: (key, mask) for key, mask in events}
-        for key, mask in waited:
-            seen.setdefault(key.data, (key, mask))
-        return sorted(seen.values(), key=lambda event: _CHANNEL_ORDER[event[0].data])
+    def _in_order(self, events: list) -> list:
+        """The ready channels in the order their output was most likely written. A pipe's output is there
+        the moment it is written, so the pipes keep the order they became ready in. Two terminals are two
+        queues that the kernel hands on a moment after the writes, not always in their order: stdout's
+        terminal goes first, and when only stderr's has news, stdout's gets a millisecond to show what
+        may have been written before it."""
+        ttys = {key.data: (key, mask) for key, mask in events if key.data in _TTY_CHANNELS}
+        if not ttys:
+            return events
+        if "tty-out" not in ttys:
+            for key, mask in self._selector.select(STDOUT_GRACE_SECONDS):
+                if key.data == "tty-out":
+                    ttys["tty-out"] = (key, mask)
+        pipes = [(key, mask) for key, mask in events if key.data not in _TTY_CHANNELS]
+        return pipes + [ttys[channel] for channel in _TTY_CHANNELS if channel in ttys]
 
     def _on_data(self, stream: str, raw: bytes, now: float, final: bool = False) -> None:
         if stream == "stderr" and b"tcsetattr" in raw:
