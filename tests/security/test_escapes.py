@@ -219,3 +219,24 @@ def test_killing_the_daemon_from_inside_brings_a_fresh_sandbox(attacker: Attacke
     attacker.run(f"kill -{getattr(signal, signal_name).value} 2")
     assert attacker.run("echo again")["output"].endswith("again\n")
     assert attacker.step(state=True)["init_pid"] != first["init_pid"]
+
+
+def test_with_network_on_the_hosts_loopback_services_stay_out_of_reach(attacker_factory, home: Path):
+    """Network on means out, not in: the box gets a route out (pasta), not the host's loopback services.
+    As a plain user pasta wraps the sandbox; as root it joins the sandbox's network afterwards."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    try:
+        attacker = attacker_factory()
+        attacker.start(home / "project", network=True)
+        assert attacker.step(describe=True)["network"] == "outbound"
+        routes = attacker.run("cat /proc/net/route")["output"].splitlines()[1:]
+        assert any(line.split()[1] == "00000000" for line in routes), routes  # a default route out
+        port = server.getsockname()[1]
+        for host in ("127.0.0.1", "localhost"):
+            tried = attacker.run(f"python3 -c \"import socket; socket.create_connection(('{host}', {port}), 3); "
+                                 f"print('REACHED')\"")
+            assert "REACHED" not in tried["output"], (host, tried)
+    finally:
+        server.close()
