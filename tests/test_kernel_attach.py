@@ -146,6 +146,82 @@ def test_a_program_that_exits_says_so_with_its_stderr(kernel):
     assert refused.status == "error" and "not attached" in refused.error["evalue"]
 
 
+def test_a_program_that_exits_at_once_makes_attach_an_error(kernel):
+    """Not `attached to #1` and a failing %send later: the cell fails, naming the status and the stderr."""
+    missing = kernel.run("%attach -- python3 nosuch.py")
+    assert missing.status == "error" and "attached to" not in missing.text()
+    error = missing.error
+    assert error["ename"] == "AttachedProgramExited"
+    assert error["evalue"].startswith("#1 'python3 nosuch.py' exited with status 2 within ")
+    assert "nosuch.py': [Errno 2] No such file or directory" in error["evalue"]  # python3's own complaint
+    assert missing.reply["content"]["ename"] == "AttachedProgramExited"
+    oops = kernel.run("%attach -- sh -c 'echo oops >&2; exit 3'")
+    assert oops.status == "error" and oops.error["ename"] == "AttachedProgramExited"
+    assert re.search(r"exited with status 3 within \d+\.\d s: oops$", oops.error["evalue"]), oops.error["evalue"]
+    silent = kernel.run("%attach -- sh -c 'exit 0'")
+    assert "exited with status 0" in silent.error["evalue"] and "nothing to stderr" in silent.error["evalue"]
+    chatty = kernel.run("%attach -- sh -c 'echo hello; sleep 30'")  # not JSON: nothing to follow, though alive
+    assert chatty.status == "error" and chatty.error["ename"] == "AttachFailed", chatty.outputs
+    assert "non-JSON stdout" in chatty.error["evalue"] and "%attach --kill 4 ends it" in chatty.error["evalue"]
+    assert kernel.run("%attach --kill 4").status == "ok"
+
+
+def test_attaching_again_to_a_program_that_has_ended_says_so(kernel):
+    kernel.run(f"%attach -- {sys.executable} {ENGINE}")
+    kernel.run('%send {"type": "exit", "code": 5}')
+    wait_for_display(kernel, r"ended")
+    for how in ("%attach --last", "%attach --session " + kernel.run("%attach --list").of_type(
+            "display_data")[0]["data"]["text/plain"].splitlines()[1].split()[1]):
+        again = kernel.run(how)
+        assert again.status == "error" and "attached again" not in again.text(), how
+        assert again.error["ename"] == "AttachedProgramExited"
+        assert "has ended: it exited with status 5" in again.error["evalue"]
+
+
+def test_the_list_after_a_restart_shows_ids_and_states_in_words(kernel):
+    started = kernel.run(f"%attach --name lasting -- {sys.executable} {ENGINE}")
+    session = re.search(r"session ([0-9a-f]{8})", started.text()).group(1)
+    kernel.run("%detach")
+    kernel.run("%attach --name brief -- sh -c 'exit 3'")
+    kernel.km.restart_kernel(now=False)
+    kernel.kc.wait_for_ready(timeout=60)
+    kernel.drain()
+    listing = kernel.run("%attach --list").of_type("display_data")[0]["data"]["text/plain"]
+    rows = {line.split()[2]: line.split() for line in listing.splitlines()[1:]}
+    assert "True" not in listing and "False" not in listing, listing
+    assert rows["lasting"][:2] == ["-", session] and "running" in rows["lasting"], listing
+    assert rows["brief"][0] == "-" and re.fullmatch(r"[0-9a-f]{8}", rows["brief"][1]), listing
+    assert "exited 3" in " ".join(rows["brief"]), listing
+    assert kernel.run(f"%attach --session {session}").status == "ok"
+    listing = kernel.run("%attach --list").of_type("display_data")[0]["data"]["text/plain"]
+    row = next(line.split() for line in listing.splitlines() if session in line)
+    assert row[0] == "1" and row[-1] == "attached"  # attached in this kernel: its number
+    kernel.run("%attach --kill")
+
+
+def test_the_lines_of_an_attachment_agree_with_its_header_on_the_cursor(kernel):
+    """The header counts the cursor live; a line under it must not name an older cursor as `cursor`."""
+    started = kernel.run(f"%attach -- {sys.executable} {ENGINE} --tick 0.05")
+    header = wait_for_display(kernel, r'"tick", "n": 3\b').splitlines()[0]
+    now = int(re.search(r"cursor (\d+)", header).group(1))
+    assert now > 0
+    assert all(int(n) == now for n in re.findall(r"cursor (\d+)", started.text())), (started.text(), header)
+    msg_id = kernel.send("%detach")
+    headers, said = [], ""
+    while True:
+        msg = kernel.kc.get_iopub_msg(timeout=30)
+        if msg["msg_type"] == "update_display_data":
+            headers.append(msg["content"]["data"]["text/plain"].splitlines()[0])
+        elif msg["msg_type"] == "stream" and msg["parent_header"].get("msg_id") == msg_id:
+            said += msg["content"]["text"]
+        elif msg["msg_type"] == "status" and msg["parent_header"].get("msg_id") == msg_id \
+                and msg["content"]["execution_state"] == "idle":
+            break
+    final = re.search(r"cursor (\d+)", headers[-1]).group(1)
+    assert "[detached]" in headers[-1] and f"cursor {final})" in said, (headers[-1], said)
+    kernel.run("%attach --kill")
+
+
 def test_bad_uses_of_the_attach_magics_are_clear_errors(kernel):
     assert "nothing is attached" in kernel.run('%send {"id": 1}').error["evalue"]
     assert "needs a command after --" in kernel.run("%attach --name x").error["evalue"]
@@ -157,6 +233,8 @@ def test_bad_uses_of_the_attach_magics_are_clear_errors(kernel):
     assert "--header takes K:V" in kernel.run("%attach --url http://127.0.0.1:1 --header bad -- x").error["evalue"]
     unknown = kernel.run("%attach --session 00000000-0000-0000-0000-000000000000")
     assert unknown.status == "error" and "could not attach" in unknown.error["evalue"]
+    assert unknown.error["evalue"].endswith('"code": "NOT_FOUND", "message": "no session '
+                                            '00000000-0000-0000-0000-000000000000"}')  # execd's body, as text
     assert "usage: %attach" in kernel.run("%attach --help").text()
 
 
@@ -179,7 +257,8 @@ def test_registry_lives_in_the_sandbox(kernel):
     kernel.run(f"%attach --name remembered -- {sys.executable} {ENGINE}")
     kernel.run("%detach")
     listing = kernel.run("%attach --list").of_type("display_data")[0]["data"]["text/plain"]
-    assert "remembered" in listing and "True" in listing  # running, known from the registry
+    row = listing.splitlines()[1].split()
+    assert "remembered" in row and "running" in row  # known from the registry, running in execd
 
 
 def test_attach_to_another_execd_by_url_and_header(kernel, tmp_path):

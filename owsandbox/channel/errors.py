@@ -25,11 +25,11 @@ class ExecdUnreachable(ExecdError):
 class ExecdHTTPError(ExecdError):
     """execd answered a request with a status the caller did not expect."""
 
-    def __init__(self, method: str, path: str, status: int, body: bytes | str, hint: str = "") -> None:
+    def __init__(self, method: str, path: str, status: int, body: bytes | bytearray | str, hint: str = "") -> None:
         self.method = method
         self.path = path
         self.status = status
-        self.body = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+        self.body = body.decode("utf-8", "replace") if isinstance(body, (bytes, bytearray)) else body
         shown = self.body.strip()
         if len(shown) > 500:
             shown = shown[:500] + "…"

@@ -7,13 +7,16 @@ an asyncio loop of their own thread. `%send` writes records; when a record has a
 waits for the answer with that id — the kernel decides what an answer is, not the channel: the first
 later record with the same `id` that is not an event (no `method`, and no `type` among event,
 progress, notification, log). Session ids and cursors are remembered in the sandbox, so `%attach
---last` picks up after a kernel restart with nothing lost or repeated.
+--last` picks up after a kernel restart with nothing lost or repeated. A program that exits before
+it is up (before its first record, within a second) makes `%attach` an error that names its exit
+status and the last lines of its stderr; so does attaching again to a program that has ended.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import shlex
 import threading
@@ -47,10 +50,30 @@ KEEP_RECORDS = 1000  # per program, for the display and %records
 SHOW_RECORDS = 20  # in the live display
 RENDER_SECONDS = 0.2  # the live display is updated at most this often
 SAVE_SECONDS = 1.0  # cursors are written to the sandbox at most this often while records arrive
+# A program that exits this soon after %attach started it makes the cell an error; %attach waits this
+# long at most, and returns at the program's first record.
+START_CHECK_SECONDS = 1.0
+# How long %attach --session/--last waits for execd's exit notice of a program that has ended.
+EXIT_NOTICE_SECONDS = 5.0
+STDERR_LINES = 10  # the last lines of stderr an error shows
 
 
 class AttachError(Exception):
     """A clear reason why an %attach operation could not be done."""
+
+    ename = "UsageError"
+
+
+class AttachedProgramExited(AttachError):
+    """The program exited while %attach started it, or had ended before %attach --session/--last."""
+
+    ename = "AttachedProgramExited"
+
+
+class AttachFailed(AttachError):
+    """The channel to a program failed at once (a line that is not JSON, execd's error), not by an exit."""
+
+    ename = "AttachFailed"
 
 
 def is_answer(record: dict[str, Any], request_id: Any) -> bool:
@@ -77,6 +100,9 @@ class Program:
     cursor: int = 0
     since: int = 0  # where this attachment started reading
     waiting: set[Any] = field(default_factory=set)
+    connected_at: float = 0.0  # time.monotonic() when the connection (which starts a new program) began
+    ended_at: float | None = None  # when the channel learnt that the program ended
+    news: asyncio.Event | None = None  # set by the first record or the failure while %attach waits for either
 
     def describe(self) -> str:
         return f"#{self.number} {self.name}"
@@ -172,7 +198,9 @@ class AttachManager:
         except ch.ExecdError as exc:
             raise AttachError(f"could not start {command!r}: {exc}") from None
         program = self._new_program(name or _short_name(command), session_id, endpoint, command, cwd or "", url)
-        self._connect(program, 0, parent)
+        # A program that cannot start (a missing file, a bad import) exits at once: wait for that, or
+        # for its first record, which says it is up, but not longer than START_CHECK_SECONDS.
+        self._connect(program, 0, parent, settle=START_CHECK_SECONDS, until_record=True)
         return program
 
     def reattach(self, session_id: str | None, last: bool, since: int | None, url: str | None,
@@ -194,9 +222,13 @@ class AttachManager:
                     and program.channel.is_connected:
                 raise AttachError(f"{program.describe()} is attached already; %detach {program.number} first")
         endpoint = self.endpoint_for(url or entry.get("url"), headers)
+        # A program that has ended gets an exit notice right after the connection's `connected`:
+        # wait for it, so that attaching to it again is an error that says so.
+        ended = _has_ended(endpoint, entry["session_id"])
         program = self._new_program(entry.get("name") or entry["session_id"][:8], entry["session_id"], endpoint,
                                     entry.get("command", ""), entry.get("cwd", ""), url or entry.get("url"))
-        self._connect(program, since if since is not None else int(entry.get("cursor", 0)), parent)
+        self._connect(program, since if since is not None else int(entry.get("cursor", 0)), parent,
+                      settle=EXIT_NOTICE_SECONDS if ended else 0.0, until_record=False)
         return program
 
     def _new_program(self, name: str, session_id: str, endpoint: ExecdEndpoint, command: str, cwd: str,
@@ -207,7 +239,11 @@ class AttachManager:
         self.programs[program.number] = program
         return program
 
-    def _connect(self, program: Program, since: int, parent: dict[str, Any]) -> None:
+    def _connect(self, program: Program, since: int, parent: dict[str, Any], settle: float = 0.0,
+                 until_record: bool = False) -> None:
+        """Connect `program`'s channel from `since`; then wait up to `settle` seconds for its failure
+        (or, with `until_record`, its first record). Raises AttachedProgramExited when the program has
+        ended by then, AttachFailed when the channel failed otherwise."""
         program.parent = parent
         program.cursor = program.since = since
 
@@ -215,6 +251,8 @@ class AttachManager:
             program.records.append((offset, record))
             program.seen += 1
             program.cursor = offset
+            if until_record and program.news is not None:
+                program.news.set()
             channel = program.channel
             if channel is not None:
                 for request_id in list(program.waiting):
@@ -225,8 +263,15 @@ class AttachManager:
 
         async def on_failure(exc: BaseException) -> None:
             program.state = f"ended: {exc}"
+            if isinstance(exc, ch.ProgramExited) and since > 0 and not exc.stderr_tail.strip():
+                # Attached again after its stderr: whatever it wrote came before `since`.
+                how = "killed by a signal" if exc.exit_code == -1 else f"exited with code {exc.exit_code}"
+                program.state = f"ended: {program.name} {how}"
+            program.ended_at = time.monotonic()
             if program.channel is not None:
                 program.cursor = program.channel.cursor
+            if program.news is not None:
+                program.news.set()
             self._schedule_render(program, now=True)
             self._schedule_save()
 
@@ -234,18 +279,32 @@ class AttachManager:
             channel = ch.ExecdJsonLineChannel(program.endpoint, session_id=program.session_id, on_record=on_record,
                                            on_failure=on_failure, label=program.name)
             program.channel = channel
-            program.state = "attached"
+            program.state = "attaching"
+            program.news = asyncio.Event()
             self._send_display(parent, self._bundle(program), program.display_id, False)
+            program.connected_at = time.monotonic()
             await channel.connect(since=since, takeover=True)
+            if channel.fatal is None:
+                program.state = "attached"
+            if settle > 0 and channel.fatal is None:
+                try:
+                    await asyncio.wait_for(program.news.wait(), settle)
+                except asyncio.TimeoutError:
+                    pass
+            program.news = None
 
         try:
             self._run(connect())
         except (ch.ExecdError, RuntimeError, OSError) as exc:
-            program.state = f"not attached: {exc}"
-            self._render(program)
-            raise AttachError(f"could not attach to {program.describe()}: {exc}") from None
+            if not isinstance(_fatal(program), ch.ProgramExited):
+                program.state = f"not attached: {exc}"
+                self._render(program)
+                raise AttachError(f"could not attach to {program.describe()}: {exc}") from None
         self._render(program)
         self._save_quietly()
+        fatal = _fatal(program)
+        if fatal is not None:
+            raise _failed_at_once(program, fatal, started=until_record)
 
     # -- the live display -------------------------------------------------------------------
 
@@ -365,9 +424,11 @@ class AttachManager:
     def listing(self) -> list[dict[str, Any]]:
         saved = {s["session_id"]: s for s in self.load_registry()}
         live: dict[str, dict[str, Any]] = {}
+        listed = False  # whether the box's endpoint said which sessions it holds
         try:
             for session in ch.ExecdControl(self._box_endpoint()).list_sessions():
                 live[session["session_id"]] = session
+            listed = True
         except (ch.ExecdError, OSError):
             pass
         rows = []
@@ -375,11 +436,12 @@ class AttachManager:
             entry, state = saved.get(session_id, {}), live.get(session_id, {})
             attached = max((p for p in self.programs.values() if p.session_id == session_id),
                            key=lambda p: p.number, default=None)  # the newest attachment speaks for it
-            rows.append({"#": attached.number if attached else "", "session": session_id[:8],
+            known_here = listed and not entry.get("url")  # programs of another execd are not in the box's list
+            rows.append({"#": attached.number if attached else "-", "session": session_id[:8],
                          "name": entry.get("name", ""), "command": entry.get("command") or state.get("command", ""),
-                         "running": state.get("running", "?"), "offset": state.get("output_offset", "?"),
+                         "program": _program_state(state, known_here), "offset": state.get("output_offset", "?"),
                          "cursor": attached.cursor if attached else entry.get("cursor", 0),
-                         "state": attached.state if attached else entry.get("state", "")})
+                         "attachment": _attachment_state(attached.state if attached else entry.get("state", ""))})
         return rows
 
     def close(self) -> None:
@@ -410,6 +472,61 @@ class AttachManager:
             for request_id in list(program.waiting):
                 program.waiting.discard(request_id)
                 loop.call_soon_threadsafe(channel.fail_request, request_id, AttachError("interrupted by user"))
+
+
+def _program_state(session: dict[str, Any], known_here: bool) -> str:
+    """The program's state as execd lists it: running, exited N, ended by a signal, gone, unknown."""
+    if not session:
+        return "gone" if known_here else "unknown"
+    if session.get("running") is True:
+        return "running"
+    code = session.get("exit_code")
+    if code == -1:
+        return "ended by a signal"
+    if isinstance(code, int):
+        return f"exited {code}"
+    return "not started"
+
+
+def _attachment_state(state: str) -> str:
+    """A Program.state, short: attached, detached, ended, killed, not attached (the reason is in its display)."""
+    return state.partition(":")[0].strip() or "-"
+
+
+def _fatal(program: Program) -> BaseException | None:
+    return program.channel.fatal if program.channel is not None else None
+
+
+def _has_ended(endpoint: ExecdEndpoint, session_id: str) -> bool:
+    """Whether execd says the session's program is not running (False when it cannot tell)."""
+    try:
+        return ch.ExecdControl(endpoint).status(session_id).get("running") is False
+    except (ch.ExecdError, OSError):
+        return False
+
+
+def _failed_at_once(program: Program, fatal: BaseException, started: bool) -> AttachError:
+    """The error for a program whose channel failed while %attach waited: `started` when %attach had
+    just started it, else it was attached again."""
+    who = f"#{program.number} {program.command!r}" if program.command else program.describe()
+    if not isinstance(fatal, ch.ProgramExited):
+        return AttachFailed(f"{who}: {fatal} (it may still be running: %attach --kill {program.number} ends it)")
+    how = "was ended by a signal" if fatal.exit_code == -1 else f"exited with status {fatal.exit_code}"
+    tail = _last_lines(fatal.stderr_tail)
+    sep = "\n" if "\n" in tail else " "  # several lines start on a line of their own
+    if started:
+        seconds = max((program.ended_at or time.monotonic()) - program.connected_at, 0.0)
+        text = f"{who} {how} within {math.ceil(seconds * 10) / 10:.1f} s"
+        told = f":{sep}{tail}" if tail else ", writing nothing to stderr"
+    else:
+        text = f"{who} has ended: it {how}"
+        told = f"; its stderr ended with:{sep}{tail}" if tail else ""
+    return AttachedProgramExited(text + told)
+
+
+def _last_lines(text: str, lines: int = STDERR_LINES, chars: int = 2000) -> str:
+    """The last `lines` lines of `text`, at most `chars` characters of them."""
+    return "\n".join(text.rstrip().splitlines()[-lines:])[-chars:]
 
 
 def _short_name(command: str) -> str:

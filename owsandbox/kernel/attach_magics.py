@@ -37,7 +37,17 @@ def _headers(pairs: list[str]) -> dict[str, str]:
 
 
 def _said(ctx: MagicContext, program: Program, verb: str) -> None:
+    """`verb` #N NAME, with the cursor its display's header now shows too."""
     ctx.stream(f"{verb} {program.describe()} (session {program.session_id[:8]}, cursor {program.cursor})\n")
+
+
+def _failed(exc: AttachError) -> Exception:
+    """The cell's error for `exc`: a UsageError, or an error of its own name (AttachedProgramExited)."""
+    if exc.ename == "UsageError":
+        return UsageError(str(exc))
+    from .kernel import CellError  # the kernel module imports this one
+
+    return CellError(exc.ename, str(exc))
 
 
 @magic("attach", "line", "Start a JSON-lines program in the sandbox and watch its records live, or attach again.",
@@ -80,9 +90,10 @@ def _attach(ctx: MagicContext, text: str, _body: str) -> None:
             raise UsageError("--since goes with --session")
         cwd = args.cwd or ctx.shell_folder()
         program = manager.start(command.strip(), args.name, cwd, args.url, headers, ctx.parent)
-        _said(ctx, program, "attached to")
+        # Not the cursor: the header above keeps counting it while records arrive, this line stays.
+        ctx.stream(f"attached to {program.describe()} (session {program.session_id[:8]})\n")
     except AttachError as exc:
-        raise UsageError(str(exc)) from None
+        raise _failed(exc) from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -97,7 +108,7 @@ def _detach(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
     try:
         program = ctx.attach.detach(args.number)
     except AttachError as exc:
-        raise UsageError(str(exc)) from None
+        raise _failed(exc) from None
     _said(ctx, program, "detached from")
 
 
@@ -145,7 +156,7 @@ def _send(ctx: MagicContext, text: str, _body: str) -> None:
     try:
         _show_answers(ctx, records, ctx.attach.send(number, records, ctx.settings.get("send_wait", 30.0)))
     except AttachError as exc:
-        raise UsageError(str(exc)) from None
+        raise _failed(exc) from None
 
 
 @magic("send", "cell", "Send one JSON record a line to an attached program; wait for the answers to those with an id.",
@@ -156,7 +167,7 @@ def _send_cell(ctx: MagicContext, args: argparse.Namespace, body: str) -> None:
     try:
         _show_answers(ctx, records, ctx.attach.send(args.number, records, args.wait))
     except AttachError as exc:
-        raise UsageError(str(exc)) from None
+        raise _failed(exc) from None
 
 
 @magic("records", "line", "Print an attached program's recent records.",
@@ -167,7 +178,7 @@ def _records(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
     try:
         program = ctx.attach.pick(args.number)
     except AttachError as exc:
-        raise UsageError(str(exc)) from None
+        raise _failed(exc) from None
     kept = [(offset, record) for offset, record in program.records
             if args.type is None or record.get("type") == args.type]
     shown = kept[-args.last:] if args.last > 0 else []
