@@ -1,7 +1,9 @@
 """The client side of execd's PTY WebSocket API: a JSON-lines channel to a program in a sandbox.
 
 `ExecdEndpoint` says where execd is; `ExecdControl` creates, inspects and deletes sessions over
-HTTP; `JsonLineDecoder` (sans-I/O) turns execd's frames into records with resume offsets; and
+HTTP; `execdws` is execd's WebSocket itself (frame kinds and their codec, control messages,
+connecting and closing, for asyncio and for threads: the runner's pipe transport uses it too);
+`JsonLineDecoder` (sans-I/O) turns execd's frames into records with resume offsets; and
 `ExecdJsonLineChannel` runs a conversation over the WebSocket on an asyncio loop. Nothing here is
 specific to one vendor: the same code talks to OpenSandbox's execd and to the runner box's own
 execd-compatible endpoint.
@@ -30,7 +32,8 @@ from .errors import (
     ProgramExited,
     ReplayGap,
 )
-from .jsonlines import REPLAY, STDERR, STDIN, STDOUT, JsonLineDecoder, Record, StderrText
+from .execdws import REPLAY, STDERR, STDIN, STDOUT
+from .jsonlines import JsonLineDecoder, Record, StderrText
 
 __all__ = [
     "REPLAY", "STDERR", "STDIN", "STDOUT",

@@ -1,7 +1,8 @@
 """A JSON-lines conversation with a program behind execd's PTY WebSocket, for asyncio callers.
 
 The layering follows python-websockets' own: `jsonlines.JsonLineDecoder` is the sans-I/O core that
-knows the byte stream; this module is the thin I/O shell around it. It opens the WebSocket
+knows the byte stream, `execdws` knows execd's WebSocket (frames, control messages, connecting,
+closing), and this module is the thin asyncio shell around them. It opens the WebSocket
 (`GET /pty/{id}/ws?pty=0&since=N&takeover=1`), runs one reader task that feeds binary frames to the
 decoder and hands each record to `on_record(record, offset)`, turns control frames and closes into
 failures, and writes records to the program's stdin.
@@ -27,44 +28,49 @@ loop's thread.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import logging
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any
-from urllib.parse import urlencode
 
-from websockets.asyncio.client import ClientConnection, unix_connect
-from websockets.asyncio.client import connect as websocket_connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed
 from websockets.protocol import State
 
-from .control import ExecdControl, http_error, session_path
+from .control import ExecdControl, session_path
 from .endpoint import ExecdEndpoint
 from .errors import (
     ChannelDetached,
     ChannelTakenOver,
     ExecdError,
     ExecdServerError,
-    ExecdUnreachable,
     ProgramExited,
 )
-from .jsonlines import DEFAULT_MAX_LINE_BYTES, STDIN, JsonLineDecoder, Record
+from .execdws import (
+    CLOSE_TAKEN_OVER,
+    CLOSE_TIMEOUT_SECONDS,
+    KEEPALIVE_SECONDS,
+    STDIN,
+    Connected,
+    Exited,
+    ServerError,
+    close_async,
+    encode_frame,
+    open_async,
+    parse_control,
+    signal_message,
+)
+from .jsonlines import DEFAULT_MAX_LINE_BYTES, JsonLineDecoder, Record
 
 log = logging.getLogger(__name__)
 
-# How long a detach waits for execd to answer Close before cutting the connection (tests patch it).
-CLOSE_TIMEOUT_SECONDS = 2.0
-# How long `connect` waits for the opening handshake, and then for execd's `connected` frame.
+# CLOSE_TIMEOUT_SECONDS, how long a detach waits for execd to answer Close, is execdws's; it is read
+# here at each detach, so tests patch it in this module. How long `connect` waits for the opening
+# handshake, and then for execd's `connected` frame:
 OPEN_TIMEOUT_SECONDS = 10.0
 CONNECT_TIMEOUT_SECONDS = 30.0
-# WebSocket pings from our side; execd also pings every 30 s and drops a client silent for 60 s.
-KEEPALIVE_SECONDS = 20.0
 # A REPLAY frame can carry execd's whole 1 MiB ring in one message.
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
-
-CLOSE_TAKEN_OVER = 4001
-SIGNALS = frozenset({"SIGINT", "SIGTERM", "SIGKILL", "SIGQUIT", "SIGHUP"})
 
 RecordCallback = Callable[[dict[str, Any], int], Awaitable[None]]
 FailureCallback = Callable[[BaseException], Awaitable[None]]
@@ -72,34 +78,6 @@ StderrCallback = Callable[[str], Awaitable[None]]
 
 # Failures that keep their own type; anything else is a bug somewhere and becomes ChannelDetached.
 _EXPECTED_FAILURES = (RuntimeError, OSError)
-
-# websockets ≥ 15 routes through HTTP(S)_PROXY by default; the HTTP control calls never do, so the
-# WebSocket goes direct as well.
-_DIRECT = {"proxy": None} if "proxy" in inspect.signature(websocket_connect).parameters else {}
-
-
-def control_frame(text: str) -> dict[str, Any] | None:
-    """execd's text frame as a JSON object, or None: text that is not one is ignored, as execd does."""
-    try:
-        frame = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-    return frame if isinstance(frame, dict) else None
-
-
-class _ExecdClientConnection(ClientConnection):
-    """A client connection that closes TCP itself once both Close frames have crossed.
-
-    RFC 6455 lets a client wait for the server to close TCP first, and websockets does; execd never
-    does, so without this every close would last the whole close timeout.
-    """
-
-    def data_received(self, data: bytes) -> None:
-        super().data_received(data)
-        protocol = self.protocol
-        if (protocol.close_sent is not None and protocol.close_rcvd is not None
-                and protocol.state is not State.CLOSED and not self.transport.is_closing()):
-            self.transport.close()  # flushes our Close answer first
 
 
 class ExecdJsonLineChannel:
@@ -149,7 +127,7 @@ class ExecdJsonLineChannel:
     @property
     def is_connected(self) -> bool:
         ws = self._ws
-        return (self._connected and self._fatal is None and ws is not None and ws.protocol.state is State.OPEN)
+        return self._connected and self._fatal is None and ws is not None and ws.state is State.OPEN
 
     # ── connecting and leaving ───────────────────────────────────────────────────────────────────
 
@@ -225,15 +203,11 @@ class ExecdJsonLineChannel:
         if not isinstance(record, dict):
             raise TypeError(f"a record is a dict, not {type(record).__name__}")
         line = json.dumps(record, allow_nan=False).encode("ascii") + b"\n"
-        await self._send(bytes([STDIN]) + line)
+        await self._send(encode_frame(STDIN, line))
 
     async def send_signal(self, name: str) -> None:
         """Signal the program's process group: SIGINT, SIGTERM, SIGKILL, SIGQUIT or SIGHUP."""
-        signal = name.upper()
-        signal = signal if signal.startswith("SIG") else "SIG" + signal
-        if signal not in SIGNALS:
-            raise ValueError(f"execd sends only {', '.join(sorted(SIGNALS))}, not {name!r}")
-        await self._send(json.dumps({"type": "signal", "signal": signal}))
+        await self._send(signal_message(name))
 
     def register_request(self, request_id: Hashable) -> asyncio.Future[Any]:
         """A future for the answer to `request_id`, settled by `complete_request` (or failed by `fail`)."""
@@ -316,23 +290,9 @@ class ExecdJsonLineChannel:
         query = {"pty": "1" if self.mode_pty else "0", "since": str(since)}
         if takeover:
             query["takeover"] = "1"
-        path = session_path(self.session_id, "/ws")
-        uri = self.endpoint.websocket_uri(f"{path}?{urlencode(query)}")
-        options: dict[str, Any] = dict(
-            additional_headers=dict(self.endpoint.headers), compression=None, open_timeout=OPEN_TIMEOUT_SECONDS,
-            ping_interval=self._keepalive, ping_timeout=self._keepalive, close_timeout=CLOSE_TIMEOUT_SECONDS,
-            max_size=MAX_MESSAGE_BYTES, create_connection=_ExecdClientConnection, **_DIRECT)
-        try:
-            if self.endpoint.unix_socket is not None:
-                return await unix_connect(self.endpoint.unix_socket, uri, **options)
-            return await websocket_connect(uri, **options)
-        except InvalidStatus as exc:
-            response = exc.response
-            raise http_error("GET", path, response.status_code, response.body or b"",
-                             has_token=self.endpoint.has_token) from None
-        except (OSError, asyncio.TimeoutError, InvalidHandshake, InvalidURI) as exc:
-            raise ExecdUnreachable(f"cannot open the WebSocket to execd at {self.endpoint.describe()} for "
-                                   f"{path}: {type(exc).__name__}: {exc}") from exc
+        return await open_async(self.endpoint, session_path(self.session_id, "/ws"), query,
+                                open_timeout=OPEN_TIMEOUT_SECONDS, keepalive=self._keepalive,
+                                max_size=MAX_MESSAGE_BYTES, close_timeout=CLOSE_TIMEOUT_SECONDS)
 
     async def _read(self, ws: ClientConnection) -> None:
         cause: BaseException
@@ -364,27 +324,21 @@ class ExecdJsonLineChannel:
         self._cursor = decoder.resume_offset
 
     async def _on_control(self, text: str) -> None:
-        frame = control_frame(text)
-        if frame is None:
-            return
-        kind = frame.get("type")
-        if kind == "connected":
-            self.mode = frame.get("mode") if isinstance(frame.get("mode"), str) else None
+        control = parse_control(text)
+        if isinstance(control, Connected):
+            self.mode = control.mode
             if self.mode is not None:
                 self._decoder.lenient_stdout = self.mode == "pty"
             self._connected = True
             if self._ready is not None and not self._ready.done():
                 self._ready.set_result(None)
-        elif kind == "exit":
-            code = frame.get("exit_code")
-            raise ProgramExited(self.label, code if isinstance(code, int) else -1, self.stderr_tail)
-        elif kind == "error":
-            code = str(frame.get("code") or "RUNTIME_ERROR")
-            message = str(frame.get("error") or frame.get("message") or "")
-            if code == "TAKEN_OVER":
-                raise ChannelTakenOver(f"another client took the {self.label} session over: {message}")
-            raise ExecdServerError(code, message)
-        # "pong" and frame types added later: nothing to do
+        elif isinstance(control, Exited):
+            raise ProgramExited(self.label, control.exit_code, self.stderr_tail)
+        elif isinstance(control, ServerError):
+            if control.code == "TAKEN_OVER":
+                raise ChannelTakenOver(f"another client took the {self.label} session over: {control.message}")
+            raise ExecdServerError(control.code, control.message)
+        # "pong", text that is not a control message, and types added later: nothing to do
 
     def _closed_cause(self, closed: ConnectionClosed) -> ChannelDetached:
         received = closed.rcvd  # the peer's Close frame, if one came
@@ -408,31 +362,4 @@ class ExecdJsonLineChannel:
             reader.cancel()
             await asyncio.wait({reader})
         if ws is not None:
-            await _close(ws)
-
-
-async def _close(ws: ClientConnection) -> None:
-    """The closing handshake, without waiting for a FIN that execd never sends; bounded for a silent peer.
-
-    Frames still arriving are read and dropped meanwhile (the cursor does not count them, so a later
-    connection replays them), or websockets' flow control would stop reading before the Close answer.
-    """
-    ws.close_timeout = CLOSE_TIMEOUT_SECONDS  # read now, so that a patched value counts
-    drain = asyncio.create_task(_discard(ws))
-    try:
-        await asyncio.wait_for(ws.close(), CLOSE_TIMEOUT_SECONDS + 1.0)
-    except (asyncio.TimeoutError, OSError):
-        pass
-    finally:
-        if ws.protocol.state is not State.CLOSED:
-            ws.transport.abort()
-        drain.cancel()
-        await asyncio.wait({drain})
-
-
-async def _discard(ws: ClientConnection) -> None:
-    try:
-        while True:
-            await ws.recv()
-    except ConnectionClosed:
-        pass
+            await close_async(ws, CLOSE_TIMEOUT_SECONDS)  # this module's value, so that a patched one counts

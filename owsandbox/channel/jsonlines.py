@@ -3,8 +3,8 @@
 A program on the far side of the channel speaks one JSON object per line on stdout. execd cuts its
 output into frames of arbitrary size, so a record may span frames and a frame may hold many
 records; this module turns frames back into records, knows the resume offset of each, and fails
-loudly when the stream cannot be trusted. It does no I/O and knows nothing about WebSockets, which
-is what lets the tests feed it every possible split of a stream.
+loudly when the stream cannot be trusted. It does no I/O and knows nothing about WebSockets (the
+frame layout is `execdws`'s), which is what lets the tests feed it every possible split of a stream.
 
 Rules, each one a defect made impossible:
 
@@ -44,15 +44,12 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from .errors import BadFrame, BadRecord, JsonLineError, LineTooLong, ReplayGap
-
-STDIN = 0x00
-STDOUT = 0x01
-STDERR = 0x02
-REPLAY = 0x03
+from .execdws import REPLAY, STDERR, decode_frame
+from .execdws import STDIN as STDIN  # the frame kinds are execdws's, all four still named here
+from .execdws import STDOUT as STDOUT
 
 DEFAULT_MAX_LINE_BYTES = 8 * 1024 * 1024
 DEFAULT_STDERR_TAIL_BYTES = 8 * 1024
-_REPLAY_HEADER = 1 + 8
 _JSON_WHITESPACE = b" \t\r"
 
 # The sentence for a README or a user-facing note about reattaching.
@@ -181,25 +178,19 @@ class JsonLineDecoder:
     def push(self, frame: bytes | bytearray | memoryview) -> None:
         """Take one binary frame from execd. Raises `ReplayGap` and `BadFrame` at once."""
         self._raise_if_failed()
-        data = bytes(frame)
-        if not data:
-            self._fail(BadFrame("execd sent an empty binary frame"))
-        kind = data[0]
-        if kind in (STDOUT, STDERR):
-            self._expected += len(data) - 1
-            if len(data) > 1:
-                self._queue.append(_Chunk(kind, data, 1))
-        elif kind == REPLAY:
-            if len(data) < _REPLAY_HEADER:
-                self._fail(BadFrame(f"a REPLAY frame of {len(data)} bytes has no room for its 8-byte offset"))
-            offset = int.from_bytes(data[1:_REPLAY_HEADER], "big")
-            if offset > self._expected:
-                self._fail(ReplayGap(requested=self._expected, available=offset))
-            self._expected = offset + len(data) - _REPLAY_HEADER
-            self._queue.append(_Chunk(REPLAY, data, _REPLAY_HEADER, offset))
+        try:
+            decoded = decode_frame(bytes(frame))
+        except BadFrame as error:
+            self._fail(error)
+        if decoded.offset is not None:  # REPLAY
+            if decoded.offset > self._expected:
+                self._fail(ReplayGap(requested=self._expected, available=decoded.offset))
+            self._expected = decoded.offset + decoded.size
+            self._queue.append(_Chunk(REPLAY, decoded.message, decoded.start, decoded.offset))
         else:
-            self._fail(BadFrame(f"a binary frame of kind 0x{kind:02x}, which execd never sends to a client "
-                                "(1 stdout, 2 stderr, 3 replay)"))
+            self._expected += decoded.size
+            if decoded.size:
+                self._queue.append(_Chunk(decoded.kind, decoded.message, decoded.start))
 
     def next_event(self) -> Event | None:
         """The next event from the frames pushed so far, or None when they are used up."""

@@ -8,16 +8,18 @@ its stdin, `0x01` (STDOUT) and `0x03` (REPLAY, an 8-byte offset then bytes) back
 `0x02` from its stderr. So `ExecdPipeTransport` is `PipeTransport` with a WebSocket in place of a
 child process, and the runner client cannot tell them apart.
 
-Threads: the runner client reads in its pump thread and sends from others. websockets' sync client
-fits that: its own thread reads the socket, `recv` hands over messages in order, and `send` may be
-called from any thread (a lock here keeps one frame sequence whole).
+The WebSocket itself (frame kinds and codec, control messages, connect options, handshake errors,
+the close quirk) is `channel.execdws`'s, shared with the `%attach` channel; this module is its thin
+threaded shell. Threads: the runner client reads in its pump thread and sends from others.
+websockets' sync client fits that: its own thread reads the socket, `recv` hands over messages in
+order, and `send` may be called from any thread (a lock here keeps one frame sequence whole).
 
-execd's quirks, handled here:
+execd's quirks, handled here (and in `execdws`):
 
 * a REPLAY frame may come before `connected`; its bytes are stdout like the rest;
 * execd answers a Close but never closes TCP, and websockets, as a client, waits for the server to
-  do it (RFC 6455 allows that). So once both Close frames have crossed, the socket is closed here;
-  a peer that never answers our Close is cut off after `CLOSE_TIMEOUT_SECONDS`;
+  do it (RFC 6455 allows that). So once both Close frames have crossed, `execdws`'s close watcher
+  closes the socket; a peer that never answers our Close is cut off after `CLOSE_TIMEOUT_SECONDS`;
 * there is no "close stdin": the relay leaves when its session is deleted (`close()`), when the
   daemon drops it (a newer connection won), or after its own silence timeout.
 
@@ -28,40 +30,42 @@ runner client then opens a new pipe and resumes. Nothing is resumed at this leve
 from __future__ import annotations
 
 import contextlib
-import inspect
 import select
 import socket
 import threading
 import time
-from typing import Any
-from urllib.parse import urlencode
 
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
-from websockets.frames import Opcode
-from websockets.sync.client import ClientConnection, connect, unix_connect
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection
 
-from ..channel.channel import control_frame
-from ..channel.control import ExecdControl, http_error, session_path
+from ..channel.control import ExecdControl, session_path
 from ..channel.endpoint import ExecdEndpoint
-from ..channel.errors import ExecdError
+from ..channel.errors import BadFrame, ExecdError, ExecdHTTPError, ExecdUnreachable
+from ..channel.execdws import (
+    CLOSE_TIMEOUT_SECONDS,
+    KEEPALIVE_SECONDS,
+    REPLAY,
+    STDOUT,
+    Connected,
+    Exited,
+    ServerError,
+    decode_frame,
+    open_sync,
+    parse_control,
+    stdin_frames,
+)
 
 try:
     from websockets.exceptions import ConcurrencyError
 except ImportError:  # websockets < 14 raised a plain RuntimeError for two readers at once
     ConcurrencyError = RuntimeError  # type: ignore[assignment,misc]
 
-KIND_STDIN = 0x00
-KIND_STDOUT = 0x01
-KIND_STDERR = 0x02
-KIND_REPLAY = 0x03
 SEND_CHUNK_BYTES = 16 * 1024  # the most stdin in one frame: small, so a socket with room takes it whole
 OPEN_TIMEOUT_SECONDS = 15.0  # the handshake, and then execd's `connected`
-CLOSE_TIMEOUT_SECONDS = 2.0  # how long a Close waits for execd's answer
 CONTROL_TIMEOUT_SECONDS = 10.0  # POST /pty and DELETE /pty/{id}
-KEEPALIVE_SECONDS = 20.0  # WebSocket pings: a dead network ends the stream instead of hanging it
+# CLOSE_TIMEOUT_SECONDS (how long a Close waits for execd's answer) and KEEPALIVE_SECONDS (WebSocket
+# pings: a dead network ends the stream instead of hanging it) are execdws's.
 STDERR_TAIL_BYTES = 8192
-
-_CONNECT_PARAMETERS = set(inspect.signature(connect).parameters)
 
 
 class ExecdTransportError(ConnectionError):
@@ -71,29 +75,6 @@ class ExecdTransportError(ConnectionError):
     def __init__(self, message: str, cause: BaseException | None = None) -> None:
         super().__init__(message)
         self.cause = cause
-
-
-class _ExecdConnection(ClientConnection):
-    """Closes TCP itself as soon as both Close frames have crossed, since execd never does."""
-
-    def process_event(self, event: Any) -> None:
-        super().process_event(event)
-        if getattr(event, "opcode", None) is Opcode.CLOSE:
-            # Ours went first and this is the answer, or this is the peer's and our echo has already
-            # been written (websockets writes it before handing over events): the handshake is over.
-            self.close_socket()
-
-
-def _options(endpoint: ExecdEndpoint, open_timeout: float, keepalive: float | None) -> dict[str, Any]:
-    """The connect() options, for whichever websockets ≥ 13 is installed."""
-    wanted: dict[str, Any] = {
-        "additional_headers": dict(endpoint.headers), "compression": None, "open_timeout": open_timeout,
-        "close_timeout": CLOSE_TIMEOUT_SECONDS, "max_size": None, "create_connection": _ExecdConnection,
-        "ping_interval": keepalive, "ping_timeout": keepalive,
-        "proxy": None,  # websockets ≥ 15 would go through HTTP(S)_PROXY; the HTTP control calls never do
-        "legacy": True,  # websockets 17: a connection, not a reconnecting iterator
-    }
-    return {name: value for name, value in wanted.items() if name in _CONNECT_PARAMETERS}
 
 
 class ExecdPipeTransport:
@@ -136,21 +117,15 @@ class ExecdPipeTransport:
     # -- opening ----------------------------------------------------------------------------
 
     def _open(self, open_timeout: float, keepalive: float | None) -> ClientConnection:
-        path = session_path(self.session_id, "/ws")
-        uri = self.endpoint.websocket_uri(f"{path}?{urlencode({'pty': '0', 'since': '0'})}")
-        options = _options(self.endpoint, open_timeout, keepalive)
         try:
-            if self.endpoint.unix_socket is not None:
-                return unix_connect(self.endpoint.unix_socket, uri, **options)
-            return connect(uri, **options)
-        except InvalidStatus as exc:
-            response = exc.response
-            error = http_error("GET", path, response.status_code, response.body or b"",
-                               has_token=self.endpoint.has_token)
+            return open_sync(self.endpoint, session_path(self.session_id, "/ws"), {"pty": "0", "since": "0"},
+                             open_timeout=open_timeout, keepalive=keepalive, max_size=None,
+                             close_timeout=CLOSE_TIMEOUT_SECONDS)
+        except ExecdHTTPError as error:  # execd refused: its status and body say why
             raise ExecdTransportError(str(error), error) from None
-        except (OSError, InvalidHandshake, InvalidURI) as exc:  # TimeoutError is an OSError
-            raise ExecdTransportError(f"cannot open the WebSocket to execd at {self.endpoint.describe()} for "
-                                      f"{path}: {type(exc).__name__}: {exc}", exc) from exc
+        except ExecdUnreachable as error:
+            cause = error.__cause__  # what websockets or the network raised
+            raise ExecdTransportError(str(error), cause) from cause
 
     def _await_connected(self, timeout: float) -> None:
         """Read up to execd's `connected` (keeping any REPLAY or output that comes first)."""
@@ -187,36 +162,31 @@ class ExecdPipeTransport:
         if isinstance(message, str):
             self._control_frame(message)
             return b""
-        if not message:
+        try:
+            frame = decode_frame(message)
+        except BadFrame:  # nothing execd sends to a client: ignored
             return b""
-        kind = message[0]
-        if kind == KIND_STDOUT:
-            return message[1:]
-        if kind == KIND_REPLAY and len(message) >= 9:
-            offset = int.from_bytes(message[1:9], "big")
-            if offset != 0:  # we ask from 0 on a fresh session: anything else means bytes were lost
-                self._add_tail(f"execd's replay starts at offset {offset}, not 0: output was lost; "
+        if frame.kind == STDOUT:
+            return frame.data
+        if frame.kind == REPLAY:
+            if frame.offset != 0:  # we ask from 0 on a fresh session: anything else means bytes were lost
+                self._add_tail(f"execd's replay starts at offset {frame.offset}, not 0: output was lost; "
                                "this pipe ends here\n".encode())
                 self._finished = True
                 return b""
-            return message[9:]
-        if kind == KIND_STDERR:
-            self._add_tail(message[1:])
+            return frame.data
+        self._add_tail(frame.data)  # STDERR
         return b""
 
     def _control_frame(self, text: str) -> None:
-        frame = control_frame(text)
-        if frame is None:
-            return
-        kind = frame.get("type")
-        if kind == "connected":
-            self.mode = str(frame.get("mode") or "pipe")
-        elif kind == "exit":
-            code = frame.get("exit_code")
-            self.exit_code = code if isinstance(code, int) else -1
+        control = parse_control(text)
+        if isinstance(control, Connected):
+            self.mode = control.mode or "pipe"
+        elif isinstance(control, Exited):
+            self.exit_code = control.exit_code
             self._finished = True
-        elif kind == "error":
-            said = f"{frame.get('code') or 'RUNTIME_ERROR'}: {frame.get('error') or frame.get('message') or ''}"
+        elif isinstance(control, ServerError):
+            said = f"{control.code}: {control.message}"
             self._add_tail(f"execd reported {said}\n".encode())
             if self.mode is None:
                 self._error_before_start = said
@@ -243,12 +213,11 @@ class ExecdPipeTransport:
         ws = self._ws
         if ws is None or self.closed or self._killed:
             raise BrokenPipeError("the execd pipe session is closed")
-        view = memoryview(data)
         try:
             with self._send_lock:
-                for start in range(0, len(view), SEND_CHUNK_BYTES):
+                for frame in stdin_frames(data, SEND_CHUNK_BYTES):
                     self._await_room(ws)
-                    ws.send(b"\x00" + view[start:start + SEND_CHUNK_BYTES])
+                    ws.send(frame)
         except ConnectionClosed as exc:
             raise BrokenPipeError(f"the execd pipe session ended{self._why(exc)}") from None
 
