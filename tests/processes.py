@@ -6,9 +6,12 @@ import os
 import select
 import signal
 import time
+from contextlib import suppress
 from pathlib import Path
 
 from owsandbox.runner.providers.local import descendants, pid_alive
+
+from .waiting import WaitTimeout, wait_until
 
 __all__ = ["PinnedProcesses", "children", "command_line", "descendants", "name", "pid_alive", "wait_for_file",
            "wait_gone"]
@@ -44,18 +47,14 @@ def name(pid: int) -> str:
 
 def wait_gone(pids: list[int], timeout: float = 10) -> list[int]:
     """The pids still alive after waiting up to `timeout` for them to end (SIGKILL is asynchronous)."""
-    deadline = time.monotonic() + timeout
-    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    with suppress(WaitTimeout):  # the caller asserts on what is left, naming it
+        wait_until(lambda: not any(pid_alive(p) for p in pids), timeout, f"{pids} to end")
     return [p for p in pids if pid_alive(p)]
 
 
 def wait_for_file(path: Path, timeout: float = 10) -> None:
     """Wait until a command in the box has made `path` (how a test hears that it got that far)."""
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.01)
+    wait_until(path.exists, timeout, f"{path} to appear", interval=0.01)
 
 
 class PinnedProcesses:

@@ -30,6 +30,8 @@ from owsandbox.runner.box import wsframes as ws
 from owsandbox.runner.box.execd import ExecdServer
 from owsandbox.runner.box.ptysessions import ReplayRing
 
+from .waiting import wait_until
+
 TOKEN = "test-token-5f3a"
 STDOUT, STDERR, REPLAY = 0x01, 0x02, 0x03
 
@@ -164,14 +166,6 @@ def output_of(messages: list[str | bytes]) -> bytes:
 
 def exits(messages: list[str | bytes]) -> list[int]:
     return [control(m)["exit_code"] for m in messages if isinstance(m, str) and control(m)["type"] == "exit"]
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 10, what: str = "the condition") -> None:
-    """For states nothing announces (a process dying, output written while detached): poll."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def gone(pid: int) -> bool:
@@ -555,7 +549,7 @@ def test_a_detached_process_keeps_running_and_since_picks_up_where_the_cursor_wa
         cursor = len(read_until(client, lambda d: d == b"start\n"))
     assert box.status(session_id) == {"session_id": session_id, "running": True, "output_offset": cursor}
     (tmp_path / "go").touch()
-    wait_for(lambda: box.status(session_id)["output_offset"] > cursor, what="output while detached")
+    wait_until(lambda: box.status(session_id)["output_offset"] > cursor, 10, "output while detached")
     with box.attach(session_id, f"pty=0&since={cursor}") as client:
         assert client.recv(timeout=10) == b"\x03" + cursor.to_bytes(8, "big") + b"after-detach\n"
         assert control(client.recv(timeout=10))["type"] == "connected"
@@ -572,7 +566,7 @@ def test_delete_kills_the_process_group_and_a_grandchild(box: Endpoint):
         assert box.http("DELETE", f"/pty/{session_id}")[0] == 200
         messages, code, _ = read_to_close(client)
     assert exits(messages) == [-1] and code == 1000
-    wait_for(lambda: gone(bash_pid) and gone(grandchild), what="the session's processes to end")
+    wait_until(lambda: gone(bash_pid) and gone(grandchild), 10, "the session's processes to end")
     assert box.http("GET", f"/pty/{session_id}")[0] == 404
 
 
@@ -586,7 +580,7 @@ def test_delete_in_pty_mode_kills_background_jobs_in_their_own_groups(box: Endpo
         assert os.getpgid(job) != bash_pid  # job control put the job in a group of its own
         assert box.http("DELETE", f"/pty/{session_id}")[0] == 200
         read_to_close(client)
-    wait_for(lambda: gone(bash_pid) and gone(job), what="the shell and its job to end")
+    wait_until(lambda: gone(bash_pid) and gone(job), 10, "the shell and its job to end")
 
 
 def test_stopping_the_server_kills_every_session(tmp_path: Path):
@@ -595,7 +589,7 @@ def test_stopping_the_server_kills_every_session(tmp_path: Path):
         with box.attach(box.create("echo $$; sleep 300")) as client:
             client.recv(timeout=10)
             pid = int(read_until(client, lambda d: d.endswith(b"\n")))
-    wait_for(lambda: gone(pid), what="the session's process to end")
+    wait_until(lambda: gone(pid), 10, "the session's process to end")
 
 
 # -- closing --------------------------------------------------------------------------------------

@@ -14,6 +14,8 @@ import pytest
 from owsandbox.runner.box.procs import HANDLERS, KILL_GRACE_S, OUTPUT_CAP_BYTES, PIPE_GRACE_S, proc_run
 from owsandbox.runner.box.protocol import FS_ERROR, INVALID_PARAMS, RunnerError
 
+from .waiting import wait_until
+
 PY = sys.executable
 
 
@@ -43,12 +45,8 @@ def is_running(pid: int) -> bool:
 
 
 def wait_for_pid_file(path: Path) -> int:
-    for _ in range(200):
-        text = path.read_text() if path.exists() else ""
-        if text.strip():
-            return int(text)
-        time.sleep(0.01)
-    raise AssertionError(f"no pid written to {path}")
+    return int(wait_until(lambda: path.exists() and path.read_text().strip(), 2, f"a pid written to {path}",
+                          interval=0.01))
 
 
 def test_handlers_table() -> None:

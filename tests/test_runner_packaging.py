@@ -108,15 +108,13 @@ def test_destroy_leaves_no_process_behind(tmp_path):
     daemon_pid = ws.provider.daemon.pid
     shells = ws.client.call("shell.list", timeout=10)["shells"]
     ws.close()
-    import time
-
     from owsandbox.runner.box.shells import session_members
 
-    deadline = time.monotonic() + 5  # SIGKILL is delivered asynchronously
+    from .waiting import wait_until
+
     leaders = [daemon_pid] + [s["pid"] for s in shells]
-    while any(session_members(pid) for pid in leaders) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert [session_members(pid) for pid in leaders] == [[] for _ in leaders]
+    wait_until(lambda: not any(session_members(pid) for pid in leaders), 5,  # SIGKILL is delivered asynchronously
+               f"the sessions of the daemon and its shells {leaders} to be empty")
 
 
 def test_folders_of_daemons_that_are_gone_are_swept_away(tmp_path, zipapp, monkeypatch):

@@ -25,6 +25,7 @@ from owsandbox.runner.client import RunnerClient
 from owsandbox.runner.providers.local import LocalProvider, descendants
 from tests.kernel_session import KernelSession
 from tests.processes import wait_gone
+from tests.waiting import wait_until
 
 from ..conftest import running
 from .helpers import alive, reap, seed_from_env
@@ -144,9 +145,7 @@ def test_nothing_the_killed_daemon_started_outlives_destroy(zipapp: Path, worksp
         client.connect()
         shell_pid = int(client.call("shell.run", {"command": "echo $$"}, timeout=30)["output"])
         call = client.start_call("shell.run", {"command": "sleep 30"})
-        deadline = time.monotonic() + 10
-        while not descendants(shell_pid) and time.monotonic() < deadline:  # the sleep has started
-            time.sleep(0.01)
+        wait_until(lambda: descendants(shell_pid), 10, "`sleep 30` to start under the shell", interval=0.01)
         family = [shell_pid, *descendants(shell_pid)]
         os.kill(provider.daemon_pid, signal.SIGKILL)
         with pytest.raises(P.RunnerError):

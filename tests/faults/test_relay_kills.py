@@ -15,6 +15,7 @@ import os
 import random
 import threading
 import time
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ import pytest
 from owsandbox.kernel.output import CellOutput, Notice, Stream
 from owsandbox.runner.providers.local import LocalProvider
 from tests.processes import children, command_line
+from tests.waiting import WaitTimeout, wait_until
 
 from ..conftest import running
 from .helpers import seed_from_env
@@ -163,12 +165,12 @@ def test_200_relay_kills_lose_and_repeat_nothing(local_box, workspace: Path) -> 
         rng = random.Random(seed)
         try:
             while kills < KILLS and not stop.is_set():
-                deadline = time.monotonic() + RECONNECT_WAIT
-                while not (client.connected and client.reconnects >= kills):
-                    if time.monotonic() > deadline:
-                        killer_error.append(f"the client was not back {RECONNECT_WAIT:g} s after kill {kills}")
-                        return
-                    time.sleep(0.001)
+                try:
+                    wait_until(lambda done=kills: client.connected and client.reconnects >= done, RECONNECT_WAIT,
+                               f"the client to be back after kill {kills}", interval=0.001)
+                except WaitTimeout:
+                    killer_error.append(f"the client was not back {RECONNECT_WAIT:g} s after kill {kills}")
+                    return
                 roll = rng.random()
                 # A few right after the resume (replays in flight), most while output streams.
                 delay = 0.0 if roll < 0.1 else rng.uniform(0.0, 0.004) if roll < 0.3 else rng.uniform(0.0, 0.06)
@@ -195,9 +197,9 @@ def test_200_relay_kills_lose_and_repeat_nothing(local_box, workspace: Path) -> 
     assert kills == KILLS, f"seed={seed}: only {kills} kills in {len(outcomes)} commands"
 
     # The client came back after every kill, from the same daemon: nothing was declared lost.
-    deadline = time.monotonic() + RECONNECT_WAIT
-    while not (client.connected and client.reconnects >= KILLS) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    with suppress(WaitTimeout):  # the assertion below says what is wrong
+        wait_until(lambda: client.connected and client.reconnects >= KILLS, RECONNECT_WAIT,
+                   "the client to be back after the last kill", interval=0.01)
     assert client.reconnects == KILLS and client.restarts == 0, (seed, client.reconnects, client.restarts)
     pending = [call.method for call in list(client._calls.values()) if not call.done.is_set()]
     assert not pending, f"seed={seed}: calls still waiting: {pending}"

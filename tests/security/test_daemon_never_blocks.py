@@ -13,6 +13,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from owsandbox.runner.box import searchchild
 from owsandbox.runner.box.fsops import fs_search
 from owsandbox.runner.providers.local import LocalProvider
 from tests.processes import children, command_line, descendants
+from tests.waiting import WaitTimeout, wait_until
 
 from ..conftest import running
 
@@ -48,12 +50,8 @@ def search_children(pid: int, below: Callable[[int], list[int]] = children) -> l
 def wait_for_search_child(pid: int, timeout: float, below: Callable[[int], list[int]] = children) -> list[int]:
     """The search processes below `pid` once one shows (polling /proc: no event says a process began);
     [] if none did within `timeout`."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = search_children(pid, below)
-        if found:
-            return found
-        time.sleep(0.01)
+    with suppress(WaitTimeout):
+        return wait_until(lambda: search_children(pid, below), timeout, "a search process", interval=0.01)
     return []
 
 

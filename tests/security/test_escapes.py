@@ -9,21 +9,12 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
+from ..waiting import wait_until
 from .conftest import Attacker
-
-
-def _gone_within(check, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.1)
-    return check()
 
 
 def test_a_link_in_place_of_the_log_cannot_reach_host_files(attacker: Attacker, home: Path):
@@ -67,7 +58,7 @@ def test_after_a_restart_shutdown_ends_the_sandbox_and_removes_its_state(attacke
     assert after["init_pid"] != before["init_pid"]
     attacker.run("setsid sleep 300 & (sleep 301 &) ; echo ok")
     attacker.step(close=True)
-    assert _gone_within(lambda: not _in_namespace(after["pidns"]), 5), "processes of the sandbox are left"
+    wait_until(lambda: not _in_namespace(after["pidns"]), 5, "the sandbox's processes to end", interval=0.1)
     assert not os.path.exists(after["state_dir"])
 
 
@@ -182,7 +173,7 @@ def test_a_sandbox_whose_kernel_is_killed_ends_within_the_linger_time(attacker_f
     pidns = attacker.step(state=True)["pidns"]
     assert len(_in_namespace(pidns)) >= 4
     attacker.kill()
-    assert _gone_within(lambda: not _in_namespace(pidns), 20), "the sandbox outlived its kernel"
+    wait_until(lambda: not _in_namespace(pidns), 20, "the sandbox to end with its kernel", interval=0.1)
 
 
 def test_a_private_folder_made_first_by_someone_else_is_not_used(attacker_factory, home: Path, owner, who: str):

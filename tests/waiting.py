@@ -1,0 +1,35 @@
+"""Waiting for something to happen, the one way tests poll.
+
+Some states nothing announces: a process ending, a file appearing, a shell turning busy. A test that
+needs one polls for it, and `wait_until` is that loop, so one place decides how tests poll and a
+timeout always says what was awaited, for how long and what was seen last. Where something does
+announce itself (a message, an event, a pidfd), wait on that instead.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+__all__ = ["WaitTimeout", "wait_until"]
+
+T = TypeVar("T")
+
+
+class WaitTimeout(AssertionError):
+    """What `wait_until` raises when it gives up (`contextlib.suppress` it where not coming is fine)."""
+
+
+def wait_until(condition: Callable[[], T], timeout: float, what: str, interval: float = 0.02) -> T:
+    """The first truthy value of `condition()`, called every `interval` s for up to `timeout` s (and
+    once more when the time is up); WaitTimeout naming `what` if none came."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            seen = "" if value is None or value is False else f" (last seen: {value!r})"
+            raise WaitTimeout(f"timed out after {timeout:g} s waiting for {what}{seen}")
+        time.sleep(interval)
