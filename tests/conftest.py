@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,6 +29,16 @@ def workspace(tmp_path: Path) -> Path:
     folder = tmp_path / "ws"
     folder.mkdir()
     return folder
+
+
+@pytest.fixture
+def fresh_runtime() -> Iterator[str]:
+    """A runtime folder this runner version has never met (short, for the socket paths in it)."""
+    runtime = tempfile.mkdtemp(prefix="ows-rt-")
+    try:
+        yield runtime
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
 
 
 def require_bwrap() -> None:
@@ -69,6 +80,29 @@ def opensandbox_execd(tmp_path_factory: pytest.TempPathFactory):
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def podman(tmp_path_factory: pytest.TempPathFactory):
+    """Podman as root with a containers.conf of the tests' own (see tests/containers.py); skips where
+    podman or debootstrap is missing, fails so in CI."""
+    from .containers import Podman, require_podman
+
+    require_podman()
+    return Podman(tmp_path_factory.mktemp("podman"))
+
+
+@pytest.fixture(scope="session")
+def debian_image(podman) -> str:
+    """A Debian 12 image with python3 and a marker file the host lacks; built once, then cached by podman."""
+    return podman.image()
+
+
+@pytest.fixture
+def debian_container(podman, debian_image: str):
+    """A running container of `debian_image`, removed after the test; its name."""
+    with podman.container(debian_image) as name:
+        yield name
 
 
 @pytest.fixture(params=["local", "bwrap", "ssh", "opensandbox"])

@@ -11,10 +11,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import socket
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -99,16 +97,6 @@ def test_cells_run_through_execd_and_keep_their_state(execd, workspace):
     finally:
         ws.close()
     assert not os.path.exists(provider.socket_path)  # destroy() stopped the daemon and removed its folder
-
-
-@pytest.fixture
-def fresh_runtime() -> Iterator[str]:
-    """A runtime folder this runner version has never met (short, for the socket paths in it)."""
-    runtime = tempfile.mkdtemp(prefix="ows-rt-")
-    try:
-        yield runtime
-    finally:
-        shutil.rmtree(runtime, ignore_errors=True)
 
 
 def test_the_runner_is_copied_into_a_box_once_per_version(fresh_runtime, make_provider):

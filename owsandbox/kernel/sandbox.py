@@ -15,7 +15,7 @@ from typing import Any
 
 from ..runner.box import protocol as P
 from ..runner.client import RunnerClient
-from ..runner.providers import KNOWN, RUNNER_PROVIDERS, bwrap_problem, enforcement_of
+from ..runner.providers import bwrap_problem, enforcement_of, resolve
 from ..runner.workspace import DEFAULT_PROVIDER, PROVIDER_ENV, RunnerWorkspace
 
 WORKSPACE_ENV = "OWSANDBOX_WORKSPACE"
@@ -28,18 +28,22 @@ class SandboxUnavailable(Exception):
 class Sandbox:
     def __init__(self, cwd: str | None = None, provider: str | None = None, key: str | None = None) -> None:
         self.key = key
-        self.cwd = str(Path(cwd or os.environ.get(WORKSPACE_ENV) or os.getcwd()).resolve())
+        # The notebook's folder on this machine, and the folder commands start in, in the box: the same
+        # until a box that does not share the host's files says where it started (see `_start`).
+        self.host_cwd = str(Path(cwd or os.environ.get(WORKSPACE_ENV) or os.getcwd()).resolve())
+        self.cwd = self.host_cwd
+        self.shell_folders: dict[str, str] = {}  # each shell's folder after its last cell (see folder_of)
         self.provider_name = provider or os.environ.get(PROVIDER_ENV) or DEFAULT_PROVIDER
-        factory = RUNNER_PROVIDERS.get(self.provider_name)
         self.enforcement = enforcement_of(self.provider_name)
         self._workspace: RunnerWorkspace | None = None
         self._error: str | None = None
         self._ready = threading.Event()
         self._closed = False
         self.started_at = time.time()
-        if factory is None:
-            self._error = (f"unknown sandbox provider '{self.provider_name}' (from {PROVIDER_ENV}); "
-                           f"known providers: {', '.join(p for p in KNOWN if p != 'direct')}")
+        try:
+            self._factory = resolve(self.provider_name, source=PROVIDER_ENV)
+        except ValueError as exc:
+            self._error = str(exc)
             self._ready.set()
 
     def isolation_note(self) -> str:
@@ -58,8 +62,8 @@ class Sandbox:
     def _start(self) -> None:
         options: dict[str, Any] = {"key": self.key} if self.key else {}
         try:
-            workspace = RunnerWorkspace(RUNNER_PROVIDERS[self.provider_name](cwd=self.cwd, **options), self.cwd)
-            if getattr(workspace.provider, "reused", False):
+            workspace = RunnerWorkspace(self._factory(cwd=self.host_cwd, **options), self.host_cwd)
+            if workspace.provider.reused:
                 self._fresh_shells(workspace)
         except (P.RunnerError, OSError, RuntimeError, ValueError) as exc:
             self._error = f"the {self.provider_name} sandbox could not start: {exc}"
@@ -67,6 +71,7 @@ class Sandbox:
             if self._closed:
                 workspace.close()
             else:
+                self.cwd = workspace.cwd  # before the workspace shows: nothing may send the host's folder
                 self._workspace = workspace
         finally:
             self._ready.set()
@@ -88,11 +93,26 @@ class Sandbox:
     def client(self) -> RunnerClient:
         return self.wait().client
 
+    def folder_of(self, shell: str) -> str:
+        """Where `shell` runs its next command: its folder after its last one (so a shell that has to start
+        again, after `exit` or a sandbox restart, starts there), else the sandbox's folder."""
+        return self.shell_folders.get(shell) or self.cwd
+
+    def remember_folder(self, shell: str, folder: str | None) -> None:
+        if folder:
+            self.shell_folders[shell] = folder
+
+    def headline(self) -> list[str]:
+        """The first cell's line: the provider's few facts (see `Provider.headline`)."""
+        return self.wait(0).provider.headline()
+
     def describe(self) -> dict[str, Any]:
         info: dict[str, Any] = {"provider": self.provider_name, "enforcement": self.enforcement, "cwd": self.cwd}
         if self._workspace is not None:
             client = self._workspace.client
             info.update(self._workspace.provider.describe())
+            if not self._workspace.provider.shares_host_files:
+                info.update(cwd=self.cwd, **{"host folder": self.host_cwd})  # the notebook's, not in the box
             info.update(instance_id=client.instance_id, restarts=client.restarts, reconnects=client.reconnects,
                         runner_pid=client.hello.get("pid"), runner_version=client.hello.get("runner_version"),
                         os=client.hello.get("os"), bash=client.hello.get("shell"),

@@ -7,6 +7,7 @@ and renamed, so a reader never sees half a zipapp.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import os
@@ -30,6 +31,24 @@ def _sources() -> list[tuple[str, bytes]]:
     for path in sorted(BOX_DIR.glob("*.py")):
         files.append((f"{PACKAGE}/{path.name}", path.read_bytes()))
     return files
+
+
+@functools.lru_cache(maxsize=1)
+def box_stdlib_modules() -> tuple[str, ...]:
+    """The standard-library modules the box imports (top-level names, from its sources), for
+    providers to check a box's Python for before they run the runner there: a partial Python, such
+    as Debian's python3-minimal (no json, shutil, pty, termios, ...), cannot run it."""
+    import ast
+    import sys
+
+    names: set[str] = set()
+    for path in sorted(BOX_DIR.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_bytes())):
+            if isinstance(node, ast.Import):
+                names.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+    return tuple(sorted(name for name in names if name in sys.stdlib_module_names and name != "__future__"))
 
 
 def zipapp_bytes() -> tuple[str, bytes]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from .client import RunnerClient
 from .executor import DirectExecutor, RunnerExecutor
-from .providers import KNOWN, RUNNER_PROVIDERS, Provider
+from .providers import Provider, resolve
 
 DEFAULT_PROVIDER = "auto"
 PROVIDER_ENV = "OWSANDBOX_PROVIDER"
@@ -31,9 +31,13 @@ class DirectWorkspace:
 
 
 class RunnerWorkspace:
+    """A provider's box with a client connected to its daemon. `host_cwd` is the folder on this
+    machine it was opened for; `cwd` the folder commands start in, in the box: the same folder when
+    the provider shares the host's files, else the one the box's daemon started in."""
+
     def __init__(self, provider: Provider, cwd: str, ping_seconds: float = 5.0) -> None:
         self.provider = provider
-        self.cwd = cwd
+        self.host_cwd = cwd
         provider.create()
         try:
             self.client = RunnerClient(provider.open_runner, ping_seconds=ping_seconds)
@@ -41,7 +45,8 @@ class RunnerWorkspace:
         except BaseException:
             provider.destroy()
             raise
-        self.executor = RunnerExecutor(self.client, cwd=cwd)
+        self.cwd = cwd if provider.shares_host_files else str(self.client.hello["cwd"])
+        self.executor = RunnerExecutor(self.client, cwd=self.cwd)
 
     def describe(self) -> dict[str, Any]:
         return {**self.provider.describe(), "cwd": self.cwd, "instance_id": self.client.instance_id,
@@ -56,20 +61,14 @@ class RunnerWorkspace:
     def release(self) -> None:
         """Disconnect but leave the sandbox running where the provider can (a restarting kernel)."""
         self.client.close()
-        release = getattr(self.provider, "release", None)
-        if release is None:
-            self.provider.destroy()
-        else:
-            release()
+        self.provider.release()
 
 
 def open_workspace(cwd: str | os.PathLike[str] | None = None, provider: str | None = None,
                    **options: Any) -> DirectWorkspace | RunnerWorkspace:
     name = provider or os.environ.get(PROVIDER_ENV) or DEFAULT_PROVIDER
     folder = str(Path(cwd or os.getcwd()).resolve())
-    if name == "direct":
-        return DirectWorkspace(folder)
-    factory = RUNNER_PROVIDERS.get(name)
+    factory = resolve(name, direct=True)
     if factory is None:
-        raise ValueError(f"unknown sandbox provider '{name}'; known providers: {', '.join(KNOWN)}")
+        return DirectWorkspace(folder)
     return RunnerWorkspace(factory(cwd=folder, **options), folder)

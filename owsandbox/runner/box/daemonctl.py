@@ -1,9 +1,9 @@
 """Starting and stopping a detached daemon in a box that is reached only through commands.
 
-Three callers need this: the `exec` provider's bootstrap (over ssh or `docker exec`), the
-OpenSandbox provider's bootstrap (in an execd session) and a relay that finds its daemon gone
-(`attach --start`). Each imports this module from the zipapp it has just made sure of, so the box
-has one way to do it. A state folder holds `run/runner.sock`, `ready.json` (the daemon's first
+Two callers need this: the box's bootstrap (`bootstrap.py`, which the `exec` provider runs over ssh
+or `docker exec` and the OpenSandbox provider in an execd session) and a relay that finds its daemon
+gone (`attach --start`). Each imports this module from the zipapp it has just made sure of, so the
+box has one way to do it. A state folder holds `run/runner.sock`, `ready.json` (the daemon's first
 line: its pid and execd endpoint) and `daemon.log`. Its listening sockets are made one way too
 (`listen_unix`), by the daemon, its execd endpoint, and a host that hands a box its sockets.
 """

@@ -1,12 +1,13 @@
 """Providers by name. `direct` runs shells in this process; the others start a daemon in a box.
 
-`auto` (the default) is `bwrap` where bubblewrap works on this machine, else `local`.
+`auto` (the default) is `bwrap` where bubblewrap works on this machine, else `local`. A name becomes
+a provider in one place, `resolve`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal, overload
 
 from .base import Provider
 from .bwrap import BwrapProvider, auto_enforcement, auto_provider, bwrap_problem
@@ -23,6 +24,8 @@ def opensandbox_provider(*args: Any, **options: Any) -> Provider:
 
 opensandbox_provider.enforcement = "the OpenSandbox sandbox"  # type: ignore[attr-defined]
 
+#: No provider: commands run in the caller's process (`open_workspace` only; the kernel always has a box).
+DIRECT = "direct"
 RUNNER_PROVIDERS: dict[str, Callable[..., Provider]] = {
     "auto": auto_provider,
     "bwrap": BwrapProvider,
@@ -30,7 +33,29 @@ RUNNER_PROVIDERS: dict[str, Callable[..., Provider]] = {
     "local": LocalProvider,
     "opensandbox": opensandbox_provider,
 }
-KNOWN = ("direct", *RUNNER_PROVIDERS)
+KNOWN = (DIRECT, *RUNNER_PROVIDERS)
+
+
+@overload
+def resolve(name: str, *, direct: Literal[False] = False, source: str | None = None) -> Callable[..., Provider]: ...
+@overload
+def resolve(name: str, *, direct: bool, source: str | None = None) -> Callable[..., Provider] | None: ...
+def resolve(name: str, *, direct: bool = False, source: str | None = None) -> Callable[..., Provider] | None:
+    """The factory of the provider called `name`: `factory(cwd=FOLDER, **options)` makes it (`key`,
+    and the provider's own options). Called by `open_workspace` and by the kernel's `Sandbox` when it
+    is made, before anything starts.
+
+    `direct` is a name only for a caller that can run commands in its own process (`direct=True`):
+    it resolves to None there. Any other name that is not a provider's is a ValueError that names the
+    known providers (those the caller can use) and, given `source`, where the name came from."""
+    if direct and name == DIRECT:
+        return None
+    factory = RUNNER_PROVIDERS.get(name)
+    if factory is None:
+        known = KNOWN if direct else tuple(RUNNER_PROVIDERS)
+        origin = f" (from {source})" if source else ""
+        raise ValueError(f"unknown sandbox provider '{name}'{origin}; known providers: {', '.join(known)}")
+    return factory
 
 
 def enforcement_of(name: str) -> str:
@@ -41,5 +66,5 @@ def enforcement_of(name: str) -> str:
     return getattr(factory, "enforcement", "unknown")
 
 
-__all__ = ["KNOWN", "RUNNER_PROVIDERS", "BwrapProvider", "ExecProvider", "LocalProvider", "Provider",
-           "bwrap_problem", "enforcement_of", "opensandbox_provider"]
+__all__ = ["DIRECT", "KNOWN", "RUNNER_PROVIDERS", "BwrapProvider", "ExecProvider", "LocalProvider", "Provider",
+           "bwrap_problem", "enforcement_of", "opensandbox_provider", "resolve"]

@@ -459,6 +459,14 @@ class BwrapProvider(LocalProvider):
     def limit_summary(self) -> dict[str, str]:
         return self.limits.describe()
 
+    def headline(self) -> list[str]:
+        network = {"none": "no network", "outbound": "network out (pasta)"}[self.describe_network()[0]]
+        limits = self.limits.describe()
+        return ["bubblewrap", f"writes to {self.cwd}", network, f"{limits['memory']}, {limits['processes']} processes"]
+
+    def network_state(self) -> str | None:
+        return self.describe_network()[0]
+
     def describe(self) -> dict[str, Any]:
         env = sorted(self.box_env())
         network, how = self.describe_network()

@@ -121,6 +121,7 @@ def sweep_dead_state(root: Path, keep: str) -> None:
 class LocalProvider(Provider):
     name = "local"
     enforcement = "none"
+    shares_host_files = True  # the daemon runs on this machine (bwrap binds the workspace at its own path)
 
     def __init__(self, cwd: str | os.PathLike[str] | None = None, runner_path: str | os.PathLike[str] | None = None,
                  relay_silence_seconds: float = 60.0, python: str | None = None, start_timeout: float = 20.0,
@@ -138,8 +139,6 @@ class LocalProvider(Provider):
         self.daemon: subprocess.Popen[bytes] | None = None
         self.daemon_pid: int | None = None
         self.daemon_info: dict[str, Any] = {}
-        self.reused = False  # create() found a daemon of the same key still running
-        self.fallback_reason: str | None = None  # set when `auto` chose this for want of isolation
         self._lifecycle = threading.RLock()  # restart_daemon() and a reconnecting client may race
 
     def create(self) -> None:
@@ -302,6 +301,9 @@ class LocalProvider(Provider):
         if self.state_dir:
             shutil.rmtree(self.state_dir, ignore_errors=True)
             self.state_dir = None
+
+    def headline(self) -> list[str]:
+        return ["local", self.fallback_reason or "no isolation: commands run on this machine with your permissions"]
 
     def describe(self) -> dict[str, Any]:
         info = {**super().describe(), "cwd": self.cwd, "socket": self.socket_path, "daemon_pid": self.daemon_pid}

@@ -1,0 +1,86 @@
+"""The provider contract (`providers/base.py`) and the one place names become providers (`resolve`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from owsandbox.kernel.sandbox import Sandbox, SandboxUnavailable
+from owsandbox.runner.providers import RUNNER_PROVIDERS, BwrapProvider, ExecProvider, LocalProvider, Provider, resolve
+from owsandbox.runner.providers.boxed import ProgramBoxProvider
+from owsandbox.runner.providers.opensandbox import OpenSandboxProvider
+
+
+def test_a_name_resolves_to_its_factory_and_direct_only_where_the_caller_runs_commands():
+    for name, factory in RUNNER_PROVIDERS.items():
+        assert resolve(name) is factory and resolve(name, direct=True) is factory
+    assert resolve("direct", direct=True) is None
+
+
+def test_an_unknown_name_names_the_providers_the_caller_can_use():
+    with pytest.raises(ValueError) as workspace_error:
+        resolve("no-such-box", direct=True)
+    assert str(workspace_error.value) == ("unknown sandbox provider 'no-such-box'; "
+                                          "known providers: direct, auto, bwrap, exec, local, opensandbox")
+    with pytest.raises(ValueError) as kernel_error:
+        resolve("direct", source="OWSANDBOX_PROVIDER")  # the kernel always has a box
+    assert str(kernel_error.value) == ("unknown sandbox provider 'direct' (from OWSANDBOX_PROVIDER); "
+                                       "known providers: auto, bwrap, exec, local, opensandbox")
+
+
+def test_the_kernel_reports_an_unknown_name_in_every_cell(tmp_path):
+    sandbox = Sandbox(cwd=str(tmp_path), provider="nope")
+    sandbox.start_in_background()  # nothing to start
+    with pytest.raises(SandboxUnavailable, match=r"unknown sandbox provider 'nope' \(from OWSANDBOX_PROVIDER\); "
+                                                 "known providers: auto, bwrap"):
+        sandbox.wait(1)
+    assert sandbox.describe()["error"].startswith("unknown sandbox provider 'nope'")
+
+
+def test_the_contract_is_abstract_and_every_provider_fulfils_it():
+    with pytest.raises(TypeError):
+        Provider()  # type: ignore[abstract]
+    assert Provider.__abstractmethods__ == {"create", "open_runner", "restart_daemon", "destroy"}
+    assert ProgramBoxProvider.__abstractmethods__ == {"_run_bootstrap", "_disconnect", "open_runner"}
+    for cls in (LocalProvider, BwrapProvider, ExecProvider, OpenSandboxProvider):
+        assert not cls.__abstractmethods__, cls
+    assert issubclass(ExecProvider, ProgramBoxProvider) and issubclass(OpenSandboxProvider, ProgramBoxProvider)
+
+
+def test_the_defaults_of_a_provider_with_nothing_more_to_say():
+    calls: list[str] = []
+
+    class Minimal(Provider):
+        name = "minimal"
+
+        def create(self) -> None:
+            calls.append("create")
+
+        def open_runner(self) -> Any:
+            raise NotImplementedError
+
+        def restart_daemon(self) -> None:
+            calls.append("restart")
+
+        def destroy(self) -> None:
+            calls.append("destroy")
+
+    box = Minimal()
+    box.release()  # a box that cannot outlive its provider ends with it
+    assert calls == ["destroy"]
+    assert box.reused is False and box.fallback_reason is None and box.shares_host_files is False
+    assert box.describe() == {"provider": "minimal", "enforcement": "none"} and box.headline() == ["minimal"]
+    assert box.limit_counters() == {} and box.limit_summary() is None and box.network_state() is None
+    hello = {"execd": {"unix_socket": "/run/x.sock", "token": "t"}}
+    assert box.execd_socket(hello) == "/run/x.sock" and box.execd_endpoint(hello).unix_socket == "/run/x.sock"
+
+
+def test_auto_says_why_it_does_not_isolate(monkeypatch, tmp_path):
+    from owsandbox.runner.providers import bwrap
+
+    monkeypatch.setattr(bwrap, "bwrap_problem", lambda: "bubblewrap (bwrap) is not installed")
+    provider = RUNNER_PROVIDERS["auto"](cwd=tmp_path)
+    assert type(provider) is LocalProvider and provider.fallback_reason is not None
+    assert "bubblewrap (bwrap) is not installed" in provider.headline()[1]
+    assert LocalProvider(cwd=tmp_path).fallback_reason is None
