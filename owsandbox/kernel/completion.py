@@ -1,9 +1,11 @@
 """Tab completion and inspection, answered from the sandbox without touching the user's shells.
 
 A shell may be busy running a cell, and running anything in it would change its `$?` or race the
-next cell, so completion asks the daemon for what it can see on its own: folder listings (relative
-to the shell's folder), `compgen` in a fresh bash for commands and variables, plus the variables
-that earlier cells assigned. Magic names and their path arguments complete too.
+next cell, so completion asks the daemon (`shell.complete`, `shell.inspect`), which answers from a
+fresh bash in the shell's folder that knows the shell's functions, aliases and PATH as of its last
+idle moment (owsandbox/runner/box/complete.py says how): commands, functions and aliases, variables
+(plus the ones earlier cells assigned), options and other arguments from bash-completion when the
+box has it, and folder listings for paths. Magic names and their path arguments complete too.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 import re
 from typing import TYPE_CHECKING, Any
 
+from ..runner.box import protocol as P
 from . import magics
 
 if TYPE_CHECKING:
@@ -19,6 +22,9 @@ if TYPE_CHECKING:
 
 _BREAKS = set(" \t\n;|&<>()`\"'=")
 _COMMAND_BEFORE = re.compile(r"(^|[;&|(`]|\$\(|&&|\|\||\b(then|do|else|elif|time|sudo|xargs|exec)\s)\s*$")
+_SEPARATOR = re.compile(r"[;&|(`]|\$\(")  # where a simple command starts
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
+_PREFIX_WORDS = {"then", "do", "else", "elif", "!", "{", "time"}
 _ASSIGNED = re.compile(r"(?:^|[\s;&|(])(?:export\s+|local\s+|declare\s+(?:-\w+\s+)?|readonly\s+)?"
                        r"([A-Za-z_][A-Za-z0-9_]*)(?:\+?=)|\b(?:read(?:\s+-\w+)*|for)\s+([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -51,11 +57,31 @@ def _sandbox_call(kernel: OwSandboxKernel, method: str, params: dict[str, Any]) 
     return kernel.sandbox.client.call(method, params, timeout=5)
 
 
-def _compgen(kernel: OwSandboxKernel, kind: str, prefix: str) -> list[str]:
-    done = _sandbox_call(kernel, "proc.run", {
-        "argv": ["bash", "-c", f'compgen {kind} -- "$1" | sort -u | head -n 300', "complete", prefix],
-        "cwd": kernel.shell_folder(kernel.settings["shell"]), "timeout_s": 5})
-    return [line for line in done["stdout"].splitlines() if line]
+def _shell_complete(kernel: OwSandboxKernel, what: str, word: str, words: list[str] | None = None) -> list[str]:
+    params: dict[str, Any] = {"shell": kernel.settings["shell"], "what": what, "word": word}
+    if words is not None:
+        params["words"] = words
+    return list(_sandbox_call(kernel, "shell.complete", params)["matches"])
+
+
+def command_words(before: str) -> list[str]:
+    """The words of the simple command that `before` (its line up to the word at the cursor) is in, as
+    bash splits them for completion (a `=` is a word of its own); [] when there is no command."""
+    words = _SEPARATOR.split(before)[-1].split()
+    while words and (words[0] in _PREFIX_WORDS or _ASSIGNMENT.match(words[0])):
+        words.pop(0)
+    return [part for word in words for part in re.findall(r"=|[^=]+", word)]
+
+
+def _arguments(kernel: OwSandboxKernel, before: str, typed: str) -> list[str]:
+    """What bash-completion offers for the word (options, subcommands, ...), paths left out."""
+    words = command_words(before)
+    if not words:
+        return []
+    try:
+        return _shell_complete(kernel, "arguments", typed, [*words, typed])
+    except (P.RunnerError, TimeoutError):  # an older runner, or a slow completion: the paths still come
+        return []
 
 
 def _paths(kernel: OwSandboxKernel, typed: str) -> list[str]:
@@ -86,13 +112,17 @@ def complete(kernel: OwSandboxKernel, code: str, cursor: int) -> tuple[list[str]
         return [name for name in magics.magic_names() if name.startswith(typed)], start, end
     if typed.startswith("$"):
         bare = typed.lstrip("${")
-        names = set(_compgen(kernel, "-v", bare)) | {n for n in assigned_names(_history(kernel)) if n.startswith(bare)}
+        names = set(_shell_complete(kernel, "variables", bare))
+        names |= {n for n in assigned_names(_history(kernel)) if n.startswith(bare)}
         lead = typed[: len(typed) - len(bare)]
         return [lead + name for name in sorted(names)], start, end
     if _COMMAND_BEFORE.search(before) and "/" not in typed and not before.lstrip().startswith("%"):
-        commands = _compgen(kernel, "-abck -A function", typed) if typed else []
+        commands = _shell_complete(kernel, "commands", typed) if typed else []
         return sorted(set(commands)) + _paths(kernel, typed), start, end
-    return _paths(kernel, typed), start, end
+    paths = _paths(kernel, typed)
+    if before.lstrip().startswith("%"):
+        return paths, start, end
+    return paths + [match for match in _arguments(kernel, before, typed) if match not in paths], start, end
 
 
 def _history(kernel: OwSandboxKernel) -> list[str]:
@@ -107,8 +137,4 @@ def inspect_word(kernel: OwSandboxKernel, code: str, cursor: int) -> str:
         kind = "cell" if word.startswith("%%") else "line"
         found = magics.MAGICS.get((kind, word.lstrip("%")))
         return found.parser.format_help() if found else ""
-    done = _sandbox_call(kernel, "proc.run", {
-        "argv": ["bash", "-c", 'type -- "$1" 2>/dev/null || exit 1; help -d -- "$1" 2>/dev/null; '
-                               'man -f -- "$1" 2>/dev/null; exit 0', "inspect", word],
-        "cwd": kernel.shell_folder(kernel.settings["shell"]), "timeout_s": 5})
-    return done["stdout"] if done["exit_code"] == 0 else ""
+    return str(_sandbox_call(kernel, "shell.inspect", {"shell": kernel.settings["shell"], "word": word})["text"])

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from . import fsops, params, procs, searchchild
+from . import complete, fsops, params, procs, searchchild
 from . import protocol as P
 from .daemonctl import AlreadyServing, listen_unix
 from .execd import ExecdServer
@@ -75,6 +75,7 @@ class Daemon:
         self.socket_path = os.path.abspath(socket_path)
         self.cwd = os.path.abspath(cwd or os.getcwd())
         self.log_dir = log_dir or os.path.join(os.path.dirname(self.socket_path), "logs")
+        self.definitions_dir = os.path.join(os.path.dirname(self.socket_path), "definitions")  # complete.py
         self.max_frame_bytes = max_frame_bytes
         self.output_limit = output_limit
         self.instance_id = uuid.uuid4().hex
@@ -261,6 +262,10 @@ class Daemon:
             return lambda _id, p: self._shell_close(p)
         if method == "shell.input":
             return lambda _id, p: self._shell_input(p)
+        if method == "shell.complete":
+            return lambda _id, p: self._shell_complete(p, complete.shell_complete)
+        if method == "shell.inspect":
+            return lambda _id, p: self._shell_complete(p, complete.shell_inspect)
         # searchchild's fs.search replaces fsops': a regex can hold the GIL for minutes, so it runs in a child
         table: dict[str, Callable[[dict[str, Any], str], Any]] = {**fsops.HANDLERS, **procs.HANDLERS,
                                                                   **searchchild.HANDLERS}
@@ -317,6 +322,8 @@ class Daemon:
             "max_frame_bytes": self.max_frame_bytes,
             "output_limit": self.output_limit,
             "log_dir": self.log_dir,
+            # where `%attach` keeps its registry of programs and cursors: in the box, beside the logs
+            "attach_registry": os.path.join(os.path.dirname(self.log_dir), "attach.json"),
             "uptime_s": round(time.time() - self.started, 3),
             "execd": self.execd.address(),
         }
@@ -351,8 +358,13 @@ class Daemon:
             start_in = os.path.join(self.cwd, start_in)
         if not os.path.isdir(start_in):
             raise P.RunnerError(P.INVALID_PARAMS, f"param 'cwd': no such folder: {start_in}")
+        try:
+            os.makedirs(self.definitions_dir, mode=0o700, exist_ok=True)
+            definitions_dir: str | None = self.definitions_dir
+        except OSError:
+            definitions_dir = None  # completion goes without the shell's functions and aliases
         shell = Shell(name, start_in, log_dir=self.log_dir, output_limit=self.output_limit,
-                      on_exit=self._shell_exited)
+                      on_exit=self._shell_exited, definitions_dir=definitions_dir)
         with self._shells_lock:
             self._shells[name] = shell
             self._last_folders[name] = shell.cwd
@@ -468,6 +480,23 @@ class Daemon:
             raise P.RunnerError(P.UNKNOWN_SHELL, f"no shell named '{name}'")
         shell.close()
         return {"shell": name, "closed": True}
+
+    def _shell_complete(self, p: dict[str, Any],
+                        answer: Callable[[dict[str, Any], str, Callable[[], str | None]], Any]) -> Any:
+        """Completion or inspection for a shell, by a fresh bash in its folder (complete.py), with the
+        functions and aliases the shell writes if it is idle; a shell not started yet has the defaults."""
+        name = params.get(p, "shell", str, "main")
+        with self._shells_lock:
+            shell = self._shells.get(name)
+            cwd = shell.cwd if shell is not None else self._last_folders.get(name, self.cwd)
+
+        def definitions() -> str | None:
+            if shell is None:
+                return None
+            shell.write_definitions()
+            return shell.definitions_path
+
+        return answer(p, cwd, definitions)
 
     def list_shells(self) -> list[dict[str, Any]]:
         with self._shells_lock:
