@@ -25,7 +25,9 @@ def _runner(argv: list[str]) -> int:
 
 def _run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="owsandbox run", description="Run shell commands in a sandbox.")
-    parser.add_argument("--provider", default=None, help="sandbox provider (default: $OWSANDBOX_PROVIDER or local)")
+    parser.add_argument("--provider", default=None,
+                        help="sandbox provider: auto, bwrap, local, exec, opensandbox or direct "
+                             "(default: $OWSANDBOX_PROVIDER, else auto: bwrap where bubblewrap works, else local)")
     parser.add_argument("--cwd", default=None, help="the workspace folder (default: here)")
     parser.add_argument("--json", action="store_true", help="print each result as JSON")
     parser.add_argument("commands", nargs="+", help="commands, each run on the same shell in turn")

@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         import nbformat
+        from jupyter_client.manager import KernelManager
         from nbclient import NotebookClient
         from nbclient.exceptions import CellExecutionError
     except ImportError:
@@ -53,22 +54,37 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     notebook = nbformat.read(args.notebook, as_version=4)
     with tempfile.TemporaryDirectory(prefix="owsandbox-tour-") as workdir:
-        client = NotebookClient(notebook, kernel_name=args.kernel, timeout=args.timeout,
+        # Over IPC (Unix sockets in the private work folder): no TCP port is opened on this machine.
+        manager = KernelManager(kernel_name=args.kernel, transport="ipc", ip=os.path.join(workdir, "kernel"))
+        client = NotebookClient(notebook, km=manager, kernel_name=args.kernel, timeout=args.timeout,
                                 resources={"metadata": {"path": workdir}})
         failed: CellExecutionError | None = None
         try:
             client.execute()
         except CellExecutionError as exc:
             failed = exc
-    for cell in notebook.cells:
-        if cell.cell_type == "code":
-            sys.stdout.write("".join(f"│ {line}\n" for line in cell.source.splitlines()))
-            for output in cell.get("outputs", []):
-                sys.stdout.write(_render(output))
-            sys.stdout.write("\n")
+        finally:  # nbclient leaves a kernel it was handed running
+            if manager.has_kernel:
+                manager.shutdown_kernel()
+    code_cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    for number, cell in enumerate(code_cells):
+        sys.stdout.write("".join(f"│ {line}\n" for line in cell.source.splitlines()))
+        for output in cell.get("outputs", []):
+            sys.stdout.write(_render(output))
+        sys.stdout.write("\n")
+        if failed is not None and _failed_here(cell):
+            left = len(code_cells) - number - 1
+            print(f"the notebook stopped at this cell; {left} cell{'s' if left != 1 else ''} after it did not run",
+                  file=sys.stderr)
+            return 1
     if failed is not None:
         print(f"the notebook stopped at a failing cell: {failed}", file=sys.stderr)
         return 1
-    print(f"ran {sum(c.cell_type == 'code' for c in notebook.cells)} cells of {os.path.basename(args.notebook)}: "
-          "all as expected")
+    print(f"ran {len(code_cells)} cells of {os.path.basename(args.notebook)}: all as expected")
     return 0
+
+
+def _failed_here(cell: Any) -> bool:
+    """Whether the run stopped at `cell`: an error it was not tagged to raise."""
+    expected = "raises-exception" in cell.get("metadata", {}).get("tags", [])
+    return not expected and any(output.get("output_type") == "error" for output in cell.get("outputs", []))

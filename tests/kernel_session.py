@@ -10,7 +10,10 @@ from typing import Any
 
 from jupyter_client.manager import KernelManager
 
+from owsandbox.kernel.notes import is_note
+
 from .conftest import KERNEL_NAME
+from .waiting import wait_until
 
 
 @dataclass
@@ -28,7 +31,13 @@ class CellRun:
                        if m["msg_type"] == "stream" and m["content"]["name"] == name)
 
     def of_type(self, msg_type: str) -> list[dict[str, Any]]:
-        return [m["content"] for m in self.outputs if m["msg_type"] == msg_type]
+        """The contents of `msg_type` outputs; the kernel's own notes are not displays of the cell's."""
+        return [m["content"] for m in self.outputs if m["msg_type"] == msg_type and not is_note(m["content"])]
+
+    def notes(self) -> str:
+        """The kernel's notes (paging footers, limits, hints), one per line."""
+        return "".join(m["content"]["data"]["text/plain"] + "\n" for m in self.outputs
+                       if m["msg_type"] == "display_data" and is_note(m["content"]))
 
     @property
     def error(self) -> dict[str, Any]:
@@ -116,15 +125,15 @@ class KernelSession:
 
     def wait_for(self, wanted: Any, timeout: float = 30, what: str = "the message") -> dict[str, Any]:
         """Read iopub until `wanted(message)` is true; that message (an event, not a guess)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def next_wanted() -> dict[str, Any] | None:
             try:
-                msg = self.kc.get_iopub_msg(timeout=min(1.0, max(deadline - time.monotonic(), 0.01)))
+                msg = self.kc.get_iopub_msg(timeout=0.1)  # blocks until a message comes
             except Exception:  # noqa: BLE001 - nothing yet
-                continue
-            if wanted(msg):
-                return msg
-        raise AssertionError(f"{what} did not come within {timeout:g} s")
+                return None
+            return msg if wanted(msg) else None
+
+        return wait_until(next_wanted, timeout, what, interval=0)
 
     def run(self, code: str, timeout: float = 60) -> CellRun:
         return self.collect(self.send(code), timeout)

@@ -39,6 +39,7 @@ import pytest
 
 from .conftest import KERNEL_NAME
 from .processes import PinnedProcesses
+from .waiting import WaitTimeout, wait_until
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
@@ -52,6 +53,7 @@ ERROR = STDERR + ":has(.ansi-red-fg)"  # an error output: its traceback starts w
 SVG = '.jp-OutputArea-output[data-mime-type="image/svg+xml"]'
 HTML = '.jp-OutputArea-output[data-mime-type="text/html"]'
 MARKDOWN = '.jp-OutputArea-output[data-mime-type="text/markdown"]'
+NOTE = HTML + ":has(pre)"  # a note of the kernel's own (owsandbox/kernel/notes.py): dimmed, not stderr
 needs_linux_processes = pytest.mark.skipif(not hasattr(os, "pidfd_open") or not os.path.isdir("/proc"),
                                            reason="follows the server's processes through /proc and pidfds (Linux)")
 
@@ -116,12 +118,10 @@ class Lab:
                                             stderr=subprocess.STDOUT)
         # With port 0 the OS picks the port; the server writes it to jpserver-<pid>.json once it listens.
         info_file = self.runtime / f"jpserver-{self.process.pid}.json"
-        deadline = time.monotonic() + SERVER_START_SECONDS
-        while True:
+
+        def answering() -> bool:
             if self.process.poll() is not None:
                 pytest.fail(f"jupyter lab exited with status {self.process.returncode}:\n{self.log()}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"jupyter lab did not answer within {SERVER_START_SECONDS} s:\n{self.log()}")
             if not self.url and info_file.exists():
                 try:
                     self.url = f"http://127.0.0.1:{json.loads(info_file.read_text())['port']}/"
@@ -130,11 +130,15 @@ class Lab:
             if self.url:
                 try:
                     with urllib.request.urlopen(f"{self.url}api/status?token={self.token}", timeout=5) as answer:
-                        if answer.status == 200:
-                            return
+                        return answer.status == 200
                 except (OSError, urllib.error.URLError):
                     pass
-            time.sleep(0.1)  # no event to wait on: the file and the port are polled
+            return False
+
+        try:  # no event to wait on: the file and the port are polled
+            wait_until(answering, SERVER_START_SECONDS, "jupyter lab to answer", interval=0.1)
+        except WaitTimeout:
+            pytest.fail(f"jupyter lab did not answer within {SERVER_START_SECONDS} s:\n{self.log()}")
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

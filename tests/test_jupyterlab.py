@@ -28,6 +28,7 @@ import pytest
 from .lab_browser import (
     ERROR,
     HTML,
+    NOTE,
     STDERR,
     STDOUT,
     SVG,
@@ -64,6 +65,10 @@ def run_the_tour(page: Any, code_cells: list[dict[str, Any]], display_name: str)
     expect(notebook.locator(STDOUT).filter(has_text="hello from the sandbox, in tour-demo")).to_have_count(1)
     expect(notebook.locator(STDOUT).filter(has_text="step 3")).to_have_text(re.compile(r"^step 1\nstep 2\nstep 3\n?$"))
     expect(notebook.locator(STDERR).filter(has_text="a warning")).to_have_count(1)
+
+    # The first cell says where commands run, as a dimmed note of the kernel's, not in red on stderr.
+    expect(code.nth(0).locator(NOTE).filter(has_text="[sandbox: local · no isolation")).to_have_count(1)
+    expect(notebook.locator(STDERR).filter(has_text="[sandbox")).to_have_count(0)
 
     # An error in exactly the cells tagged raises-exception (the run went on past them), with its name.
     for index, cell in enumerate(code_cells):

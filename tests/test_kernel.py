@@ -43,11 +43,18 @@ def test_kernel_info_describes_bash_and_the_sandbox(kernel):
     assert "debugger" not in info.get("supported_features", [])
 
 
+def test_the_first_cell_says_where_commands_run_once_and_not_on_stderr(fresh_kernel):
+    first = fresh_kernel.run("%ls")  # a magic first: the line comes all the same
+    assert first.notes().startswith("[sandbox: local · no isolation") and first.notes().count("\n") == 1
+    assert first.text("stderr") == ""
+    later = fresh_kernel.run("echo hi")
+    assert later.notes() == "" and later.text() == "hi\n"
+
+
 def test_stdout_and_stderr_arrive_apart_and_in_order(kernel):
     run = kernel.run("echo out-1; sleep 0.2; echo err-1 >&2; sleep 0.2; echo out-2")
     assert run.status == "ok"
-    streams = [(m["content"]["name"], m["content"]["text"]) for m in run.outputs if m["msg_type"] == "stream"
-               and not m["content"]["text"].startswith("[owsandbox")]
+    streams = [(m["content"]["name"], m["content"]["text"]) for m in run.outputs if m["msg_type"] == "stream"]
     assert streams == [("stdout", "out-1\n"), ("stderr", "err-1\n"), ("stdout", "out-2\n")]
 
 
@@ -221,7 +228,8 @@ def test_read_pages_a_long_file_and_says_how_to_go_on(kernel, module_workspace):
     (module_workspace / "long.txt").write_text("".join(f"L{i}\n" for i in range(1, 1001)))
     run = kernel.run("%read long.txt")
     assert run.text().splitlines() == [f"L{i}" for i in range(1, 201)]
-    assert "lines 1-200 of 1000" in run.text("stderr") and "--lines 201:400" in run.text("stderr")
+    assert "lines 1-200 of 1000" in run.notes() and "--lines 201:400" in run.notes()
+    assert run.text("stderr") == ""  # the footer is the kernel's note, not the program's stderr
     assert kernel.run("%read long.txt --bytes 0:3").text() == "L1\n"
 
 
@@ -319,7 +327,8 @@ def test_past_the_output_limit_the_notebook_is_told_where_the_rest_is(kernel):
     finally:
         kernel.run("%output limit 4M")
     shown = run.text()
-    notices = run.text("stderr")
+    notices = run.notes()
+    assert run.text("stderr") == ""
     assert shown.startswith("1\n2\n") and len(shown) < 110_000
     assert "output limit of 100000 characters reached" in notices
     log = notices.split("are in ", 1)[1].split(";", 1)[0]
@@ -396,4 +405,19 @@ def test_more_than_the_record_keeps_is_still_shown_whole_within_the_display_limi
         kernel.run("%output limit 4M")
     assert run.status == "ok"
     assert run.text() == "".join(f"{i}\n" for i in range(1, 3000001))
-    assert "output limit" not in run.text("stderr")
+    assert "output limit" not in run.notes()
+
+
+def test_a_shell_that_exits_says_what_the_next_cell_gets(fresh_kernel, tmp_path):
+    (tmp_path / "sub").mkdir()
+    fresh_kernel.run("cd sub; export KEPT=no")
+    ended = fresh_kernel.run("set -e; false")
+    assert ended.status == "error" and ended.error["ename"] == "ShellExited"
+    assert ended.error["evalue"] == (f"the shell 'main' exited (status 1); the next cell starts a new shell in "
+                                    f"{tmp_path / 'sub'} (variables are gone)")
+    assert fresh_kernel.run("echo [$KEPT] ${PWD##*/}").text() == "[] sub\n"
+    typed = fresh_kernel.run("exit")  # typed as a whole cell: leave, as a terminal would (the console does)
+    assert typed.status == "ok" and typed.reply["content"]["payload"] == [{"source": "ask_exit", "keepkernel": False}]
+    assert "the shell 'main' exited (status 0)" in typed.notes()
+    failing = fresh_kernel.run("exit 4")  # a failure is an error all the same: a notebook run stops there
+    assert failing.status == "error" and failing.error["ename"] == "ShellExited"

@@ -275,6 +275,19 @@ def test_ctrl_d_ends_the_console_its_kernel_and_the_sandbox_processes(open_conso
                       if Path(f"/proc/{pid}").exists()}
 
 
+def test_exit_leaves_the_console_as_it_would_close_a_terminal(open_console) -> None:
+    console = open_console()
+    assert "ready\n" in console.run("echo ready")
+    console.remember_processes()
+    console.child.sendline("exit")
+    console.child.expect("exited \\(status 0\\); the next cell starts a new shell in ")
+    console.child.expect("Shutting down kernel")
+    console.child.expect(pexpect.EOF, timeout=20)
+    console.child.close()
+    assert console.child.exitstatus == 0
+    assert not console.processes.still_running_after(10)
+
+
 @pytest.mark.parametrize("magic", ["write", "shell", "send"])
 def test_a_cell_magic_waits_for_its_body_until_a_blank_line(open_console, magic: str) -> None:
     """Enter after `%%write PATH` (or `%%shell`, `%%send`) does not run the cell with no body: the

@@ -28,7 +28,9 @@ def test_the_default_sandbox_isolates_and_says_so(kernel):
     first = kernel.run("hostname; touch /etc/probe 2>&1 || echo refused")
     assert first.status == "ok", first.outputs  # the sandbox made on a helper thread outlives it
     assert first.text() == "sandbox\ntouch: cannot touch '/etc/probe': Read-only file system\nrefused\n"
-    assert "[owsandbox" not in first.text("stderr")  # no warning: it does isolate
+    assert first.text("stderr") == ""
+    where = first.notes()  # the first cell says where commands run
+    assert where.startswith("[sandbox: bubblewrap · writes to ") and "· no network ·" in where and "processes]" in where
 
 
 def test_cells_keep_state_and_stop_works_in_the_default_sandbox(kernel):
@@ -53,3 +55,12 @@ def test_shutdown_ends_the_sandbox(kernel):
     inside = [p for pid in bwrap for p in descendants(pid)]
     kernel.close()
     assert wait_gone(bwrap + inside) == []
+
+
+def test_a_failed_name_lookup_in_a_box_without_network_gets_a_hint(kernel):
+    kernel.run("true")
+    lookup = kernel.run("python3 -c \"import socket; socket.getaddrinfo('example.org', 443)\"")
+    assert lookup.status == "error" and "name resolution" in lookup.text("stderr")
+    assert "has no network" in lookup.notes() and "OWSANDBOX_NETWORK=1" in lookup.notes()
+    other = kernel.run("ls /nowhere")  # a failure that is not the network's gets no hint
+    assert other.status == "error" and other.notes() == ""

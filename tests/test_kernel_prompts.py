@@ -24,6 +24,8 @@ from jupyter_client.session import Session
 from owsandbox.kernel.output import CellOutput, Display, InputWanted, Notice, Stream
 from owsandbox.kernel.stdin import EOF, CellPrompts, StdinChannel, answers
 
+from .waiting import wait_until
+
 FUZZ = settings(max_examples=300, deadline=None, database=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
@@ -106,10 +108,12 @@ def test_stderr_never_overtakes_stdout_written_before_it():
     assert shown(view.take()) == [("stdout", "abc"), ("stderr", "x"), ("stdout", "def\n"), ("stderr", "y\n")]
 
 
-def test_a_display_request_shows_after_the_text_before_it_even_from_a_terminal():
+def test_a_display_record_shows_after_the_text_before_it_even_from_a_terminal():
     view, feed, _ = make()
     feed("stdout", "before")
-    feed("stdout", "\n\x1f\x1dOWD:image/png\tfig\t/w/plot.png\r\nafter\n")
+    feed("stdout", "\n")
+    feed("display", "image/png\tfig\t/w/plot.png\n")  # the shell's own record of an owdisplay line
+    feed("stdout", "after\n")
     events = view.take()
     assert [type(e) for e in events] == [Stream, Display, Stream]
     assert events[1] == Display("/w/plot.png", "image/png", "fig")
@@ -345,8 +349,8 @@ class FakeFrontend:
         self.sent: list[dict[str, Any]] = []
 
     def ask(self, prompt: str, password: bool, cancelled: threading.Event) -> str | None:
-        self.asked.append((prompt, password))
         value = self.answers.pop(0)
+        self.asked.append((prompt, password))  # after the pop: once asked, the next prompt gets the next answer
         if value is None:
             cancelled.wait(10)
         return value
@@ -378,7 +382,7 @@ def test_closing_abandons_the_open_prompt_and_sends_nothing():
     frontend = FakeFrontend([None])
     prompts = CellPrompts(True, frontend.ask, frontend.send_input)
     prompts.wanted("a? ", False)
-    time.sleep(0.05)
+    wait_until(lambda: frontend.asked, 2, "the prompt to be asked")
     prompts.close()
     assert prompts.join(2)
     assert frontend.sent == []
@@ -388,7 +392,7 @@ def test_a_new_prompt_abandons_the_one_before():
     frontend = FakeFrontend([None, "second"])
     prompts = CellPrompts(True, frontend.ask, frontend.send_input)
     prompts.wanted("first? ", False)
-    time.sleep(0.05)
+    wait_until(lambda: frontend.asked, 2, "the first prompt to be asked")
     prompts.wanted("second? ", False)
     assert prompts.join(2)
     assert frontend.sent == [{"text": "second"}]
@@ -450,6 +454,18 @@ class FakeBox:
 
     def limit_summary(self) -> None:
         return None
+
+    def network_state(self) -> None:
+        return None
+
+    def folder_of(self, _shell: str) -> str:
+        return self.cwd
+
+    def remember_folder(self, _shell: str, _folder: str | None) -> None:
+        pass
+
+    def headline(self) -> list[str]:
+        return ["fake"]
 
     # the client
     def start_call(self, method: str, params: dict[str, Any], on_notification: Any = None,
@@ -569,7 +585,7 @@ def test_stop_during_a_prompt_ends_the_wait_and_the_next_prompt_is_asked(fake_ke
         if dealer.poll(5000):  # the input request reached the frontend: now Stop
             kernel._interrupt_running()
         box.interrupted.wait(10)
-        box.end(call, exit_code=None, error="interrupted (SIGINT)")
+        box.end(call, exit_code=None, outcome="interrupt", error="interrupted by user")
 
     started = time.monotonic()
     box, error = run(script)

@@ -161,7 +161,7 @@ def test_without_stdin_a_read_ends_at_once_with_a_note(kernel):
     run = kernel.run("read -p 'Your name? ' n || echo \"no answer [$n]\"", timeout=30)
     assert time.monotonic() - started < 10
     assert run.status == "ok" and "no answer []" in run.text()
-    assert NO_STDIN_NOTE in run.text("stderr")
+    assert NO_STDIN_NOTE in run.notes() and NO_STDIN_NOTE not in run.text("stderr") + run.text()
     no_more_stdin(kernel)
 
 

@@ -17,7 +17,9 @@ from owsandbox.runner.client import RunnerClient
 from owsandbox.runner.executor import RunnerExecutor
 from owsandbox.runner.providers.local import LocalProvider
 
+from .processes import wait_for_file
 from .test_runner_shells import run_in_background, wait_until_busy
+from .waiting import wait_until
 
 
 def test_a_cut_pipe_resumes_and_the_answer_made_while_away_arrives(box, workspace):
@@ -57,7 +59,7 @@ def test_a_request_id_sent_three_times_runs_once(box, workspace):
     client.wait(call, 10)
     for _ in range(3):
         client._transport.send(frame)
-    time.sleep(0.1)
+    wait_for_file(target)  # it started: it has ended before the call below is answered
     done = client.call("shell.run", {"shell": "after", "command": "sleep 0.5; echo later"}, timeout=10)
     assert done["output"] == "later\n"
     for _ in range(2):  # and again after it finished: the kept answer is sent, nothing runs
@@ -175,10 +177,8 @@ def test_the_daemon_leaves_with_its_parent(zipapp, tmp_path):
     )
     parent = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
     pid = json.loads(parent.stdout)["pid"]
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}") and _state(pid) != "Z":
-        time.sleep(0.05)
-    assert not os.path.exists(f"/proc/{pid}") or _state(pid) == "Z"
+    wait_until(lambda: not os.path.exists(f"/proc/{pid}") or _state(pid) == "Z", 10,
+               f"the daemon {pid} to leave with its parent", interval=0.05)
     assert not (tmp_path / "s" / "sock").exists()
 
 

@@ -13,6 +13,7 @@ from owsandbox.runner.box import protocol as P
 from owsandbox.runner.executor import DirectExecutor, RunnerExecutor
 
 from .processes import wait_for_file
+from .waiting import wait_until
 
 
 def run_in_background(fn) -> tuple[threading.Thread, dict]:
@@ -24,13 +25,12 @@ def run_in_background(fn) -> tuple[threading.Thread, dict]:
 
 def wait_until_busy(client, shell: str = "main", timeout: float = 10) -> None:
     """Block until the daemon reports `shell` running a command (an event, not a guess)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def busy() -> bool:
         shells = {s["name"]: s for s in client.call("shell.list", timeout=5)["shells"]}
-        if shells.get(shell, {}).get("busy"):
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"shell {shell} never became busy")
+        return bool(shells.get(shell, {}).get("busy"))
+
+    wait_until(busy, timeout, f"shell {shell} to become busy", interval=0.01)
 
 
 def test_shell_syntax_reaches_bash_unchanged(box, workspace):
@@ -90,11 +90,12 @@ def test_the_status_carries_over_to_the_next_command(box, workspace):
     _, client = box
     ex = RunnerExecutor(client, cwd=str(workspace), shell="status")
     assert ex.run("true; echo $?")["output"] == "0\n"
-    assert ex.run("sh -c 'exit 7'")["exit_code"] == 7
+    seven = ex.run("sh -c 'exit 7'")
+    assert seven["exit_code"] == 7 and seven["outcome"] == "exit"
     assert ex.run("echo $?")["output"] == "7\n"
     assert ex.run("echo $?")["output"] == "0\n"  # the echo before succeeded
     ended = ex.run("set -e; sh -c 'exit 3'")  # errexit ends that shell, as it would in a terminal
-    assert ended["exit_code"] == 3 and "exited" in ended["error"]
+    assert ended["exit_code"] == 3 and ended["outcome"] == "shell_exited" and "exited" in ended["error"]
     assert ex.run("echo $? alive")["output"] == "0 alive\n"  # a new shell starts from 0
 
 
@@ -211,7 +212,7 @@ def test_stop_reaches_a_program_that_ignores_sigint(box):
     wait_until_busy(client)
     ex.interrupt_now()
     worker.join(15)
-    assert result["error"].startswith("interrupted by user")
+    assert result["error"].startswith("interrupted by user") and result["outcome"] == "interrupt"
     assert ex.run("echo ok")["output"] == "ok\n"
 
 
@@ -222,7 +223,7 @@ def test_a_timeout_stops_the_command_and_keeps_the_shell(box):
     started = time.monotonic()
     timed = ex.run("echo before; sleep 30", timeout=0.5)
     assert time.monotonic() - started < 5
-    assert timed["timed_out"] is True and timed["error"] == "timed out after 0.5 s"
+    assert timed["timed_out"] is True and timed["error"] == "timed out after 0.5 s" and timed["outcome"] == "timeout"
     assert timed["output"].startswith("before\n")
     assert ex.run("echo $SURVIVES")["output"] == "1\n"
 
@@ -252,7 +253,9 @@ def test_exit_ends_the_shell_and_the_next_command_gets_a_new_one_in_the_same_fol
     ex = RunnerExecutor(client, cwd=str(workspace))
     ex.run("cd here; export GONE=1")
     ended = ex.run("exit 3")
-    assert ended["exit_code"] == 3 and "exited" in ended["error"]
+    assert ended["exit_code"] == 3 and ended["outcome"] == "shell_exited"
+    assert ended["error"] == (f"the shell 'main' exited (status 3); the next command starts a new shell in "
+                              f"{workspace / 'here'} (variables are gone)")
     assert ex.run("echo [$GONE] ${PWD##*/}")["output"] == "[] here\n"
 
 

@@ -9,6 +9,8 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
 from owsandbox.runner.box import protocol as P
 from owsandbox.runner.box.terminal import EOF_NOTE
 
@@ -96,6 +98,29 @@ def test_with_no_one_to_answer_a_read_gets_end_of_input_and_a_note(box):
     assert wanted(seen) == []
     assert EOF_NOTE in result["output"] and "got []\n" in result["output"]
     assert result["output"].count(EOF_NOTE) == 1 and result["output"].endswith("py 1\n")
+
+
+def test_the_eof_note_is_a_note_of_the_runner_not_the_programs_stderr(box):
+    _, client = box
+    result, _ = run(client, "read -p 'Name? ' n; echo done")
+    kinds = [stream for stream, _ in result["segments"]]
+    assert "note" in kinds and result["output"].count(EOF_NOTE) == 1
+    start = sum(length for _, length in result["segments"][: kinds.index("note")])
+    assert result["output"][start : start + len(EOF_NOTE)] == EOF_NOTE
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_owdisplay_lines_become_display_records_where_they_are_born(box, workspace, terminal):
+    _, client = box
+    command = ": > pic.png; echo before; owdisplay pic.png --id fig; echo after"
+    result = client.call("shell.run", {"command": command, "terminal": terminal}, timeout=60)
+    output, position, parts = result["output"], 0, []
+    for stream, length in result["segments"]:
+        parts.append((stream, output[position : position + length]))
+        position += length
+    assert parts == [("stdout", "before\n"), ("display", f"\tfig\t{workspace}/pic.png\n"),
+                     ("stdout", "after\n")]
+    assert "\x1f" not in output  # no marker bytes reach a client
 
 
 def test_stop_ends_a_command_waiting_at_a_prompt(box):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import re
 import signal
 import threading
 import time
@@ -28,16 +29,20 @@ from .. import __version__
 from ..runner.box import protocol as P
 from . import attach_magics, magics  # noqa: F401 - attach_magics registers its magics
 from .attach import AttachManager
+from .hints import network_hint
 from .limits import named_limit
 from .magics import RunOnShell, UsageError, terminal_settings
+from .notes import note_content
 from .output import DEFAULT_OUTPUT_LIMIT, CellOutput, Display, InputWanted, Notice, Stream
 from .sandbox import Sandbox, SandboxUnavailable
 from .stdin import CellPrompts, StdinChannel
 
+_LEAVE = re.compile(r"\s*(exit|logout)(\s+0)?\s*;?\s*\Z")  # a cell that only leaves the shell
 BATCH_SECONDS = 0.03  # live output is gathered this long before it goes out as one message
 RED, RESET = "\x1b[31m", "\x1b[0m"
 
-_ERROR_NAMES = {P.SHELL_BUSY: "ShellBusy", P.RUNNER_RESTARTED: "SandboxRestarted",
+_ERROR_NAMES = {P.SHELL_BUSY: "ShellBusy", P.SHELL_EXITED: "ShellExited",
+                P.RUNNER_RESTARTED: "SandboxRestarted",
                 P.RUNNER_UNREACHABLE: "SandboxUnreachable", P.FS_ERROR: "FileError",
                 P.INVALID_PARAMS: "UsageError", P.UNKNOWN_SHELL: "UnknownShell"}
 
@@ -74,7 +79,7 @@ class OwSandboxKernel(Kernel):
         self.history = CellHistory()
         self.attach = AttachManager(self._attach_display, self._runner_call, self._execd_endpoint,
                                     self._attach_registry)
-        self._warned_unisolated = False
+        self._said_where = False
         self.stdin = StdinChannel(self.session, lambda: self.stdin_socket, self.log)
 
     def _kernel_key(self) -> str | None:
@@ -107,8 +112,7 @@ class OwSandboxKernel(Kernel):
         return workspace.provider.execd_endpoint(hello)
 
     def _attach_registry(self) -> str:
-        hello = self.sandbox.client.hello
-        return os.path.join(os.path.dirname(hello["log_dir"]), "attach.json")
+        return self.sandbox.client.hello["attach_registry"]
 
     # -- kernel_info ------------------------------------------------------------------------
 
@@ -136,6 +140,11 @@ class OwSandboxKernel(Kernel):
         if text:
             self._send(parent, "stream", {"name": name, "text": text})
 
+    def _note(self, parent: dict[str, Any], text: str) -> None:
+        """A note of the kernel's own (see notes.py): plain and dimmed, not on stderr."""
+        if text.strip("\n"):
+            self._send(parent, "display_data", note_content(text))
+
     def _error_reply(self, parent: dict[str, Any], ename: str, evalue: str) -> dict[str, Any]:
         traceback = [f"{RED}{ename}{RESET}: {evalue}"]
         self._send(parent, "error", {"ename": ename, "evalue": evalue, "traceback": traceback})
@@ -153,10 +162,17 @@ class OwSandboxKernel(Kernel):
             self.cell_history = (self.cell_history + [code])[-200:]
             self.history.add(self.execution_count, code)
         try:
-            self._warn_once(parent)
+            await self._say_where_once(parent)
             parsed = magics.parse_cell(code)
             if parsed is None:
-                await self._run_cell(parent, self.settings["shell"], code, stdin)
+                try:
+                    await self._run_cell(parent, self.settings["shell"], code, stdin)
+                except CellError as err:
+                    if err.ename != "ShellExited" or not _LEAVE.match(code):
+                        raise
+                    # `exit` typed as a cell leaves the console, as it would close a terminal.
+                    self._note(parent, err.evalue)
+                    ok["payload"] = [{"source": "ask_exit", "keepkernel": False}]
                 return ok
             context = _Context(self, parent)
             target = await self._run_magics(context, parsed)
@@ -178,10 +194,17 @@ class OwSandboxKernel(Kernel):
             self.log.exception("cell failed")
             return self._error_reply(parent, "KernelError", f"{type(exc).__name__}: {exc}")
 
-    def _warn_once(self, parent: dict[str, Any]) -> None:
-        if not self._warned_unisolated and self.sandbox.enforcement == "none":
-            self._warned_unisolated = True
-            self._stream(parent, f"[owsandbox: {self.sandbox.isolation_note()}]\n", "stderr")
+    async def _say_where_once(self, parent: dict[str, Any]) -> None:
+        """The first cell says where commands run, in one line (JupyterLab shows no banner)."""
+        if self._said_where:
+            return
+        if not self.sandbox.ready:
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, self.sandbox.wait)
+            except SandboxUnavailable:
+                return  # the cell itself says why
+        self._said_where = True
+        self._note(parent, f"[sandbox: {' · '.join(self.sandbox.headline())}]")
 
     async def _run_magics(self, context: _Context, parsed: magics.ParsedCell) -> RunOnShell | None:
         loop = asyncio.get_running_loop()
@@ -220,7 +243,7 @@ class OwSandboxKernel(Kernel):
                 return
             loop.call_soon_threadsafe(wake.set)
 
-        params: dict[str, Any] = {"shell": shell, "command": code, "cwd": self.sandbox.cwd,
+        params: dict[str, Any] = {"shell": shell, "command": code, "cwd": self.sandbox.folder_of(shell),
                                   "output_limit": self.settings["output_limit"], **setup.run_params(stdin.allowed)}
         if self.settings["timeout"] is not None:
             params["timeout_s"] = self.settings["timeout"]
@@ -247,22 +270,31 @@ class OwSandboxKernel(Kernel):
         if call.error is not None:
             raise call.error
         result = call.value
+        self.sandbox.remember_folder(shell, result.get("cwd"))
         output.finish(result)
         await self._show(parent, output, shell)
         hit = named_limit(result, counted, provider.limit_counters(), provider.limit_summary())
         if hit is not None:
             raise CellError(*hit)
-        self._raise_for(result)
+        hint = network_hint(result, provider.network_state())
+        if hint is not None:
+            self._note(parent, hint)
+        self._raise_for(result, shell)
 
     @staticmethod
-    def _raise_for(result: dict[str, Any]) -> None:
-        error = result.get("error")
-        if result.get("timed_out"):
+    def _raise_for(result: dict[str, Any], shell: str) -> None:
+        """How the command ended (the result's `outcome`, set where it happened) as the cell's error."""
+        outcome = result.get("outcome", P.OUTCOME_EXIT)
+        error = result.get("error") or ""
+        if outcome == P.OUTCOME_TIMEOUT:
             raise CellError("TimedOut", error or "the command timed out")
-        if error and error.startswith("interrupted"):
-            raise CellError("Interrupted", error)
+        if outcome == P.OUTCOME_INTERRUPT:
+            raise CellError("Interrupted", error or "interrupted by user")
+        if outcome == P.OUTCOME_SHELL_EXITED:
+            raise CellError("ShellExited", f"the shell '{shell}' exited (status {result.get('exit_code')}); the next "
+                                           f"cell starts a new shell in {result.get('cwd')} (variables are gone)")
         if error:
-            raise CellError("ShellExited" if "exited" in error else "SandboxError", error)
+            raise CellError("SandboxError", error)
         status = result.get("exit_code")
         if status not in (0, None):
             raise CellError("ExitStatus", f"the command exited with status {status}")
@@ -303,7 +335,7 @@ class OwSandboxKernel(Kernel):
             elif isinstance(event, Stream):
                 self._stream(parent, event.text, event.name)
             elif isinstance(event, Notice):
-                self._stream(parent, event.text, "stderr")
+                self._note(parent, event.text)
             elif isinstance(event, Display):
                 await asyncio.get_running_loop().run_in_executor(None, self._display_file, parent, event, shell)
 
@@ -313,7 +345,7 @@ class OwSandboxKernel(Kernel):
             mime = magics.mime_for(event.path, event.mime)
             bundle = magics.rich_bundle(magics.read_whole(context, event.path, None), mime, event.path)
         except (UsageError, P.RunnerError) as exc:
-            self._stream(parent, f"owdisplay: {exc}\n", "stderr")
+            self._note(parent, f"owdisplay: {exc}")
             return
         display_id = event.display_id or None
         update = display_id is not None and display_id in self._displays
@@ -408,7 +440,7 @@ class OwSandboxKernel(Kernel):
 
     def shell_folder(self, shell: str) -> str:
         try:
-            return self.sandbox.client.shell_folders.get(shell) or self.sandbox.cwd
+            return self.sandbox.folder_of(shell)
         except SandboxUnavailable:
             return self.sandbox.cwd
 
@@ -465,13 +497,17 @@ class _Context:
 
     def call(self, method: str, params: dict[str, Any], timeout: float = 60.0) -> Any:
         client = self.kernel.sandbox.client
-        if params.get("shell") and params["shell"] not in client.shell_folders:
+        if params.get("shell") and params["shell"] not in self.kernel.sandbox.shell_folders:
             # A shell that has not run a cell yet would start in the workspace, where the daemon is.
             params = {key: value for key, value in params.items() if key != "shell"}
         return client.call(method, params, timeout=timeout)
 
     def stream(self, text: str, name: str = "stdout") -> None:
         self.kernel._stream(self.parent, text, name)
+
+    def note(self, text: str) -> None:
+        """A line of the kernel's own (a paging footer, a hint): dimmed, not on stderr."""
+        self.kernel._note(self.parent, text)
 
     def display(self, data: dict[str, Any], metadata: dict[str, Any] | None = None,
                 display_id: str | None = None, update: bool = False) -> None:

@@ -44,6 +44,7 @@ class MagicContext(Protocol):
 
     def call(self, method: str, params: dict[str, Any], timeout: float = 60.0) -> Any: ...
     def stream(self, text: str, name: str = "stdout") -> None: ...
+    def note(self, text: str) -> None: ...
     def display(self, data: dict[str, Any], metadata: dict[str, Any] | None = None,
                 display_id: str | None = None, update: bool = False) -> None: ...
     def describe_sandbox(self) -> dict[str, Any]: ...
@@ -301,7 +302,7 @@ def _read(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
             ctx.stream(_hexdump(data, offset))
         end = offset + page["length"]
         more = "" if page["eof"] else f"; next: %read {shlex.quote(args.path)} --bytes {end}:{limit or 4096}"
-        ctx.stream(f"\n[bytes {offset}-{end} of {page['total_bytes']}{more}]\n", "stderr")
+        ctx.note(f"[bytes {offset}-{end} of {page['total_bytes']}{more}]")
         return
     first, last = _span(args.lines, "--lines") if args.lines else (1, 200)
     if first < 1 or (last is not None and last < first):
@@ -313,7 +314,7 @@ def _read(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
         size = page["end_line"] - page["start_line"] + 1
         more = "" if page["eof"] else \
             f"; next: %read {shlex.quote(args.path)} --lines {page['end_line'] + 1}:{page['end_line'] + max(size, 1)}"
-        ctx.stream(f"[lines {page['start_line']}-{page['end_line']} of {page['total_lines']}{more}]\n", "stderr")
+        ctx.note(f"[lines {page['start_line']}-{page['end_line']} of {page['total_lines']}{more}]")
 
 
 def _hexdump(data: bytes, offset: int) -> str:

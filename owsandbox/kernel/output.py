@@ -4,7 +4,8 @@ The live view can miss frames (a cut pipe); the record cannot. `CellOutput` trac
 command's combined output the notebook has shown (frames carry character offsets) and, when the
 result comes, shows the rest from the record, split back into stdout and stderr by the record's
 `segments`. Past the cell's output limit it stops showing and says where the whole output is kept.
-`owdisplay` lines on stdout become display requests. Pure: fed frames and results, it returns events.
+`display` records (the shell recognises `owdisplay` lines) become display requests. Pure: fed frames
+and results, it returns events.
 
 On a terminal, a command's prompt is the unfinished line it printed before it waits for input. Shown
 as it came, that line would appear in the output and again as the notebook's input prompt, so the
@@ -23,8 +24,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..runner.box.output import MarkerScanner
-from ..runner.box.shells import DISPLAY_START
 from .terminal_text import TerminalText, plain
 
 DEFAULT_OUTPUT_LIMIT = 4_000_000  # characters shown per cell
@@ -73,7 +72,6 @@ class CellOutput:
         self.gap = False
         self.limited = False
         self._events: list[Event] = []
-        self._scanner = MarkerScanner(DISPLAY_START)
         self._lock = threading.Lock()
         self._clock = clock
         self.hold_seconds = hold_seconds
@@ -112,7 +110,6 @@ class CellOutput:
             elif len(output) > self.shown:
                 self._show("stdout", output[self.shown :])
                 self.shown = len(output)
-            self._show_held()
             self._release()
             self._expected = ""
             if self._filters is not None:
@@ -179,28 +176,23 @@ class CellOutput:
 
     def _stop_at_limit(self) -> None:
         self.limited = True
-        self._show_held()
         self._release()
         self._events.append(Notice(f"\n[output limit of {self.limit} characters reached (%output limit); "
                                    "the rest is kept in a log in the sandbox, named when the command ends]\n"))
 
     def _emit(self, stream: str, text: str) -> None:
         self.displayed += len(text)
-        if stream != "stdout":
-            self._text(stream, text)
+        if stream == "note":  # the runner's own words (see shells.py `_note`), not the program's
+            self._release()
+            self._events.append(Notice(text))
             return
-        for kind, chunk in self._scanner.feed(text):
-            if kind == "data":
-                self._text("stdout", chunk)
-            else:
-                self._release()
-                mime, display_id, path = (chunk.split("\t", 2) + ["", ""])[:3]
-                self._events.append(Display(path.removesuffix("\r"), mime, display_id))
-
-    def _show_held(self) -> None:
-        held = self._scanner.flush()
-        if held:
-            self._text("stdout", held)
+        if stream == "display":  # an `owdisplay` request, recognised by the shell (see shells.py)
+            self._release()
+            for line in text.splitlines():
+                mime, display_id, path = (line.split("\t", 2) + ["", ""])[:3]
+                self._events.append(Display(path, mime, display_id))
+            return
+        self._text(stream, text)
 
     def _text(self, stream: str, text: str) -> None:
         """Stream text, reduced for the notebook; its unfinished last line is held (see the module)."""

@@ -98,7 +98,6 @@ class RunnerClient:
         self.restarts = 0
         self.reconnects = 0
         self.max_frame_bytes = P.DEFAULT_MAX_FRAME_BYTES
-        self.shell_folders: dict[str, str] = {}
         self.last_error: str | None = None
         self.on_restart: Callable[[dict[str, Any]], None] | None = None
         self._reconnecting = False
@@ -288,8 +287,6 @@ class RunnerClient:
                                             err.get("data")))
         else:
             result = message.get("result")
-            if call.method == "shell.run" and isinstance(result, dict) and result.get("shell") and result.get("cwd"):
-                self.shell_folders[result["shell"]] = result["cwd"]
             call.settle(value=result)
 
     def _tick_loop(self) -> None:
@@ -341,10 +338,6 @@ class RunnerClient:
     def start_call(self, method: str, params: dict[str, Any] | None = None,
                    on_notification: Notification | None = None, on_done: Callable[[], None] | None = None) -> _Call:
         params = dict(params or {})
-        if method == "shell.run":
-            known = self.shell_folders.get(params.get("shell") or "main")
-            if known:
-                params["cwd"] = known  # a shell that has to be started again starts where it was
         request_id = f"{self._prefix}-{next(self._ids)}"
         frame = P.encode(P.request(request_id, method, params))
         if len(frame) > self.max_frame_bytes:

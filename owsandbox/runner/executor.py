@@ -2,7 +2,7 @@
 
 `RunnerExecutor` runs it on a named shell through the runner client; `DirectExecutor` runs it on
 the same shell code in this process. Both return the in-process executor's shape — `command, cwd,
-exit_code, output, timed_out, truncated`, plus `error` (and `log_path` when output was spilled) —
+exit_code, outcome, output, timed_out, truncated`, plus `error` (and `log_path` when output was spilled) —
 so a caller cannot tell them apart by their results.
 """
 
@@ -17,7 +17,7 @@ from .box import protocol as P
 from .box.shells import Shell
 from .client import RunnerClient
 
-RESULT_KEYS = ("command", "cwd", "exit_code", "output", "timed_out", "truncated")
+RESULT_KEYS = ("command", "cwd", "exit_code", "outcome", "output", "timed_out", "truncated")
 
 
 def executor_result(raw: dict[str, Any]) -> dict[str, Any]:
@@ -31,7 +31,7 @@ def executor_result(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def error_result(command: str, cwd: str | None, message: str) -> dict[str, Any]:
-    return {"command": command, "cwd": cwd, "exit_code": None, "output": "", "timed_out": False,
+    return {"command": command, "cwd": cwd, "exit_code": None, "outcome": None, "output": "", "timed_out": False,
             "truncated": False, "error": message}
 
 
@@ -40,6 +40,7 @@ class RunnerExecutor:
                  on_output: Callable[[str], None] | None = None, timeout: float | None = None) -> None:
         self.client = client
         self.cwd = cwd
+        self.folder: str | None = None  # the shell's folder after its last command: a restart starts it there
         self.shell = shell
         self.on_output = on_output
         self.timeout = timeout
@@ -47,8 +48,8 @@ class RunnerExecutor:
     def run(self, command: str, timeout: float | None = None) -> dict[str, Any]:
         timeout = timeout if timeout is not None else self.timeout
         params: dict[str, Any] = {"shell": self.shell, "command": command}
-        if self.cwd is not None:
-            params["cwd"] = self.cwd
+        if self.folder or self.cwd is not None:
+            params["cwd"] = self.folder or self.cwd
         if timeout is not None:
             params["timeout_s"] = timeout
 
@@ -59,7 +60,8 @@ class RunnerExecutor:
         try:
             raw = self.client.call("shell.run", params, on_notification=on_frame)
         except P.RunnerError as err:
-            return error_result(command, self.client.shell_folders.get(self.shell, self.cwd), err.message)
+            return error_result(command, self.folder or self.cwd, err.message)
+        self.folder = raw.get("cwd") or self.folder
         return executor_result(raw)
 
     def interrupt_now(self) -> bool:

@@ -101,7 +101,7 @@ def test_a_cell_printing_1_gb_keeps_kernel_and_daemon_small(kernel: KernelSessio
     assert sampler.peaks["kernel"] < KERNEL_BOUND_KB and sampler.peaks["daemon"] < DAEMON_BOUND_KB, sampler.peaks
 
     total = FLOOD_BYTES + FLOOD_BYTES // 100 - 1 + len("\nTHE-END\n")  # fold's newlines, then the echoes
-    notices = run.text("stderr")
+    notices = run.notes()
     assert "output limit of 4000000 characters reached" in notices
     found = re.search(r"\[all (\d+) characters are in (\S+); page them with %read (\S+) --lines 1:200\]", notices)
     assert found and int(found.group(1)) == total and found.group(2) == found.group(3), notices
@@ -144,5 +144,5 @@ def test_an_attached_program_printing_500_mb_of_records_keeps_kernel_and_daemon_
 def test_past_the_limit_the_end_shows_even_when_the_command_pauses_after_it(kernel: KernelSession) -> None:
     assert kernel.run("%output limit 100000").status == "ok"
     run = kernel.run("seq 1 300000; sleep 0.5")
-    assert "output limit of 100000 characters reached" in run.text("stderr")
-    assert run.text().endswith("299999\n300000\n"), (run.text()[-100:], run.text("stderr")[-400:])
+    assert "output limit of 100000 characters reached" in run.notes()
+    assert run.text().endswith("299999\n300000\n"), (run.text()[-100:], run.notes()[-400:])

@@ -413,7 +413,7 @@ def test_the_kernel_refuses_such_a_type_even_when_the_box_asks_for_it_by_hand(ke
     run = kernel.run(f"printf '\\037\\035OWD:%s\\t\\t%s\\n' '{mime}' \"$PWD/attack.js\"; echo after")
     assert not displays(run), run.outputs
     assert run.text() == "after\n"
-    message = run.text("stderr")
+    message = run.notes()
     assert f"owdisplay: type {mime!r} is not shown" in message and "allowed types: image/png" in message
 
 

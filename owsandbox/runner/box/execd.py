@@ -3,8 +3,10 @@
 OpenSandbox's execd lets a client start a long-running program (`POST /pty`), watch and steer it over
 a WebSocket, detach, and later resume from a byte offset. The channel that `%attach` uses speaks
 that API, so serving the same subset here makes `%attach` work in every sandbox the runner reaches,
-not only in OpenSandbox ones. The API is pinned in `specs/execd-pty.md`; where this server differs
-from execd, it is stricter: after answering a client's Close it also closes the TCP connection.
+not only in OpenSandbox ones. The API is execd's PTY API as OpenSandbox's Go source defines it
+(`components/execd`: `POST /pty`, `GET /pty/{id}`, `DELETE /pty/{id}`, `GET /pty/{id}/ws` with its
+binary frames and JSON control messages); where this server differs from execd, it is stricter:
+after answering a client's Close it also closes the TCP connection.
 
 The HTTP side is deliberately tiny and strict (one request per connection, a bounded head and body,
 anything unusual is a 400), since its only clients are our channel and tests. Threads: one per

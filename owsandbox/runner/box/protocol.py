@@ -29,6 +29,13 @@ FS_ERROR = 4
 VERSION_MISMATCH = 5
 RUNNER_RESTARTED = 6  # raised by the client only
 RUNNER_UNREACHABLE = 7  # raised by the client only: no daemon answered within the reconnect window
+SHELL_EXITED = 8  # the shell ended (exit, set -e) between being found and being asked to run
+
+# How a command ended: `shell.run`'s result field `outcome`, set where it happened.
+OUTCOME_EXIT = "exit"  # the command ran to its end; `exit_code` says how
+OUTCOME_INTERRUPT = "interrupt"  # stopped by shell.interrupt (Stop)
+OUTCOME_TIMEOUT = "timeout"  # stopped at its timeout_s
+OUTCOME_SHELL_EXITED = "shell_exited"  # the shell itself ended (exit, set -e, a signal); `cwd` is its last folder
 
 RESTARTED_MESSAGE = "the sandbox restarted; the outcome of this command is unknown"
 

@@ -14,6 +14,20 @@ Two things carry from one command to the next, as in a terminal: `$?` (the next 
 it back, so `false` and then `echo $?` says 1), and what background jobs print while no command
 runs (the latest 64 KiB, kept and put first in the next command's output; nothing is thrown away
 unsaid).
+
+Completion and inspection (complete.py) need the functions and aliases that cells defined, which only
+the shell knows. The shell writes them when asked, and only while it is idle: one line (builtins
+only: `declare -f`, `alias -p`, `declare -p PATH` into a private file, then a marker), written under
+the lock that starts commands, so a command that comes meanwhile is queued behind it in bash's input
+and the two cannot mix; the line leaves `$?` and `$_` as the end marker left them and sends nothing
+to the command's channels (not even `set -x` traces). A busy shell is never written to: its file is
+used as it is. So that this file is not stale, a shell that was asked once writes it again when it
+has been idle for DEFINITIONS_REFRESH_SECONDS after a command: cells run at a person's pace leave
+that moment, so a function defined in one is known while the next one runs; commands that follow at
+once (Run All, an agent) are not held up, and a busy shell's file may then be a few cells old. Only a
+command that comes in the very moment the line runs waits for it (~0.1 ms; ~1 ms once a cell has
+sourced a big library of functions, such as bash-completion's): written before every command, the
+line would cost each ~0.4 ms of round trip, ~1.6 ms with such a library.
 """
 
 from __future__ import annotations
@@ -30,6 +44,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import IO, Any
 
+from . import protocol as P
 from .output import LiveBatcher, MarkerScanner, OutputRecord, StreamDecoder
 from .protocol import INTERNAL_ERROR, INVALID_PARAMS, SHELL_BUSY, RunnerError
 from .terminal import (
@@ -51,6 +66,7 @@ DEFAULT_OUTPUT_LIMIT = 1024 * 1024  # characters kept in memory per command, unl
 MAX_OUTPUT_LIMIT = 16 * 1024 * 1024  # the most a request may ask for
 PROGRESS_SECONDS = 5.0  # a command silent this long sends `shell.progress`
 BETWEEN_LIMIT = 64 * 1024  # bytes printed between commands kept for the next one (the latest)
+DEFINITIONS_REFRESH_SECONDS = 0.05  # idle this long after a command, a shell asked once writes them again
 _TTY_NOISE = re.compile(rb"bash: \[\d+: \d+ \(\d+\)\] tcsetattr: Inappropriate ioctl for device\n")
 
 _MARK_OUT_FD = 63
@@ -61,7 +77,7 @@ DISPLAY_START = "\x1f\x1dOWD:"  # a line asking the notebook to show a file: mim
 # (owsandbox/kernel/untrusted.py), since anything in the box can print a display line.
 DISPLAY_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp", "image/bmp", "image/svg+xml",
                  "text/html", "text/markdown", "application/json", "text/plain")
-_OWDISPLAY = r"""owdisplay() {
+OWDISPLAY_FUNCTION = r"""owdisplay() {
   local mime= id= path= usage='usage: owdisplay FILE [--mime TYPE] [--id ID]'
   while [ $# -gt 0 ]; do
     case $1 in
@@ -89,7 +105,7 @@ export -f owdisplay
 """.replace("@TYPES_CASE@", "|".join(DISPLAY_TYPES)).replace("@TYPES_LIST@", ", ".join(DISPLAY_TYPES))
 _INIT = (
     "PS1=''; PS2=''; PS0=''; PROMPT_COMMAND=''; set +H +o history +m; unset HISTFILE; "
-    f"exec {_MARK_OUT_FD}>&1 {_MARK_ERR_FD}>&2\n" + "__ows_status() { return \"$1\"; }\n" + _OWDISPLAY
+    f"exec {_MARK_OUT_FD}>&1 {_MARK_ERR_FD}>&2\n" + "__ows_status() { return \"$1\"; }\n" + OWDISPLAY_FUNCTION
 )
 
 _ANSI_C = {i: f"\\x{i:02x}" for i in range(256) if not 32 <= i < 127}
@@ -108,6 +124,15 @@ def command_line(command: str, last_status: int, stdin: str = "/dev/null") -> st
     """
     restore = "" if last_status == 0 else f"__ows_status {last_status} || "
     return f"{restore}eval {ansi_c_quote(command)} <{stdin}\n"
+
+
+def definitions_line(path: str, token: str | None = None) -> str:
+    """The line that writes the shell's functions, aliases and PATH to `path` (sourceable bash), then
+    a marker with `token`, if any. Builtins only, nothing on the command channels, `$?` 0 and `$_` as
+    they were (as after an end marker), and nothing that can fail under `set -e`."""
+    dump = "builtin declare -f; builtin alias -p; builtin declare -p PATH"
+    marker = f"builtin printf '\\037\\036OWS:%s\\n' {token} >&{_MARK_OUT_FD}; " if token else ""
+    return f"{{ __ows_u=$_; {{ {dump}; }} >|{ansi_c_quote(path)} || :; {marker}: \"$__ows_u\"; }} 2>/dev/null\n"
 
 
 def marker_lines(token: str, out_fd: int = _MARK_OUT_FD, err_fd: int = _MARK_ERR_FD) -> str:
@@ -220,7 +245,8 @@ class Shell:
 
     def __init__(self, name: str, cwd: str, env: dict[str, str] | None = None,
                  log_dir: str | None = None, output_limit: int = DEFAULT_OUTPUT_LIMIT,
-                 live_delay: float = 0.003, on_exit: Callable[[Shell], None] | None = None) -> None:
+                 live_delay: float = 0.003, on_exit: Callable[[Shell], None] | None = None,
+                 definitions_dir: str | None = None) -> None:
         self.name = name
         self.cwd = cwd
         self.log_dir = log_dir
@@ -234,6 +260,10 @@ class Shell:
         self.exit_status: int | None = None
         self.last_command: str | None = None
         self._last_status = 0  # what `$?` holds in bash between commands
+        self.definitions_path: str | None = None  # where write_definitions puts them (none: not asked for)
+        self._definitions_wanted: dict[str, threading.Event] = {}  # marker token -> set when written
+        self._definitions_used = False  # asked for once: written again once the shell has been idle a moment
+        self._refresh_at: float | None = None  # when to write them again, if still idle (reader thread)
         # Output with no command to go to, for the next one; touched only by the reader thread.
         self._between: deque[tuple[str, bytes, str]] = deque()
         self._between_bytes = 0
@@ -254,11 +284,15 @@ class Shell:
             cwd=cwd, env=shell_env, start_new_session=True, bufsize=0,
         )
         self.pid = self._proc.pid
+        if definitions_dir is not None:
+            self.definitions_path = os.path.join(definitions_dir, f"shell-{self.pid}.sh")
         assert self._proc.stdin and self._proc.stdout and self._proc.stderr
         self._stdin: IO[bytes] = self._proc.stdin
         # Four channels, two streams: the pipes (bash's own, and commands with %terminal off) and the
         # terminals. Each channel has its own scanner for the end markers.
         self._scanners = {key: MarkerScanner() for key in ("stdout", "stderr", "tty-out", "tty-err")}
+        # `owdisplay` lines on stdout become `display` records here, where they are born.
+        self._displays = {key: MarkerScanner(DISPLAY_START.encode()) for key in ("stdout", "tty-out")}
         self._decoders = {"stdout": StreamDecoder(), "stderr": StreamDecoder()}
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._proc.stdout, selectors.EVENT_READ, "stdout")
@@ -291,7 +325,7 @@ class Shell:
             cols: int = DEFAULT_COLS, rows: int = DEFAULT_ROWS) -> None:
         with self._lock:
             if not self.alive:
-                raise RunnerError(SHELL_BUSY, f"shell '{self.name}' has exited")
+                raise RunnerError(P.SHELL_EXITED, f"shell '{self.name}' has exited")
             if self._current is not None:
                 raise RunnerError(SHELL_BUSY, f"shell '{self.name}' is running another command")
             token = secrets.token_hex(8)
@@ -301,6 +335,7 @@ class Shell:
             cmd.terminal, cmd.allow_stdin = terminal, stdin and on_live is not None
             self._current = cmd
             self.last_command = command
+            self._refresh_at = None  # a command that comes at once goes first: the definitions wait
         lines = ""
         if (terminal, merge) != self._mode:
             lines += output_mode_line(terminal, merge)
@@ -323,6 +358,40 @@ class Shell:
             timer = threading.Timer(timeout_s, self._stop, args=(cmd, "timeout"))
             timer.daemon = True
             timer.start()
+
+    def write_definitions(self, timeout: float = 1.0) -> bool:
+        """Have the shell write its functions, aliases and PATH to `definitions_path`, if it is idle;
+        True once they are written. A busy shell is left alone: its file is as it was (once asked, a
+        shell writes them again whenever it has been idle a moment after a command)."""
+        if self.definitions_path is None:
+            return False
+        self._definitions_used = True
+        token = secrets.token_hex(8)
+        written = threading.Event()
+        with self._lock:  # `run` starts a command under this lock: it cannot write its line before ours
+            if not self.alive or self._current is not None:
+                return False
+            self._definitions_wanted[token] = written  # before the line: its marker may come at once
+            try:
+                self._write(definitions_line(self.definitions_path, token))
+            except OSError:
+                del self._definitions_wanted[token]
+                return False  # the reader sees the shell go
+        try:
+            return written.wait(timeout) and self.alive
+        finally:
+            self._definitions_wanted.pop(token, None)
+
+    def _refresh_definitions(self) -> None:
+        """Write the definitions again, if no command has started since the last one ended (one that
+        has will set a new time when it ends). No marker: nobody waits for this one."""
+        with self._lock:
+            self._refresh_at = None
+            if self._current is None and self.alive and self.definitions_path is not None:
+                try:
+                    self._write(definitions_line(self.definitions_path))
+                except OSError:
+                    pass
 
     def interrupt(self) -> bool:
         """Stop the running command (as Ctrl-C would); False when nothing was running."""
@@ -387,6 +456,8 @@ class Shell:
             timeout = 0.5 if deadline is None else max(0.0, deadline - time.monotonic())
             if cmd is not None and cmd.terminal:
                 timeout = min(timeout, INPUT_CHECK_SECONDS)  # to notice a read of the terminal
+            if cmd is None and self._refresh_at is not None:
+                timeout = max(0.0, min(timeout, self._refresh_at - time.monotonic()))
             # Wake at least twice a second: a shell that exited while a background job still holds
             # its pipes sends no EOF, so its exit is noticed by polling.
             events = self._selector.select(min(timeout, 0.5))
@@ -402,6 +473,8 @@ class Shell:
             if cmd is not None and cmd.on_live is not None:
                 self._send_live(cmd, cmd.batcher.due(time.monotonic()))
                 self._maybe_progress(cmd)
+            if self._refresh_at is not None and now >= self._refresh_at:
+                self._refresh_definitions()
         self._proc.wait()
         self._exited()
 
@@ -428,14 +501,46 @@ class Shell:
             if not data:
                 self._selector.unregister(key.fileobj)
                 ended += 1
-                self._on_data(stream, self._scanners[channel].flush(), now, final=True)
+                self._pass_on(channel, stream, self._scanners[channel].flush(), now)
+                self._flush_display(channel, stream, now)
+                self._on_data(stream, b"", now, final=True)
                 continue
             for kind, payload in self._scanners[channel].feed(data):
                 if kind == "data":
-                    self._on_data(stream, payload, now)
+                    self._pass_on(channel, stream, payload, now)
                 else:
+                    self._flush_display(channel, stream, now)  # a display line cut short is output
                     self._on_marker(stream, payload, now)
         return ended
+
+    def _pass_on(self, channel: str, stream: str, data: bytes, now: float) -> None:
+        """Output between end markers: stdout's `owdisplay` lines go their own way (`_on_display`)."""
+        displays = self._displays.get(channel)
+        if displays is None:
+            self._on_data(stream, data, now)
+            return
+        for kind, payload in displays.feed(data):
+            if kind == "data":
+                self._on_data(stream, payload, now)
+            else:
+                self._on_display(payload, now)
+
+    def _flush_display(self, channel: str, stream: str, now: float) -> None:
+        displays = self._displays.get(channel)
+        held = displays.flush() if displays is not None else b""
+        if held:
+            self._on_data(stream, held, now)
+
+    def _on_display(self, payload: bytes, now: float) -> None:
+        """An `owdisplay` request (`mime TAB id TAB path`): a `display` record of its own, in order with
+        the output around it, so a client shows the file there and never parses the program's stdout."""
+        text = payload.decode("utf-8", "replace").removesuffix("\r") + "\n"
+        cmd = self._current
+        if cmd is None:
+            self._keep_between("display", payload, text)
+            return
+        self._hand_over_between(cmd, now)
+        self._add(cmd, "display", payload, text, now)
 
     def _in_order(self, events: list) -> list:
         """The ready channels in the order their output was most likely written. A pipe's output is there
@@ -471,11 +576,19 @@ class Shell:
 
     def _add(self, cmd: Command, stream: str, raw: bytes, text: str, now: float) -> None:
         cmd.record.add(stream, raw, text)
-        if text:  # a prompt may be on either stream (bash's `read -p` writes it to stderr)
+        # A prompt may be on either stream (bash's `read -p` writes it to stderr).
+        if text and stream in ("stdout", "stderr"):
             line_end = max(text.rfind("\n"), text.rfind("\r"))
             cmd.partial = (cmd.partial + text if line_end < 0 else text[line_end + 1:])[-PROMPT_CHARS:]
         if cmd.on_live is not None:
             self._send_live(cmd, cmd.batcher.add(stream, text, now))
+
+    def _note(self, cmd: Command, text: str, now: float) -> None:
+        """A line of the runner's own in the command's output, on the `note` stream: clients show it
+        as theirs (not as the program's stderr), and it is no part of a prompt."""
+        cmd.record.add("note", text.encode(), text)
+        if cmd.on_live is not None:
+            self._send_live(cmd, cmd.batcher.add("note", text, now))
 
     def _keep_between(self, stream: str, raw: bytes, text: str) -> None:
         """Keep what a background job printed while no command ran, the latest BETWEEN_LIMIT bytes."""
@@ -493,9 +606,8 @@ class Shell:
         if not self._between and not self._between_dropped:
             return
         if self._between_dropped:
-            notice = (f"[owsandbox: {self._between_dropped} earlier bytes printed by background jobs "
-                      "between commands were dropped; the latest follow]\n")
-            self._add(cmd, "stderr", notice.encode(), notice, now)
+            self._note(cmd, f"[{self._between_dropped} earlier bytes printed by background jobs between "
+                            "commands were dropped; the latest follow]\n", now)
         for stream, raw, text in self._between:
             self._add(cmd, stream, raw, text, now)
         self._between.clear()
@@ -528,8 +640,7 @@ class Shell:
         if not cmd.allow_stdin:
             if not cmd.eof_noted:
                 cmd.eof_noted = True
-                note = ("\n" if cmd.partial else "") + EOF_NOTE
-                self._add(cmd, "stderr", note.encode(), note, now)
+                self._note(cmd, EOF_NOTE, now)
             cmd.partial = ""
             self._tty.write(self._tty.end_of_input())
             return
@@ -577,6 +688,10 @@ class Shell:
     def _on_marker(self, stream: str, payload: bytes, now: float) -> None:
         cmd = self._current
         parts = payload.decode("utf-8", "replace").split(":", 2)
+        written = self._definitions_wanted.get(parts[0])
+        if written is not None:
+            written.set()
+            return
         if cmd is None or parts[0] != cmd.token:
             return  # a stale marker, printed again after an abort: drop it
         self._hand_over_between(cmd, now)
@@ -593,7 +708,7 @@ class Shell:
         if cmd.out_done and cmd.err_done:
             self._finish(cmd)
 
-    def _finish(self, cmd: Command, error: str | None = None) -> None:
+    def _finish(self, cmd: Command, error: str | None = None, outcome: str = P.OUTCOME_EXIT) -> None:
         with self._lock:
             if self._current is not cmd:
                 return
@@ -602,16 +717,19 @@ class Shell:
                 self.cwd = cmd.cwd
             if cmd.exit_code is not None and 0 <= cmd.exit_code <= 255:
                 self._last_status = cmd.exit_code
+            if self._definitions_used:
+                self._refresh_at = time.monotonic() + DEFINITIONS_REFRESH_SECONDS
         cmd.batcher.discard()  # what the live view did not get yet is in the record
         output = cmd.record.finish()
-        if error is None and cmd.stop_reason == "interrupt":
-            error = "interrupted by user"
-        elif error is None and cmd.stop_reason == "timeout":
-            error = f"timed out after {cmd.timeout_s:g} s"
+        if cmd.stop_reason == "interrupt":
+            outcome, error = P.OUTCOME_INTERRUPT, error or "interrupted by user"
+        elif cmd.stop_reason == "timeout":
+            outcome, error = P.OUTCOME_TIMEOUT, error or f"timed out after {cmd.timeout_s:g} s"
         result: dict[str, Any] = {
             "command": cmd.command,
             "cwd": self.cwd,
             "exit_code": cmd.exit_code,
+            "outcome": outcome,
             "output": output,
             "timed_out": cmd.stop_reason == "timeout",
             "truncated": cmd.record.truncated,
@@ -632,15 +750,23 @@ class Shell:
     def _exited(self) -> None:
         self.alive = False
         self.exit_status = self._proc.returncode
+        for written in list(self._definitions_wanted.values()):
+            written.set()
+        if self.definitions_path is not None:
+            try:
+                os.unlink(self.definitions_path)
+            except OSError:
+                pass
         cmd = self._current
         if cmd is not None:
             self._hand_over_between(cmd, time.monotonic())
             if cmd.exit_code is None and self.exit_status is not None and self.exit_status >= 0:
                 cmd.exit_code = self.exit_status
-            reason = f"the shell '{self.name}' exited (status {self.exit_status})"
+            reason = (f"the shell '{self.name}' exited (status {self.exit_status}); the next command starts a "
+                      f"new shell in {self.cwd} (variables are gone)")
             if cmd.stop_reason == "interrupt":
                 reason = "interrupted by user; the shell had to be ended, and a new one starts in its folder"
-            self._finish(cmd, reason)
+            self._finish(cmd, reason, P.OUTCOME_SHELL_EXITED)
         for stream in (self._proc.stdout, self._proc.stderr, self._proc.stdin):
             try:
                 if stream is not None:
