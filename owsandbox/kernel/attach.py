@@ -4,81 +4,47 @@ A program runs in an execd pipe session (the runner box's own endpoint, or a rea
 execd). Its records show live in the output area of the cell that attached, as one display that is
 updated at most a few times a second, and keep coming while other cells run: the channels live on
 an asyncio loop of their own thread. `%send` writes records; when a record has an `id`, the cell
-waits for the answer with that id — the kernel decides what an answer is, not the channel: the first
-later record with the same `id` that is not an event (no `method`, and no `type` among event,
-progress, notification, log). Session ids and cursors are remembered in the sandbox, so `%attach
---last` picks up after a kernel restart with nothing lost or repeated. A program that exits before
-it is up (before its first record, within a second) makes `%attach` an error that names its exit
-status and the last lines of its stderr; so does attaching again to a program that has ended.
+waits for the answer with that id. Session ids and cursors are remembered in the sandbox, so
+`%attach --last` picks up after a kernel restart with nothing lost or repeated. A program that exits
+before it is up (before its first record, within a second) makes `%attach` an error that names its
+exit status and the last lines of its stderr; so does attaching again to a program that has ended.
+
+`AttachManager` ties the parts together, each with one job:
+
+* `attach_loop.py`: the loop thread the channels run on, and the execd endpoints they reach;
+* `attach_registry.py`: the file in the sandbox that remembers programs and cursors;
+* `attach_view.py`: what a program's display shows, and when it is brought up to date;
+* `attach_answers.py`: which record answers a `%send`, and the waits for those answers.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import os
 import shlex
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..runner.box import protocol as P
+from .attach_answers import Answers
+from .attach_loop import AttachLoop, ch, endpoint_for, has_ended
+from .attach_registry import AttachRegistry
+from .attach_view import LiveDisplay, listing_row
+from .errors import AttachedProgramExited, AttachError, AttachFailed
 
 if TYPE_CHECKING:
     from ..channel import ExecdEndpoint, ExecdJsonLineChannel
 
-
-class _Channel:
-    """`owsandbox.channel`, imported on first use: it brings in websockets, which the kernel need not
-    load before anybody attaches."""
-
-    def __getattr__(self, name: str) -> Any:
-        from .. import channel
-        from ..channel import endpoint
-
-        return getattr(channel, name, None) or getattr(endpoint, name)
-
-
-ch = _Channel()
-
-EVENT_TYPES = frozenset({"event", "progress", "notification", "log"})
 KEEP_RECORDS = 1000  # per program, for the display and %records
-SHOW_RECORDS = 20  # in the live display
-RENDER_SECONDS = 0.2  # the live display is updated at most this often
-SAVE_SECONDS = 1.0  # cursors are written to the sandbox at most this often while records arrive
 # A program that exits this soon after %attach started it makes the cell an error; %attach waits this
 # long at most, and returns at the program's first record.
 START_CHECK_SECONDS = 1.0
 # How long %attach --session/--last waits for execd's exit notice of a program that has ended.
 EXIT_NOTICE_SECONDS = 5.0
 STDERR_LINES = 10  # the last lines of stderr an error shows
-
-
-class AttachError(Exception):
-    """A clear reason why an %attach operation could not be done."""
-
-    ename = "UsageError"
-
-
-class AttachedProgramExited(AttachError):
-    """The program exited while %attach started it, or had ended before %attach --session/--last."""
-
-    ename = "AttachedProgramExited"
-
-
-class AttachFailed(AttachError):
-    """The channel to a program failed at once (a line that is not JSON, execd's error), not by an exit."""
-
-    ename = "AttachFailed"
-
-
-def is_answer(record: dict[str, Any], request_id: Any) -> bool:
-    return (record.get("id") == request_id and "method" not in record
-            and record.get("type") not in EVENT_TYPES)
 
 
 @dataclass
@@ -99,7 +65,7 @@ class Program:
     render_due: bool = False
     cursor: int = 0
     since: int = 0  # where this attachment started reading
-    waiting: set[Any] = field(default_factory=set)
+    answers: Answers = field(default_factory=Answers)  # the %send records that wait for their answer
     connected_at: float = 0.0  # time.monotonic() when the connection (which starts a new program) began
     ended_at: float | None = None  # when the channel learnt that the program ended
     news: asyncio.Event | None = None  # set by the first record or the failure while %attach waits for either
@@ -109,89 +75,23 @@ class Program:
 
 
 class AttachManager:
-    """Every attached program of one kernel, on one event loop thread."""
+    """Every attached program of one kernel: what the magics ask for, done by the parts above."""
 
     def __init__(self, send_display: Callable[[dict[str, Any], dict[str, Any], str, bool], None],
                  runner_call: Callable[..., Any], box_endpoint: Callable[[], ExecdEndpoint],
                  registry_path: Callable[[], str]) -> None:
-        self._send_display = send_display  # (parent, data, display_id, update)
-        self._runner_call = runner_call
         self._box_endpoint = box_endpoint
-        self._registry_path = registry_path
         self.programs: dict[int, Program] = {}
         self._numbers = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_lock = threading.Lock()
-        self._last_save = 0.0
-        self._save_scheduled = False
-
-    # -- the loop ---------------------------------------------------------------------------
-
-    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
-        with self._loop_lock:
-            if self._loop is None:
-                loop = asyncio.new_event_loop()
-                threading.Thread(target=loop.run_forever, name="attach-loop", daemon=True).start()
-                self._loop = loop
-            return self._loop
-
-    def _run(self, coro: Any, timeout: float | None = 60) -> Any:
-        future = asyncio.run_coroutine_threadsafe(coro, self._ensure_loop())
-        try:
-            return future.result(timeout)
-        except TimeoutError:
-            future.cancel()
-            raise AttachError(f"no answer within {timeout:g} s") from None
-
-    # -- endpoints --------------------------------------------------------------------------
-
-    def endpoint_for(self, url: str | None, headers: dict[str, str]) -> ExecdEndpoint:
-        if url:
-            merged = dict(headers)
-            token = os.environ.get("OWSANDBOX_EXECD_TOKEN")
-            if token and not any(k.lower() == ch.TOKEN_HEADER.lower() for k in merged):
-                merged[ch.TOKEN_HEADER] = token
-            if url.startswith("unix:"):
-                return ch.ExecdEndpoint(unix_socket=url[5:], headers=merged)
-            return ch.ExecdEndpoint(origin=url, headers=merged)
-        if os.environ.get("OWSANDBOX_EXECD_URL"):
-            return ch.ExecdEndpoint.from_env()
-        return self._box_endpoint()
-
-    # -- the registry in the sandbox --------------------------------------------------------
-
-    def load_registry(self) -> list[dict[str, Any]]:
-        try:
-            page = self._runner_call("fs.read", {"path": self._registry_path(), "limit_lines": 100000})
-        except P.RunnerError as err:
-            if err.code == P.FS_ERROR:
-                return []
-            raise
-        try:
-            sessions = json.loads(page["text"]).get("sessions", [])
-        except (ValueError, AttributeError):
-            return []
-        return [s for s in sessions if isinstance(s, dict) and s.get("session_id")]
-
-    def save_registry(self, forget: set[str] | None = None) -> None:
-        known = {s["session_id"]: s for s in self.load_registry()}
-        for program in self.programs.values():
-            known[program.session_id] = {
-                "session_id": program.session_id, "name": program.name, "command": program.command,
-                "cwd": program.cwd, "url": program.url, "cursor": program.cursor, "state": program.state,
-                "updated": time.time()}
-        for session_id in forget or ():
-            known.pop(session_id, None)
-        entries = sorted(known.values(), key=lambda s: s.get("updated", 0))[-50:]
-        self._runner_call("fs.write", {"path": self._registry_path(), "make_parents": True,
-                                       "text": json.dumps({"sessions": entries}, indent=1) + "\n"})
-        self._last_save = time.monotonic()
+        self._loop = AttachLoop()
+        self._registry = AttachRegistry(runner_call, registry_path, self.programs.values, self._loop)
+        self._view = LiveDisplay(send_display, self._loop)
 
     # -- attaching --------------------------------------------------------------------------
 
     def start(self, command: str, name: str | None, cwd: str | None, url: str | None,
               headers: dict[str, str], parent: dict[str, Any]) -> Program:
-        endpoint = self.endpoint_for(url, headers)
+        endpoint = endpoint_for(url, headers, self._box_endpoint)
         control = ch.ExecdControl(endpoint)
         try:
             session_id = control.create(cwd=cwd, command=command)
@@ -205,7 +105,7 @@ class AttachManager:
 
     def reattach(self, session_id: str | None, last: bool, since: int | None, url: str | None,
                  headers: dict[str, str], parent: dict[str, Any]) -> Program:
-        saved = self.load_registry()
+        saved = self._registry.load()
         entry: dict[str, Any] | None = None
         if last:
             if not saved:
@@ -221,10 +121,10 @@ class AttachManager:
             if program.session_id == entry["session_id"] and program.channel is not None \
                     and program.channel.is_connected:
                 raise AttachError(f"{program.describe()} is attached already; %detach {program.number} first")
-        endpoint = self.endpoint_for(url or entry.get("url"), headers)
+        endpoint = endpoint_for(url or entry.get("url"), headers, self._box_endpoint)
         # A program that has ended gets an exit notice right after the connection's `connected`:
         # wait for it, so that attaching to it again is an error that says so.
-        ended = _has_ended(endpoint, entry["session_id"])
+        ended = has_ended(endpoint, entry["session_id"])
         program = self._new_program(entry.get("name") or entry["session_id"][:8], entry["session_id"], endpoint,
                                     entry.get("command", ""), entry.get("cwd", ""), url or entry.get("url"))
         self._connect(program, since if since is not None else int(entry.get("cursor", 0)), parent,
@@ -253,13 +153,10 @@ class AttachManager:
             program.cursor = offset
             if until_record and program.news is not None:
                 program.news.set()
-            channel = program.channel
-            if channel is not None:
-                for request_id in list(program.waiting):
-                    if is_answer(record, request_id) and channel.complete_request(request_id, record):
-                        program.waiting.discard(request_id)
-            self._schedule_render(program)
-            self._schedule_save()
+            if program.channel is not None:
+                program.answers.offer(program.channel, record)
+            self._view.render_soon(program)
+            self._registry.save_soon()
 
         async def on_failure(exc: BaseException) -> None:
             program.state = f"ended: {exc}"
@@ -272,8 +169,8 @@ class AttachManager:
                 program.cursor = program.channel.cursor
             if program.news is not None:
                 program.news.set()
-            self._schedule_render(program, now=True)
-            self._schedule_save()
+            self._view.render_soon(program, now=True)
+            self._registry.save_soon()
 
         async def connect() -> None:
             channel = ch.ExecdJsonLineChannel(program.endpoint, session_id=program.session_id, on_record=on_record,
@@ -281,7 +178,7 @@ class AttachManager:
             program.channel = channel
             program.state = "attaching"
             program.news = asyncio.Event()
-            self._send_display(parent, self._bundle(program), program.display_id, False)
+            self._view.show(program)
             program.connected_at = time.monotonic()
             await channel.connect(since=since, takeover=True)
             if channel.fatal is None:
@@ -294,60 +191,17 @@ class AttachManager:
             program.news = None
 
         try:
-            self._run(connect())
+            self._loop.run(connect())
         except (ch.ExecdError, RuntimeError, OSError) as exc:
             if not isinstance(_fatal(program), ch.ProgramExited):
                 program.state = f"not attached: {exc}"
-                self._render(program)
+                self._view.render(program)
                 raise AttachError(f"could not attach to {program.describe()}: {exc}") from None
-        self._render(program)
-        self._save_quietly()
+        self._view.render(program)
+        self._registry.save_quietly()
         fatal = _fatal(program)
         if fatal is not None:
             raise _failed_at_once(program, fatal, started=until_record)
-
-    # -- the live display -------------------------------------------------------------------
-
-    def _schedule_render(self, program: Program, now: bool = False) -> None:
-        loop = self._ensure_loop()
-        if now:
-            self._render(program)
-            return
-        if not program.render_due:
-            program.render_due = True
-            loop.call_later(RENDER_SECONDS, self._render, program)
-
-    def _render(self, program: Program) -> None:
-        program.render_due = False
-        if program.parent is not None:
-            self._send_display(program.parent, self._bundle(program), program.display_id, True)
-
-    def _bundle(self, program: Program) -> dict[str, Any]:
-        header = (f"{program.describe()} [{program.state}] session {program.session_id[:8]}, cursor "
-                  f"{program.cursor}, {program.seen} records" + (f" — {program.command}" if program.command else ""))
-        recent = list(program.records)[-SHOW_RECORDS:]
-        lines = [json.dumps(record, ensure_ascii=False) for _, record in recent]
-        if program.seen > len(recent):
-            lines.insert(0, f"… {program.seen - len(recent)} earlier records (%records {program.number})")
-        return {"text/plain": header + "\n" + "\n".join(lines)}
-
-    def _schedule_save(self) -> None:
-        if self._save_scheduled:
-            return
-        self._save_scheduled = True
-        delay = max(0.0, SAVE_SECONDS - (time.monotonic() - self._last_save))
-
-        def save() -> None:
-            self._save_scheduled = False
-            self._save_quietly()
-
-        self._ensure_loop().call_later(delay, lambda: threading.Thread(target=save, daemon=True).start())
-
-    def _save_quietly(self) -> None:
-        try:
-            self.save_registry()
-        except Exception:  # noqa: BLE001 - the live view must not fail for a bookkeeping write
-            pass
 
     # -- using programs ---------------------------------------------------------------------
 
@@ -369,30 +223,9 @@ class AttachManager:
             raise AttachError(f"{program.describe()} is not attached ({program.state}); %attach --session "
                               f"{program.session_id[:8]} attaches again")
 
-        async def go() -> list[Any]:
-            futures = []
-            for record in records:
-                if "id" in record:
-                    if record["id"] in program.waiting:
-                        raise AttachError(f"a record with id {record['id']!r} is still waiting for its answer")
-                    futures.append(channel.register_request(record["id"]))
-                    program.waiting.add(record["id"])
-            for record in records:
-                await channel.send(record)
-            if not futures:
-                return []
-            try:
-                return list(await asyncio.wait_for(asyncio.gather(*futures), wait))
-            except asyncio.TimeoutError:
-                for record in records:
-                    program.waiting.discard(record.get("id"))
-                    if "id" in record:
-                        channel.fail_request(record["id"], AttachError("gave up"))
-                raise AttachError(f"no answer from {program.describe()} within {wait:g} s "
-                                  "(records keep arriving in its display)") from None
-
         try:
-            return self._run(go(), timeout=wait + 10)
+            return self._loop.run(program.answers.exchange(channel, records, wait, program.describe()),
+                                  timeout=wait + 10)
         except (ch.ExecdError, RuntimeError) as exc:
             raise AttachError(f"could not send to {program.describe()}: {exc}") from None
 
@@ -400,29 +233,29 @@ class AttachManager:
         program = self.pick(number)
         channel = program.channel
         if channel is not None:
-            self._run(channel.detach())
+            self._loop.run(channel.detach())
             program.cursor = channel.cursor
         program.state = "detached"
-        self._render(program)
-        self.save_registry()
+        self._view.render(program)
+        self._registry.save()
         return program
 
     def kill(self, number: int | None) -> Program:
         program = self.pick(number)
         channel = program.channel
         if channel is not None:
-            self._run(channel.delete())
+            self._loop.run(channel.delete())
         else:
             ch.ExecdControl(program.endpoint).delete(program.session_id)
         program.state = "killed"
-        self._render(program)
+        self._view.render(program)
         for number in [n for n, p in self.programs.items() if p.session_id == program.session_id]:
             del self.programs[number]  # every attachment to that session is gone with it
-        self.save_registry(forget={program.session_id})
+        self._registry.save(forget={program.session_id})
         return program
 
     def listing(self) -> list[dict[str, Any]]:
-        saved = {s["session_id"]: s for s in self.load_registry()}
+        saved = {s["session_id"]: s for s in self._registry.load()}
         live: dict[str, dict[str, Any]] = {}
         listed = False  # whether the box's endpoint said which sessions it holds
         try:
@@ -437,11 +270,7 @@ class AttachManager:
             attached = max((p for p in self.programs.values() if p.session_id == session_id),
                            key=lambda p: p.number, default=None)  # the newest attachment speaks for it
             known_here = listed and not entry.get("url")  # programs of another execd are not in the box's list
-            rows.append({"#": attached.number if attached else "-", "session": session_id[:8],
-                         "name": entry.get("name", ""), "command": entry.get("command") or state.get("command", ""),
-                         "program": _program_state(state, known_here), "offset": state.get("output_offset", "?"),
-                         "cursor": attached.cursor if attached else entry.get("cursor", 0),
-                         "attachment": _attachment_state(attached.state if attached else entry.get("state", ""))})
+            rows.append(listing_row(session_id, entry, state, attached, known_here))
         return rows
 
     def close(self) -> None:
@@ -449,60 +278,26 @@ class AttachManager:
         for program in list(self.programs.values()):
             if program.channel is not None and program.channel.is_connected:
                 try:
-                    self._run(program.channel.detach(), timeout=10)
+                    self._loop.run(program.channel.detach(), timeout=10)
                     program.cursor = program.channel.cursor
                     program.state = "detached"
                 except (AttachError, ch.ExecdError, RuntimeError):
                     pass
         if self.programs:
-            self._save_quietly()
-        loop, self._loop = self._loop, None
-        if loop is not None:
-            loop.call_soon_threadsafe(loop.stop)
+            self._registry.save_quietly()
+        self._loop.stop()
 
     def cancel_waits(self) -> None:
         """Stop: every %send waiting for an answer gives up now."""
-        loop = self._loop
-        if loop is None:
+        if not self._loop.started:
             return
         for program in self.programs.values():
-            channel = program.channel
-            if channel is None:
-                continue
-            for request_id in list(program.waiting):
-                program.waiting.discard(request_id)
-                loop.call_soon_threadsafe(channel.fail_request, request_id, AttachError("interrupted by user"))
-
-
-def _program_state(session: dict[str, Any], known_here: bool) -> str:
-    """The program's state as execd lists it: running, exited N, ended by a signal, gone, unknown."""
-    if not session:
-        return "gone" if known_here else "unknown"
-    if session.get("running") is True:
-        return "running"
-    code = session.get("exit_code")
-    if code == -1:
-        return "ended by a signal"
-    if isinstance(code, int):
-        return f"exited {code}"
-    return "not started"
-
-
-def _attachment_state(state: str) -> str:
-    """A Program.state, short: attached, detached, ended, killed, not attached (the reason is in its display)."""
-    return state.partition(":")[0].strip() or "-"
+            if program.channel is not None:
+                program.answers.cancel(program.channel, self._loop)
 
 
 def _fatal(program: Program) -> BaseException | None:
     return program.channel.fatal if program.channel is not None else None
-
-
-def _has_ended(endpoint: ExecdEndpoint, session_id: str) -> bool:
-    """Whether execd says the session's program is not running (False when it cannot tell)."""
-    try:
-        return ch.ExecdControl(endpoint).status(session_id).get("running") is False
-    except (ch.ExecdError, OSError):
-        return False
 
 
 def _failed_at_once(program: Program, fatal: BaseException, started: bool) -> AttachError:

@@ -1,4 +1,7 @@
-"""The `%attach`, `%detach`, `%send`, `%%send` and `%records` magics (see `attach.py`)."""
+"""The `%attach`, `%detach`, `%send`, `%%send` and `%records` magics (see `attach.py`).
+
+What goes wrong is an `AttachError`, which the kernel shows as the cell's error under its own name
+(a UsageError, AttachedProgramExited, AttachFailed)."""
 
 from __future__ import annotations
 
@@ -7,8 +10,9 @@ import json
 import shlex
 from typing import Any
 
-from .attach import AttachError, Program
-from .magics import MagicContext, UsageError, magic, show_table
+from .attach import Program
+from .errors import UsageError
+from .magics import MagicContext, magic, show_table
 
 ATTACH_USAGE = ("%attach [--name N] [--cwd DIR] [--url URL --header K:V ...] -- COMMAND ...\n"
                 "       %attach --session ID [--since N] | --last | --list | --kill [N]")
@@ -41,15 +45,6 @@ def _said(ctx: MagicContext, program: Program, verb: str) -> None:
     ctx.stream(f"{verb} {program.describe()} (session {program.session_id[:8]}, cursor {program.cursor})\n")
 
 
-def _failed(exc: AttachError) -> Exception:
-    """The cell's error for `exc`: a UsageError, or an error of its own name (AttachedProgramExited)."""
-    if exc.ename == "UsageError":
-        return UsageError(str(exc))
-    from .kernel import CellError  # the kernel module imports this one
-
-    return CellError(exc.ename, str(exc))
-
-
 @magic("attach", "line", "Start a JSON-lines program in the sandbox and watch its records live, or attach again.",
        _attach_options, raw=True, usage=ATTACH_USAGE)
 def _attach(ctx: MagicContext, text: str, _body: str) -> None:
@@ -62,53 +57,41 @@ def _attach(ctx: MagicContext, text: str, _body: str) -> None:
         tokens = shlex.split(options_text)
     except ValueError as exc:
         raise UsageError(f"%attach: {exc}") from None
-    args = _parser().parse_args(tokens)
+    args = _attach.parser.parse_args(tokens)  # its own parser: `_attach` is the Magic this function became
     manager = ctx.attach
-    try:
-        if args.list:
-            rows = manager.listing()
-            if not rows:
-                ctx.stream("no programs in this sandbox yet; start one with %attach -- COMMAND\n")
-                return
-            show_table(ctx, list(rows[0]), [list(r.values()) for r in rows])
+    if args.list:
+        rows = manager.listing()
+        if not rows:
+            ctx.stream("no programs in this sandbox yet; start one with %attach -- COMMAND\n")
             return
-        if args.kill is not None:
-            program = manager.kill(None if args.kill == -1 else args.kill)
-            _said(ctx, program, "ended")
-            return
-        headers = _headers(args.header)
-        if args.session or args.last:
-            if command.strip():
-                raise UsageError("%attach --session/--last attaches to a running program; drop the -- COMMAND")
-            program = manager.reattach(args.session, args.last, args.since, args.url, headers, ctx.parent)
-            ctx.stream(f"attached again to {program.describe()} (session {program.session_id[:8]}), reading from "
-                       f"offset {program.since}\n")
-            return
-        if not command.strip():
-            raise UsageError(f"%attach needs a command after --, as in: %attach -- python3 engine.py\n{ATTACH_USAGE}")
-        if args.since is not None:
-            raise UsageError("--since goes with --session")
-        cwd = args.cwd or ctx.shell_folder()
-        program = manager.start(command.strip(), args.name, cwd, args.url, headers, ctx.parent)
-        # Not the cursor: the header above keeps counting it while records arrive, this line stays.
-        ctx.stream(f"attached to {program.describe()} (session {program.session_id[:8]})\n")
-    except AttachError as exc:
-        raise _failed(exc) from None
-
-
-def _parser() -> argparse.ArgumentParser:
-    from .magics import MAGICS
-
-    return MAGICS[("line", "attach")].parser
+        show_table(ctx, list(rows[0]), [list(r.values()) for r in rows])
+        return
+    if args.kill is not None:
+        program = manager.kill(None if args.kill == -1 else args.kill)
+        _said(ctx, program, "ended")
+        return
+    headers = _headers(args.header)
+    if args.session or args.last:
+        if command.strip():
+            raise UsageError("%attach --session/--last attaches to a running program; drop the -- COMMAND")
+        program = manager.reattach(args.session, args.last, args.since, args.url, headers, ctx.parent)
+        ctx.stream(f"attached again to {program.describe()} (session {program.session_id[:8]}), reading from "
+                   f"offset {program.since}\n")
+        return
+    if not command.strip():
+        raise UsageError(f"%attach needs a command after --, as in: %attach -- python3 engine.py\n{ATTACH_USAGE}")
+    if args.since is not None:
+        raise UsageError("--since goes with --session")
+    cwd = args.cwd or ctx.shell_folder()
+    program = manager.start(command.strip(), args.name, cwd, args.url, headers, ctx.parent)
+    # Not the cursor: the header above keeps counting it while records arrive, this line stays.
+    ctx.stream(f"attached to {program.describe()} (session {program.session_id[:8]})\n")
 
 
 @magic("detach", "line", "Stop watching an attached program; it keeps running (%attach --last picks it up).",
        lambda p: p.add_argument("number", nargs="?", type=int))
 def _detach(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
-    try:
-        program = ctx.attach.detach(args.number)
-    except AttachError as exc:
-        raise _failed(exc) from None
+    program = ctx.attach.detach(args.number)
     _said(ctx, program, "detached from")
 
 
@@ -153,10 +136,7 @@ def _send(ctx: MagicContext, text: str, _body: str) -> None:
     records = _parse_records(rest.strip())
     if len(records) != 1:
         raise UsageError("%send sends one record; use %%send for several")
-    try:
-        _show_answers(ctx, records, ctx.attach.send(number, records, ctx.settings.get("send_wait", 30.0)))
-    except AttachError as exc:
-        raise _failed(exc) from None
+    _show_answers(ctx, records, ctx.attach.send(number, records, ctx.settings.get("send_wait", 30.0)))
 
 
 @magic("send", "cell", "Send one JSON record a line to an attached program; wait for the answers to those with an id.",
@@ -164,10 +144,7 @@ def _send(ctx: MagicContext, text: str, _body: str) -> None:
                   p.add_argument("--wait", type=float, default=30.0, help="seconds to wait for answers (30)")))
 def _send_cell(ctx: MagicContext, args: argparse.Namespace, body: str) -> None:
     records = _parse_records(body)
-    try:
-        _show_answers(ctx, records, ctx.attach.send(args.number, records, args.wait))
-    except AttachError as exc:
-        raise _failed(exc) from None
+    _show_answers(ctx, records, ctx.attach.send(args.number, records, args.wait))
 
 
 @magic("records", "line", "Print an attached program's recent records.",
@@ -175,12 +152,13 @@ def _send_cell(ctx: MagicContext, args: argparse.Namespace, body: str) -> None:
                   p.add_argument("--last", type=int, default=20, metavar="K", help="how many (20)"),
                   p.add_argument("--type", metavar="T", help="only records whose `type` is T")))
 def _records(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
-    try:
-        program = ctx.attach.pick(args.number)
-    except AttachError as exc:
-        raise _failed(exc) from None
+    program = ctx.attach.pick(args.number)
     kept = [(offset, record) for offset, record in program.records
             if args.type is None or record.get("type") == args.type]
     shown = kept[-args.last:] if args.last > 0 else []
     lines = "".join(f"{offset:>10}  {json.dumps(record, ensure_ascii=False)}\n" for offset, record in shown)
     ctx.stream(lines or f"no records{' of type ' + args.type if args.type else ''} from {program.describe()}\n")
+
+
+# The magics of this module, for the kernel's table (`magic_table.all_magics`).
+ATTACH_MAGICS = (_attach, _detach, _send, _send_cell, _records)

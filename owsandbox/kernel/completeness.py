@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import re
 
+from .magics import parse_cell
+
 COMPLETE = "complete"
 INCOMPLETE = "incomplete"
 INVALID = "invalid"
@@ -47,17 +49,14 @@ def _check_magics(head: str) -> tuple[str, str]:
     line magics, one line each, and what follows them is shell code; with none, the cell goes on only
     after a last line ending in a backslash.
     """
-    if head.startswith("%%"):
-        lines = head.split("\n")
-        return (COMPLETE, "") if len(lines) > 1 and not lines[-1].strip() else (INCOMPLETE, "")
-    lines = head.split("\n")
-    index = 0
-    while index < len(lines) and lines[index].lstrip().startswith("%"):
-        index += 1
-    rest = "\n".join(lines[index:])
-    if rest.strip():
-        return _check_bash(rest)
-    return (INCOMPLETE, "") if lines[-1].endswith("\\") else (COMPLETE, "")
+    parsed = parse_cell(head)
+    assert parsed is not None  # `head` starts with a %
+    last_line = head.rpartition("\n")[2]
+    if parsed.cell is not None:
+        return (COMPLETE, "") if "\n" in head and not last_line.strip() else (INCOMPLETE, "")
+    if parsed.rest.strip():
+        return _check_bash(parsed.rest)
+    return (INCOMPLETE, "") if last_line.endswith("\\") else (COMPLETE, "")
 
 
 def _check_bash(code: str) -> tuple[str, str]:

@@ -6,19 +6,35 @@ fresh bash in the shell's folder that knows the shell's functions, aliases and P
 idle moment (owsandbox/runner/box/complete.py says how): commands, functions and aliases, variables
 (plus the ones earlier cells assigned), options and other arguments from bash-completion when the
 box has it, and folder listings for paths. Magic names and their path arguments complete too.
+
+The kernel hands these functions a `CompletionContext`: the little of it that completion reads.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..runner.box import protocol as P
-from . import magics
 
 if TYPE_CHECKING:
-    from .kernel import OwSandboxKernel
+    from .magic_table import MagicTable
+
+COMPLETION_SECONDS = 5  # a completion that takes longer is not worth waiting for
+
+
+@dataclass
+class CompletionContext:
+    """What completion may use of the kernel, taken when the request came."""
+
+    shell: str  # the current shell: its functions, variables and folder are the ones that count
+    call: Callable[..., Any]  # call(method, params, timeout=...): a runner call in the sandbox
+    folder: Callable[[], str]  # the current shell's folder
+    history: list[str]  # the cells run so far (the variables they assigned complete too)
+    magics: MagicTable
 
 _BREAKS = set(" \t\n;|&<>()`\"'=")
 _COMMAND_BEFORE = re.compile(r"(^|[;&|(`]|\$\(|&&|\|\||\b(then|do|else|elif|time|sudo|xargs|exec)\s)\s*$")
@@ -53,15 +69,11 @@ def assigned_names(history: list[str]) -> set[str]:
     return names
 
 
-def _sandbox_call(kernel: OwSandboxKernel, method: str, params: dict[str, Any]) -> Any:
-    return kernel.sandbox.client.call(method, params, timeout=5)
-
-
-def _shell_complete(kernel: OwSandboxKernel, what: str, word: str, words: list[str] | None = None) -> list[str]:
-    params: dict[str, Any] = {"shell": kernel.settings["shell"], "what": what, "word": word}
+def _shell_complete(ctx: CompletionContext, what: str, word: str, words: list[str] | None = None) -> list[str]:
+    params: dict[str, Any] = {"shell": ctx.shell, "what": what, "word": word}
     if words is not None:
         params["words"] = words
-    return list(_sandbox_call(kernel, "shell.complete", params)["matches"])
+    return list(ctx.call("shell.complete", params, timeout=COMPLETION_SECONDS)["matches"])
 
 
 def command_words(before: str) -> list[str]:
@@ -73,26 +85,26 @@ def command_words(before: str) -> list[str]:
     return [part for word in words for part in re.findall(r"=|[^=]+", word)]
 
 
-def _arguments(kernel: OwSandboxKernel, before: str, typed: str) -> list[str]:
+def _arguments(ctx: CompletionContext, before: str, typed: str) -> list[str]:
     """What bash-completion offers for the word (options, subcommands, ...), paths left out."""
     words = command_words(before)
     if not words:
         return []
     try:
-        return _shell_complete(kernel, "arguments", typed, [*words, typed])
+        return _shell_complete(ctx, "arguments", typed, [*words, typed])
     except (P.RunnerError, TimeoutError):  # an older runner, or a slow completion: the paths still come
         return []
 
 
-def _paths(kernel: OwSandboxKernel, typed: str) -> list[str]:
+def _paths(ctx: CompletionContext, typed: str) -> list[str]:
     folder_part, _, name_part = typed.rpartition("/")
     if "/" in typed:
         folder_part += "/"
     listing_path = os.path.expanduser(folder_part) if folder_part else "."
     if not os.path.isabs(listing_path):
-        listing_path = os.path.join(kernel.shell_folder(kernel.settings["shell"]), listing_path)
+        listing_path = os.path.join(ctx.folder(), listing_path)
     try:
-        listing = _sandbox_call(kernel, "fs.list", {"path": listing_path})
+        listing = ctx.call("fs.list", {"path": listing_path}, timeout=COMPLETION_SECONDS)
     except Exception:  # noqa: BLE001 - no such folder: nothing to offer
         return []
     matches = []
@@ -103,38 +115,34 @@ def _paths(kernel: OwSandboxKernel, typed: str) -> list[str]:
     return matches[:300]
 
 
-def complete(kernel: OwSandboxKernel, code: str, cursor: int) -> tuple[list[str], int, int]:
+def complete(ctx: CompletionContext, code: str, cursor: int) -> tuple[list[str], int, int]:
     start, end = word_at(code, cursor)
     typed = code[start:end]
     line_start = code.rfind("\n", 0, start) + 1
     before = code[line_start:start]
     if typed.startswith("%") and not before.strip():
-        return [name for name in magics.magic_names() if name.startswith(typed)], start, end
+        return [name for name in ctx.magics.names() if name.startswith(typed)], start, end
     if typed.startswith("$"):
         bare = typed.lstrip("${")
-        names = set(_shell_complete(kernel, "variables", bare))
-        names |= {n for n in assigned_names(_history(kernel)) if n.startswith(bare)}
+        names = set(_shell_complete(ctx, "variables", bare))
+        names |= {n for n in assigned_names(ctx.history) if n.startswith(bare)}
         lead = typed[: len(typed) - len(bare)]
         return [lead + name for name in sorted(names)], start, end
     if _COMMAND_BEFORE.search(before) and "/" not in typed and not before.lstrip().startswith("%"):
-        commands = _shell_complete(kernel, "commands", typed) if typed else []
-        return sorted(set(commands)) + _paths(kernel, typed), start, end
-    paths = _paths(kernel, typed)
+        commands = _shell_complete(ctx, "commands", typed) if typed else []
+        return sorted(set(commands)) + _paths(ctx, typed), start, end
+    paths = _paths(ctx, typed)
     if before.lstrip().startswith("%"):
         return paths, start, end
-    return paths + [match for match in _arguments(kernel, before, typed) if match not in paths], start, end
+    return paths + [match for match in _arguments(ctx, before, typed) if match not in paths], start, end
 
 
-def _history(kernel: OwSandboxKernel) -> list[str]:
-    return list(getattr(kernel, "cell_history", []))[-200:]
-
-
-def inspect_word(kernel: OwSandboxKernel, code: str, cursor: int) -> str:
+def inspect_word(ctx: CompletionContext, code: str, cursor: int) -> str:
     word = whole_word_at(code, cursor) or whole_word_at(code, max(cursor - 1, 0))
     if not word:
         return ""
     if word.startswith("%"):
         kind = "cell" if word.startswith("%%") else "line"
-        found = magics.MAGICS.get((kind, word.lstrip("%")))
+        found = ctx.magics.get((kind, word.lstrip("%")))
         return found.parser.format_help() if found else ""
-    return str(_sandbox_call(kernel, "shell.inspect", {"shell": kernel.settings["shell"], "word": word})["text"])
+    return str(ctx.call("shell.inspect", {"shell": ctx.shell, "word": word}, timeout=COMPLETION_SECONDS)["text"])

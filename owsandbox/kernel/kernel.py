@@ -7,9 +7,10 @@ the live view missed. A command that waits for input (`shell.input_wanted`) is a
 Jupyter's stdin channel when the client allows it (`stdin.py`), and gets end-of-input otherwise.
 Stop (an `interrupt_request`, or SIGINT from a client that signals) becomes `shell.interrupt`: the
 command ends (and its open prompt with it), the shell and its variables stay. A non-zero exit status
-is an error reply with exactly one `error` output, so a notebook run stops at a failing cell. Magics
-live in `magics.py`, output handling in `output.py` (terminal text in `terminal_text.py`), the bash
-completeness check in `completeness.py`.
+is an error reply with exactly one `error` output, so a notebook run stops at a failing cell (the
+errors, by name, are in `errors.py`). Magics live in `magics.py` and `attach_magics.py`, found through
+the kernel's table (`magic_table.py`); output handling in `output.py` (terminal text in
+`terminal_text.py`), the bash completeness check in `completeness.py`, tab completion in `completion.py`.
 """
 
 from __future__ import annotations
@@ -27,11 +28,14 @@ from ipykernel.kernelbase import Kernel
 
 from .. import __version__
 from ..runner.box import protocol as P
-from . import attach_magics, magics  # noqa: F401 - attach_magics registers its magics
+from . import magics
 from .attach import AttachManager
+from .completion import CompletionContext, complete, inspect_word
+from .errors import CellError, UsageError, runner_error_name
 from .hints import network_hint
 from .limits import named_limit
-from .magics import RunOnShell, UsageError, terminal_settings
+from .magic_table import MagicTable, all_magics
+from .magics import RunOnShell, terminal_settings
 from .notes import note_content
 from .output import DEFAULT_OUTPUT_LIMIT, CellOutput, Display, InputWanted, Notice, Stream
 from .sandbox import Sandbox, SandboxUnavailable
@@ -40,18 +44,6 @@ from .stdin import CellPrompts, StdinChannel
 _LEAVE = re.compile(r"\s*(exit|logout)(\s+0)?\s*;?\s*\Z")  # a cell that only leaves the shell
 BATCH_SECONDS = 0.03  # live output is gathered this long before it goes out as one message
 RED, RESET = "\x1b[31m", "\x1b[0m"
-
-_ERROR_NAMES = {P.SHELL_BUSY: "ShellBusy", P.SHELL_EXITED: "ShellExited",
-                P.RUNNER_RESTARTED: "SandboxRestarted",
-                P.RUNNER_UNREACHABLE: "SandboxUnreachable", P.FS_ERROR: "FileError",
-                P.INVALID_PARAMS: "UsageError", P.UNKNOWN_SHELL: "UnknownShell"}
-
-
-class CellError(Exception):
-    def __init__(self, ename: str, evalue: str) -> None:
-        super().__init__(evalue)
-        self.ename = ename
-        self.evalue = evalue
 
 
 class OwSandboxKernel(Kernel):
@@ -72,6 +64,7 @@ class OwSandboxKernel(Kernel):
         self.sandbox = Sandbox(key=self._kernel_key())
         self.sandbox.start_in_background()
         self.settings: dict[str, Any] = {"shell": "main", "timeout": None, "output_limit": DEFAULT_OUTPUT_LIMIT}
+        self.magics: MagicTable = all_magics()
         self._running: dict[str, str] = {}  # shell → the call id of the cell running on it
         self._running_lock = threading.Lock()
         self._displays: set[str] = set()
@@ -187,7 +180,7 @@ class OwSandboxKernel(Kernel):
         except SandboxUnavailable as err:
             return self._error_reply(parent, "SandboxUnavailable", str(err))
         except P.RunnerError as err:
-            return self._error_reply(parent, _ERROR_NAMES.get(err.code, "SandboxError"), err.message)
+            return self._error_reply(parent, runner_error_name(err.code), err.message)
         except asyncio.CancelledError:
             return self._error_reply(parent, "Interrupted", "the cell was interrupted")
         except Exception as exc:  # noqa: BLE001 - every request gets a reply
@@ -210,10 +203,10 @@ class OwSandboxKernel(Kernel):
         loop = asyncio.get_running_loop()
         if parsed.cell is not None:
             name, args, body = parsed.cell
-            found = magics.find_magic("cell", name)
+            found = self.magics.find("cell", name)
             return await loop.run_in_executor(None, found.run, context, args, body)
         for name, args in parsed.lines:
-            found = magics.find_magic("line", name)
+            found = self.magics.find("line", name)
             await loop.run_in_executor(None, found.run, context, args, "")
         if parsed.rest.strip():
             return RunOnShell(self.settings["shell"], parsed.rest)
@@ -398,23 +391,25 @@ class OwSandboxKernel(Kernel):
             reply["indent"] = indent
         return reply
 
-    async def do_complete(self, code: str, cursor_pos: int) -> dict[str, Any]:
-        from .completion import complete
+    def _completion_context(self) -> CompletionContext:
+        shell = self.settings["shell"]
+        return CompletionContext(shell=shell, call=self._runner_call, folder=lambda: self.shell_folder(shell),
+                                 history=self.cell_history[-200:], magics=self.magics)
 
+    async def do_complete(self, code: str, cursor_pos: int) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         try:
-            matches, start, end = await loop.run_in_executor(None, complete, self, code, cursor_pos)
+            matches, start, end = await loop.run_in_executor(None, complete, self._completion_context(), code,
+                                                             cursor_pos)
         except (SandboxUnavailable, P.RunnerError, TimeoutError):
             matches, start, end = [], cursor_pos, cursor_pos
         return {"status": "ok", "matches": matches, "cursor_start": start, "cursor_end": end, "metadata": {}}
 
     async def do_inspect(self, code: str, cursor_pos: int, detail_level: int = 0,
                          omit_sections: Any = ()) -> dict[str, Any]:
-        from .completion import inspect_word
-
         loop = asyncio.get_running_loop()
         try:
-            text = await loop.run_in_executor(None, inspect_word, self, code, cursor_pos)
+            text = await loop.run_in_executor(None, inspect_word, self._completion_context(), code, cursor_pos)
         except (SandboxUnavailable, P.RunnerError, TimeoutError):
             text = ""
         data = {"text/plain": text} if text else {}
@@ -493,6 +488,7 @@ class _Context:
         self.kernel = kernel
         self.parent = parent
         self.settings = kernel.settings
+        self.magics = kernel.magics
         self.payloads: list[dict[str, Any]] = []  # for the execute reply (the pager)
 
     def call(self, method: str, params: dict[str, Any], timeout: float = 60.0) -> Any:

@@ -4,14 +4,15 @@ A cell whose first line starts with `%%` is a cell magic (the rest is its body);
 `%` at the top of a cell are line magics, run in order, and any lines after them run as shell code.
 Every magic has `--help`; every bad use raises `UsageError` with a message naming what was wrong.
 Handlers are plain functions of a `MagicContext` (which talks to the sandbox and to the notebook),
-so they run on a worker thread and are tested through a real kernel.
+so they run on a worker thread and are tested through a real kernel. `@magic(...)` makes a handler a
+`Magic` and registers nothing: this module lists its magics in `BUILTIN_MAGICS`, and the kernel builds
+its table from such lists (`magic_table.all_magics`).
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
-import difflib
 import html
 import json
 import math
@@ -19,14 +20,14 @@ import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..runner.box import protocol as P
 from . import untrusted
+from .errors import UsageError
 
-
-class UsageError(Exception):
-    """A magic used the wrong way; the message is shown as the cell's error."""
+if TYPE_CHECKING:
+    from .magic_table import MagicTable
 
 
 @dataclass
@@ -41,6 +42,7 @@ class MagicContext(Protocol):
     settings: dict[str, Any]
     attach: Any  # the kernel's AttachManager
     parent: dict[str, Any]
+    magics: MagicTable  # every magic the kernel knows (for %magics)
 
     def call(self, method: str, params: dict[str, Any], timeout: float = 60.0) -> Any: ...
     def stream(self, text: str, name: str = "stdout") -> None: ...
@@ -96,14 +98,36 @@ class _Help(Exception):
         self.text = text
 
 
+def magic_prefix(kind: str) -> str:
+    """How a magic of `kind` ("line" or "cell") is written: `%name` or `%%name`."""
+    return "%%" if kind == "cell" else "%"
+
+
 @dataclass
 class Magic:
+    """A magic: its name and kind, the line `%magics` shows, its arguments (`configure` adds them to
+    its parser, which also gives its `--help`) and the function that does it."""
+
     name: str
     kind: str  # "line" or "cell"
     summary: str
-    parser: _Parser
     handler: Callable[[MagicContext, Any, str], RunOnShell | None]
+    configure: Callable[[_Parser], Any] | None = None
     raw: bool = False  # the handler parses its own argument text (JSON, a command line)
+    usage: str | None = None  # the usage line, when argparse's own would not say it well
+    parser: _Parser = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.parser = _Parser(prog=self.spelled, description=self.summary, add_help=False,
+                              usage=self.usage.replace("%", "%%") if self.usage else None)
+        self.parser.add_argument("-h", "--help", action="store_true", help="show this help")
+        if self.configure is not None:
+            self.configure(self.parser)
+
+    @property
+    def spelled(self) -> str:
+        """`%name` or `%%name`, as a cell writes it."""
+        return magic_prefix(self.kind) + self.name
 
     def run(self, ctx: MagicContext, args_text: str, body: str = "") -> RunOnShell | None:
         if self.raw:
@@ -121,42 +145,15 @@ class Magic:
         return self.handler(ctx, self.parser.parse_args(tokens), body)
 
 
-MAGICS: dict[tuple[str, str], Magic] = {}
+def magic(name: str, kind: str, summary: str, configure: Callable[[_Parser], Any] | None = None,
+          raw: bool = False, usage: str | None = None) -> Callable[[Callable[..., Any]], Magic]:
+    """Make the function below a `Magic`. Nothing is registered: the kernel's table lists the magics
+    (`magic_table.all_magics`)."""
 
+    def make(handler: Callable[..., Any]) -> Magic:
+        return Magic(name, kind, summary, handler, configure, raw, usage)
 
-def magic(name: str, kind: str, summary: str, configure: Callable[[_Parser], None] | None = None,
-          raw: bool = False, usage: str | None = None):
-    prefix = "%%" if kind == "cell" else "%"
-
-    def register(handler):
-        parser = _Parser(prog=f"{prefix}{name}", description=summary, add_help=False,
-                         usage=usage.replace("%", "%%") if usage else None)
-        parser.add_argument("-h", "--help", action="store_true", help="show this help")
-        if configure is not None:
-            configure(parser)
-        MAGICS[(kind, name)] = Magic(name, kind, summary, parser, handler, raw)
-        return handler
-
-    return register
-
-
-def find_magic(kind: str, name: str) -> Magic:
-    found = MAGICS.get((kind, name))
-    if found is not None:
-        return found
-    prefix = "%%" if kind == "cell" else "%"
-    other = MAGICS.get(("line" if kind == "cell" else "cell", name))
-    if other is not None:
-        other_prefix = "%%" if other.kind == "cell" else "%"
-        raise UsageError(f"{prefix}{name} is not a {kind} magic; use {other_prefix}{name}")
-    names = sorted({("%%" if k == "cell" else "%") + n for k, n in MAGICS})
-    close = difflib.get_close_matches(prefix + name, names, n=1, cutoff=0.5)
-    hint = f"; did you mean {close[0]}?" if close else "; %magics lists them"
-    raise UsageError(f"unknown magic {prefix}{name}{hint}")
-
-
-def magic_names() -> list[str]:
-    return sorted({("%%" if kind == "cell" else "%") + name for kind, name in MAGICS})
+    return make
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -580,11 +577,17 @@ def _clear(ctx: MagicContext, _args: argparse.Namespace, _body: str) -> None:
 
 
 def _list_magics(ctx: MagicContext, _args: argparse.Namespace, _body: str) -> None:
-    rows = [[("%%" if m.kind == "cell" else "%") + m.name, m.summary]
-            for m in sorted(MAGICS.values(), key=lambda m: (m.name, m.kind))]
+    rows = [[m.spelled, m.summary] for m in sorted(ctx.magics.values(), key=lambda m: (m.name, m.kind))]
     show_table(ctx, ["magic", "what it does"], rows,
                "Each magic takes --help. Plain lines run in bash; owdisplay FILE shows a file from a shell.")
 
 
-magic("help", "line", "List the magics.")(_list_magics)
-magic("magics", "line", "List the magics.")(_list_magics)
+# The magics of this module, for the kernel's table (`magic_table.all_magics`).
+BUILTIN_MAGICS = (
+    _read, _write_cell, _write_line, _ls, _stat, _search,
+    _switch_shell, _cell_on_shell, _shells, _sandbox,
+    _timeout, _output, _terminal, _stderr,
+    _page, _clear,
+    magic("help", "line", "List the magics.")(_list_magics),
+    magic("magics", "line", "List the magics.")(_list_magics),
+)

@@ -40,7 +40,8 @@ from owsandbox.channel.errors import JsonLineError, ReplayGap
 from owsandbox.channel.jsonlines import REPLAY, STDERR, STDOUT, JsonLineDecoder, Record, StderrText
 from owsandbox.kernel import completeness
 from owsandbox.kernel.attach_magics import _headers, _parse_records, _split_number
-from owsandbox.kernel.magics import MAGICS, UsageError, _span, parse_cell
+from owsandbox.kernel.magic_table import all_magics
+from owsandbox.kernel.magics import UsageError, _span, parse_cell
 from owsandbox.kernel.output import CellOutput, Display, Notice, Stream
 from owsandbox.runner.box import protocol as P
 from owsandbox.runner.box import wsframes as W
@@ -606,6 +607,9 @@ def test_parse_cell_reads_any_text(code: str) -> None:
         else:
             assert parsed.cell is None and parsed.lines
             assert all("\n" not in name + args for name, args in parsed.lines)
+
+
+MAGICS = all_magics()
 
 
 def _option_words() -> list[str]:
