@@ -31,9 +31,10 @@ client, only notices the peer's Close once TCP is gone (`recv()` keeps waiting).
 starts a watcher that closes the connection as soon as both Close frames have crossed, whichever
 side spoke first: an exit, a takeover (4001) or a detach is then seen at once instead of after a
 timeout. websockets offers no event for "the peer's Close arrived", and overriding its connection
-classes' hooks would tie us to its private methods, so the watcher polls the state every
-`CLOSE_POLL_SECONDS`. What it reads of websockets beyond the documented API is listed above
-`close_handshake_done`, and tests/test_channel_execdws.py fails when websockets changes any of it.
+classes' hooks would tie us to its private methods, so the watcher polls the state: every
+`IDLE_POLL_SECONDS` while open, every `CLOSE_POLL_SECONDS` once our Close is out. What it reads of
+websockets beyond the documented API is listed above `close_handshake_done`, and
+tests/test_channel_execdws.py fails when websockets changes any of it.
 """
 
 from __future__ import annotations
@@ -78,7 +79,9 @@ KEEPALIVE_SECONDS = 20.0
 # How long a Close waits for execd's answer before the connection is cut.
 CLOSE_TIMEOUT_SECONDS = 2.0
 # How often the close watcher looks whether both Close frames have crossed.
-CLOSE_POLL_SECONDS = 0.02
+CLOSE_POLL_SECONDS = 0.02  # once our Close is out: the closing handshake is short
+IDLE_POLL_SECONDS = 0.2  # before: a peer's Close (exit, takeover) is seen within this; an idle
+                         # attached program costs the kernel 5 wake-ups a second, not 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,6 +302,10 @@ def close_handshake_done(protocol: Protocol) -> bool:
     return protocol.close_sent is not None and protocol.close_rcvd is not None
 
 
+def _poll_interval(protocol: Protocol) -> float:
+    return CLOSE_POLL_SECONDS if protocol.close_sent is not None else IDLE_POLL_SECONDS
+
+
 async def _watch_async(ws: AsyncConnection) -> None:
     while ws.state is not State.CLOSED:
         if close_handshake_done(ws.protocol):
@@ -306,7 +313,7 @@ async def _watch_async(ws: AsyncConnection) -> None:
             # sends what is buffered before it closes.
             ws.transport.close()
             return
-        await asyncio.sleep(CLOSE_POLL_SECONDS)
+        await asyncio.sleep(_poll_interval(ws.protocol))
 
 
 _async_watchers: dict[AsyncConnection, asyncio.Task[None]] = {}
@@ -322,7 +329,7 @@ def _watch_sync(ws: SyncConnection) -> None:
             # websockets' reading thread notes the peer's Close and writes our answer while holding
             # its lock; one more poll lets that write finish before the socket goes.
             seen = True
-        time.sleep(CLOSE_POLL_SECONDS)
+        time.sleep(CLOSE_POLL_SECONDS if seen else _poll_interval(ws.protocol))
 
 
 async def close_async(ws: AsyncConnection, timeout: float) -> None:
