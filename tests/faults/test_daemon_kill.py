@@ -22,6 +22,7 @@ import pytest
 
 from owsandbox.runner.box import protocol as P
 from owsandbox.runner.client import RunnerClient
+from owsandbox.runner.executor import RunnerExecutor
 from owsandbox.runner.providers.local import LocalProvider, descendants
 from tests.kernel_session import KernelSession
 from tests.processes import wait_gone
@@ -51,13 +52,14 @@ def test_kill_9_of_the_daemon_mid_command_is_reported_never_rerun(local_box, wor
     seed = seed_from_env(SEED)
     rng = random.Random(seed)
     provider, client = local_box
+    shell = RunnerExecutor(client)
     effects = workspace / "effects.txt"
     orphans_left: list[int] = []
     finished_anyway = 0
     for round_ in range(ROUNDS):
         folder = workspace / f"r{round_}"
-        ready = client.call("shell.run", {"command": f"mkdir -p {folder} && cd {folder} && export GONE=1"},
-                            timeout=30)
+        # The executor keeps its shell's folder (the client stays generic), as the kernel's sandbox does.
+        ready = shell.run(f"mkdir -p {folder} && cd {folder} && export GONE=1")
         assert ready["exit_code"] == 0 and ready["cwd"] == str(folder), (seed, round_, ready)
         daemon_pid = provider.daemon_pid
         assert daemon_pid and alive(daemon_pid)
@@ -76,7 +78,7 @@ def test_kill_9_of_the_daemon_mid_command_is_reported_never_rerun(local_box, wor
         assert "outcome of this command is unknown" in lost.value.message
 
         # The next command works, on a new daemon, in the last folder, with fresh variables.
-        after = client.call("shell.run", {"command": "echo \"[$GONE] $PWD\""}, timeout=30)
+        after = shell.run("echo \"[$GONE] $PWD\"")
         assert after["output"] == f"[] {folder}\n", (seed, round_, after)
         assert client.restarts == round_ + 1 and provider.daemon_pid != daemon_pid
 
