@@ -79,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"owsandbox: unknown command '{argv[0]}'", file=sys.stderr)
             return 2
         return 0
+    from .logs import configure
+
+    configure()
     return commands[argv[0]](argv[1:])
 
 

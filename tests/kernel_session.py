@@ -48,14 +48,14 @@ class CellRun:
 
 class KernelSession:
     def __init__(self, workspace: Path, env: dict[str, str] | None = None, kernel_name: str = KERNEL_NAME,
-                 connection_file: str | None = None) -> None:
+                 connection_file: str | None = None, stderr: Any = None) -> None:
         self.workspace = workspace
         self.closed = False
         self.km = KernelManager(kernel_name=kernel_name)
         if connection_file is not None:  # named kernel-*.json, as Jupyter's servers name them
             self.km.connection_file = connection_file
         kernel_env = {**os.environ, **(env or {})}
-        self.km.start_kernel(cwd=str(workspace), env=kernel_env)
+        self.km.start_kernel(cwd=str(workspace), env=kernel_env, **({"stderr": stderr} if stderr else {}))
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)

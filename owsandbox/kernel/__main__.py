@@ -2,6 +2,8 @@
 
 from ipykernel.kernelapp import IPKernelApp
 
+from ..logs import configure
 from .kernel import OwSandboxKernel
 
+configure()
 IPKernelApp.launch_instance(kernel_class=OwSandboxKernel)

@@ -20,6 +20,7 @@ exit status and the last lines of its stderr; so does attaching again to a progr
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import os
 import shlex
@@ -34,6 +35,8 @@ from .attach_loop import AttachLoop, ch, endpoint_for, has_ended
 from .attach_registry import AttachRegistry
 from .attach_view import LiveDisplay, listing_row
 from .errors import AttachedProgramExited, AttachError, AttachFailed
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ..channel import ExecdEndpoint, ExecdJsonLineChannel
@@ -262,8 +265,8 @@ class AttachManager:
             for session in ch.ExecdControl(self._box_endpoint()).list_sessions():
                 live[session["session_id"]] = session
             listed = True
-        except (ch.ExecdError, OSError):
-            pass
+        except (ch.ExecdError, OSError) as exc:
+            log.debug("the box's endpoint did not list its sessions: %s", exc)
         rows = []
         for session_id in sorted(set(saved) | set(live), key=lambda s: saved.get(s, {}).get("updated", 0)):
             entry, state = saved.get(session_id, {}), live.get(session_id, {})
@@ -281,8 +284,8 @@ class AttachManager:
                     self._loop.run(program.channel.detach(), timeout=10)
                     program.cursor = program.channel.cursor
                     program.state = "detached"
-                except (AttachError, ch.ExecdError, RuntimeError):
-                    pass
+                except (AttachError, ch.ExecdError, RuntimeError) as exc:
+                    log.warning("%s: not detached cleanly at shutdown: %s", program.describe(), exc)
         if self.programs:
             self._registry.save_quietly()
         self._loop.stop()

@@ -7,12 +7,15 @@ The magics run on worker threads; they hand the loop a coroutine (`AttachLoop.ru
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .errors import AttachError
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ..channel import ExecdEndpoint
@@ -95,5 +98,6 @@ def has_ended(endpoint: ExecdEndpoint, session_id: str) -> bool:
     """Whether execd says the session's program is not running (False when it cannot tell)."""
     try:
         return ch.ExecdControl(endpoint).status(session_id).get("running") is False
-    except (ch.ExecdError, OSError):
+    except (ch.ExecdError, OSError) as exc:
+        log.debug("status of session %s unknown: %s", session_id, exc)
         return False

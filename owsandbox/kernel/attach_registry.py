@@ -7,12 +7,15 @@ and written with the runner's `fs.read`/`fs.write`. A kernel restart keeps the s
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..runner.box import protocol as P
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from .attach import Program
@@ -65,7 +68,7 @@ class AttachRegistry:
         try:
             self.save()
         except Exception:  # noqa: BLE001 - the live view must not fail for a bookkeeping write
-            pass
+            log.warning("the attach registry could not be saved", exc_info=True)
 
     def save_soon(self) -> None:
         """Save within SAVE_SECONDS of the last save, once however many records arrive meanwhile. The

@@ -12,6 +12,7 @@ The kernel hands these functions a `CompletionContext`: the little of it that co
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Callable
@@ -19,6 +20,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..runner.box import protocol as P
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from .magic_table import MagicTable
@@ -92,7 +95,8 @@ def _arguments(ctx: CompletionContext, before: str, typed: str) -> list[str]:
         return []
     try:
         return _shell_complete(ctx, "arguments", typed, [*words, typed])
-    except (P.RunnerError, TimeoutError):  # an older runner, or a slow completion: the paths still come
+    except (P.RunnerError, TimeoutError) as exc:  # an older runner, or a slow completion: the paths still come
+        log.debug("argument completion of %r: %s", typed, exc)
         return []
 
 
@@ -100,12 +104,13 @@ def _paths(ctx: CompletionContext, typed: str) -> list[str]:
     folder_part, _, name_part = typed.rpartition("/")
     if "/" in typed:
         folder_part += "/"
-    listing_path = os.path.expanduser(folder_part) if folder_part else "."
-    if not os.path.isabs(listing_path):
+    listing_path = folder_part or "."  # `~` is the box's home: the box expands it
+    if not listing_path.startswith("~") and not os.path.isabs(listing_path):
         listing_path = os.path.join(ctx.folder(), listing_path)
     try:
         listing = ctx.call("fs.list", {"path": listing_path}, timeout=COMPLETION_SECONDS)
-    except Exception:  # noqa: BLE001 - no such folder: nothing to offer
+    except Exception as exc:  # noqa: BLE001 - no such folder: nothing to offer
+        log.debug("no paths to complete in %s: %s", listing_path, exc)
         return []
     matches = []
     for entry in listing["entries"]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import os
 import re
 import signal
@@ -40,6 +41,8 @@ from .notes import note_content
 from .output import DEFAULT_OUTPUT_LIMIT, CellOutput, Display, InputWanted, Notice, Stream
 from .sandbox import Sandbox, SandboxUnavailable
 from .stdin import CellPrompts, StdinChannel
+
+log = logging.getLogger(__name__)
 
 _LEAVE = re.compile(r"\s*(exit|logout)(\s+0)?\s*;?\s*\Z")  # a cell that only leaves the shell
 BATCH_SECONDS = 0.03  # live output is gathered this long before it goes out as one message
@@ -377,8 +380,8 @@ class OwSandboxKernel(Kernel):
         for shell in shells:
             try:
                 client.start_call("shell.interrupt", {"shell": shell})
-            except P.RunnerError:
-                pass
+            except P.RunnerError as exc:
+                log.warning("could not stop the command on shell %s: %s", shell, exc)
 
     # -- is_complete, complete, inspect -----------------------------------------------------
 
@@ -401,7 +404,8 @@ class OwSandboxKernel(Kernel):
         try:
             matches, start, end = await loop.run_in_executor(None, complete, self._completion_context(), code,
                                                              cursor_pos)
-        except (SandboxUnavailable, P.RunnerError, TimeoutError):
+        except (SandboxUnavailable, P.RunnerError, TimeoutError) as exc:
+            log.debug("completion failed: %s", exc)
             matches, start, end = [], cursor_pos, cursor_pos
         return {"status": "ok", "matches": matches, "cursor_start": start, "cursor_end": end, "metadata": {}}
 
@@ -410,7 +414,8 @@ class OwSandboxKernel(Kernel):
         loop = asyncio.get_running_loop()
         try:
             text = await loop.run_in_executor(None, inspect_word, self._completion_context(), code, cursor_pos)
-        except (SandboxUnavailable, P.RunnerError, TimeoutError):
+        except (SandboxUnavailable, P.RunnerError, TimeoutError) as exc:
+            log.debug("inspection failed: %s", exc)
             text = ""
         data = {"text/plain": text} if text else {}
         return {"status": "ok", "found": bool(text), "data": data, "metadata": {}}

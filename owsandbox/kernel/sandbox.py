@@ -7,6 +7,7 @@ that could not start is reported to every cell with the reason, and the kernel s
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -17,6 +18,8 @@ from ..runner.box import protocol as P
 from ..runner.client import RunnerClient
 from ..runner.providers import bwrap_problem, enforcement_of, resolve
 from ..runner.workspace import DEFAULT_PROVIDER, PROVIDER_ENV, RunnerWorkspace
+
+log = logging.getLogger(__name__)
 
 WORKSPACE_ENV = "OWSANDBOX_WORKSPACE"
 
@@ -67,6 +70,7 @@ class Sandbox:
                 self._fresh_shells(workspace)
         except (P.RunnerError, OSError, RuntimeError, ValueError) as exc:
             self._error = f"the {self.provider_name} sandbox could not start: {exc}"
+            log.error("%s", self._error)
         else:
             if self._closed:
                 workspace.close()
@@ -127,8 +131,8 @@ class Sandbox:
         for shell in workspace.client.hello.get("shells", []):
             try:
                 workspace.client.call("shell.close", {"shell": shell["name"]}, timeout=10)
-            except P.RunnerError:
-                pass
+            except P.RunnerError as exc:
+                log.warning("shell %s of the previous kernel not closed: %s", shell["name"], exc)
 
     def close(self, restart: bool = False) -> None:
         """End the sandbox, or with `restart`, leave it for the kernel that comes next."""

@@ -1,0 +1,41 @@
+"""owsandbox's own logs: silent by default, on with OWSANDBOX_LOG, on the kernel's stderr."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from .kernel_session import KernelSession
+
+SAY = ("from owsandbox.logs import configure; configure(); import logging; "
+       "logging.getLogger('owsandbox.kernel.example').debug('debug words'); "
+       "logging.getLogger('owsandbox.kernel.example').warning('warning words')")
+
+
+BOTH = ["debug words", "warning words"]
+
+
+@pytest.mark.parametrize("setting, shown", [("", ["warning words"]), ("debug", BOTH), ("DEBUG", BOTH),
+                                            ("nonsense", ["warning words"])])
+def test_the_level_comes_from_owsandbox_log(setting: str, shown: list[str]) -> None:
+    done = subprocess.run([sys.executable, "-c", SAY], capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "OWSANDBOX_LOG": setting})
+    lines = [line for line in done.stderr.splitlines() if line.startswith("[owsandbox ")]
+    assert [line.rsplit("] ", 1)[1] for line in lines] == shown, done.stderr
+    assert lines[-1] == "[owsandbox WARNING owsandbox.kernel.example] warning words"
+
+
+def test_a_completion_that_finds_nothing_leaves_a_trace_in_the_kernels_log(tmp_path):
+    log = tmp_path / "kernel.log"
+    with log.open("w") as stderr:
+        kernel = KernelSession(tmp_path, env={"OWSANDBOX_LOG": "debug"}, stderr=stderr)
+        try:
+            assert kernel.run("true").status == "ok"
+            kernel.kc.complete("ls /no/such/folder/x", 19)
+            assert kernel.kc.get_shell_msg(timeout=30)["content"]["matches"] == []
+        finally:
+            kernel.close()
+    text = log.read_text()
+    assert "[owsandbox DEBUG owsandbox.kernel.completion] no paths to complete in /no/such/folder/" in text, text
