@@ -24,8 +24,10 @@ Notification = Callable[[dict[str, Any]], None]
 
 
 class Transport(Protocol):
+    """A pipe to the daemon (transport.PipeTransport, wstransport.ExecdPipeTransport)."""
+
     def send(self, data: bytes) -> None: ...
-    def read(self) -> bytes: ...
+    def read(self, timeout: float | None = None) -> bytes: ...  # b"" once it ended; TimeoutError past `timeout`
     def close(self) -> None: ...
     def kill(self) -> None: ...
     def stderr_tail(self) -> str: ...
@@ -151,11 +153,12 @@ class RunnerClient:
         splitter = P.LineSplitter(1 << 30)
         deadline = time.monotonic() + self.hello_timeout
         result: dict[str, Any] | None = None
-        reader = _TimedReader(transport)
         while result is None:
-            chunk = reader.read(deadline - time.monotonic())
-            if chunk is None:
-                raise P.RunnerError(P.RUNNER_UNREACHABLE, f"no answer to hello within {self.hello_timeout:g} s")
+            try:
+                chunk = transport.read(max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                raise P.RunnerError(P.RUNNER_UNREACHABLE,
+                                    f"no answer to hello within {self.hello_timeout:g} s") from None
             if not chunk:
                 raise P.RunnerError(P.RUNNER_UNREACHABLE, "the pipe closed before the runner said hello")
             for line in splitter.feed(chunk):
@@ -408,30 +411,3 @@ class RunnerClient:
         if transport is not None:
             transport.close()
 
-
-class _TimedReader:
-    """Reads from a transport with a deadline (the relay's stdout has no timeout of its own)."""
-
-    def __init__(self, transport: Transport) -> None:
-        self.transport = transport
-        self._chunks: list[bytes] = []
-        self._cond = threading.Condition()
-        self._reading = False
-
-    def read(self, timeout: float) -> bytes | None:
-        with self._cond:
-            if not self._reading and not self._chunks:
-                self._reading = True
-                threading.Thread(target=self._read_one, daemon=True).start()
-            if not self._chunks:
-                self._cond.wait(max(timeout, 0))
-            if not self._chunks:
-                return None
-            return self._chunks.pop(0)
-
-    def _read_one(self) -> None:
-        chunk = self.transport.read()
-        with self._cond:
-            self._chunks.append(chunk)
-            self._reading = False
-            self._cond.notify_all()

@@ -16,6 +16,8 @@ import tempfile
 import threading
 from collections.abc import Callable, Sequence
 
+from .box.daemonctl import listen_unix
+
 
 class ForwardBridge:
     def __init__(self, relay_argv: Callable[[], Sequence[str]]) -> None:
@@ -23,10 +25,7 @@ class ForwardBridge:
         self._folder = tempfile.mkdtemp(prefix="owsandbox-forward-")
         os.chmod(self._folder, 0o700)
         self.path = os.path.join(self._folder, "execd.sock")
-        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._server.bind(self.path)
-        os.chmod(self.path, 0o600)
-        self._server.listen(16)
+        self._server = listen_unix(self.path, backlog=16)
         self._closed = False
         self._relays: set[subprocess.Popen[bytes]] = set()
         self._lock = threading.Lock()

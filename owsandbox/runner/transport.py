@@ -6,7 +6,9 @@ stdout wired to us. Its stderr is drained into a short tail, so a relay that can
 
 from __future__ import annotations
 
+import math
 import os
+import select
 import subprocess
 import threading
 from collections import deque
@@ -48,8 +50,14 @@ class PipeTransport:
                 written = os.write(self._in_fd, view)
                 view = view[written:]
 
-    def read(self) -> bytes:
-        """The next chunk from the relay; b"" once it has ended."""
+    def read(self, timeout: float | None = None) -> bytes:
+        """The next chunk from the relay; b"" once it has ended. With `timeout`, TimeoutError when
+        nothing came in time (the hello is waited for so; the pump reads without one)."""
+        if timeout is not None:
+            poller = select.poll()  # not select(): a busy kernel's descriptors may be above 1024
+            poller.register(self._out_fd, select.POLLIN)
+            if not poller.poll(max(0, math.ceil(timeout * 1000))):
+                raise TimeoutError(f"nothing from the relay within {timeout:g} s")
         try:
             return os.read(self._out_fd, 1 << 20)
         except OSError:

@@ -4,8 +4,9 @@ Two callers need this: the box's bootstrap (`bootstrap.py`, which the `exec` pro
 or `docker exec` and the OpenSandbox provider in an execd session) and a relay that finds its daemon
 gone (`attach --start`). Each imports this module from the zipapp it has just made sure of, so the
 box has one way to do it. A state folder holds `run/runner.sock`, `ready.json` (the daemon's first
-line: its pid and execd endpoint) and `daemon.log`. Its listening sockets are made one way too
-(`listen_unix`), by the daemon, its execd endpoint, and a host that hands a box its sockets.
+line: its pid and execd endpoint) and `daemon.log`. Every listening Unix socket is made one way too
+(`listen_unix`): the daemon's, its execd endpoint's, those a host hands a box, and the host's forward
+bridge to an `exec` box's endpoint.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import subprocess
 import sys
 import time
 from typing import Any
+
+from .procstat import pid_alive
 
 
 class DaemonError(RuntimeError):
@@ -80,34 +83,6 @@ def listen_unix(path: str, backlog: int = 64) -> socket.socket:
     os.chmod(path, 0o600)
     listener.listen(backlog)
     return listener
-
-
-def pid_alive(pid: int | None) -> bool:
-    """Whether `pid` is a live process: any of its threads is not a zombie.
-
-    The leader of a process that is being killed shows as a zombie while its other threads are still
-    exiting and holding its files (a listening socket still answers), so every thread is looked at.
-    """
-    if not pid:
-        return False
-    try:
-        threads = os.listdir(f"/proc/{pid}/task")
-    except FileNotFoundError:
-        return False
-    except OSError:  # no /proc to read: the pid alone
-        try:
-            os.kill(pid, 0)
-            return True
-        except OSError:
-            return False
-    for thread in threads:
-        try:
-            with open(f"/proc/{pid}/task/{thread}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
-                    return True
-        except (OSError, IndexError):
-            continue
-    return False
 
 
 def ours(pid: int, folder: str) -> bool:

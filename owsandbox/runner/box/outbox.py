@@ -3,13 +3,17 @@
 An answer is the record of a request; it is kept until the client acknowledges it, so that an
 answer produced while the pipe was cut is replayed on `session.resume`. A request id that has been
 seen before is never run again. Both are bounded: an outbox that had to drop answers says so
-(`gap`), and the ledger forgets the oldest ids first. Pure bookkeeping, no I/O.
+(`gap`), and the ledger forgets the oldest ids first. `Records` is the two together, behind one
+lock, as the daemon uses them. Pure bookkeeping, no I/O: whoever asks sends the frames.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from typing import Any
+
+from . import protocol as P
 
 NEW, RUNNING, ANSWERED = "new", "running", "answered"
 
@@ -54,6 +58,10 @@ class Outbox:
         gap = self.dropped_up_to > max(last_seq, self.acked)
         return frames, gap
 
+    @property
+    def last_seq(self) -> int:
+        return self._next_seq - 1
+
     def frame_for(self, seq: int) -> bytes | None:
         item = self._items.get(seq)
         return item[0] if item else None
@@ -93,3 +101,48 @@ class RequestLedger:
 
     def running(self) -> int:
         return sum(1 for seq in self._ids.values() if seq is None)
+
+
+class Records:
+    """The answers to work, kept until acknowledged, and the request ids seen, for a daemon's
+    threads at once (answers are made on worker and shell threads, acks and resumes on the
+    connection's)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.outbox = Outbox()
+        self.ledger = RequestLedger()
+
+    def begin(self, request_id: Any) -> tuple[str, bytes | None]:
+        """NEW (now running), RUNNING, or ANSWERED with the kept answer's frame (None when it is no
+        longer kept: answered, and acknowledged or dropped since)."""
+        with self._lock:
+            state, seq = self.ledger.begin(request_id)
+            return state, self.outbox.frame_for(seq) if state == ANSWERED and seq is not None else None
+
+    def answer(self, request_id: Any, message: dict[str, Any]) -> bytes:
+        """Keep `message` (a result or an error) under the next seq; the frame to send."""
+
+        def frame_for(seq: int) -> bytes:
+            message["seq"] = seq
+            return P.encode(message)
+
+        with self._lock:
+            seq, frame = self.outbox.add(frame_for, request_id)
+            self.ledger.answered(request_id, seq)
+        return frame
+
+    def ack(self, seq: int) -> None:
+        with self._lock:
+            self.outbox.ack(seq)
+
+    def replay(self, last_seq: int) -> tuple[list[bytes], bool]:
+        """The kept frames after `last_seq`, and whether any answer after it was dropped unseen."""
+        with self._lock:
+            return self.outbox.replay(last_seq)
+
+    @property
+    def last_seq(self) -> int:
+        """The seq of the latest answer (0 before the first)."""
+        with self._lock:
+            return self.outbox.last_seq

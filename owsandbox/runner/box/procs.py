@@ -17,6 +17,7 @@ import threading
 import time
 from typing import IO, Any
 
+from . import procstat
 from .fsops import resolve_path
 from .params import get, number, string_list
 from .protocol import FS_ERROR, INVALID_PARAMS, RunnerError
@@ -222,20 +223,9 @@ def _group_exists(group: int) -> bool:
         return False
     except PermissionError:
         pass
-    try:
-        pids = [name for name in os.listdir("/proc") if name.isdigit()]
-    except OSError:  # no /proc: trust kill(2)
+    if not os.path.isdir("/proc/self"):  # no /proc: trust kill(2)
         return True
-    return any(_live_member(pid, group) for pid in pids)
-
-
-def _live_member(pid: str, group: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            fields = handle.read().rsplit(b")", 1)[1].split()  # after "pid (comm)": state ppid pgrp ...
-        return int(fields[2]) == group and fields[0] not in (b"Z", b"X")
-    except (OSError, IndexError, ValueError):
-        return False
+    return bool(procstat.members("pgrp", group))
 
 
 HANDLERS = {"proc.run": proc_run}

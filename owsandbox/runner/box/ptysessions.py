@@ -25,7 +25,7 @@ import time
 import uuid
 from typing import Protocol
 
-from .shells import session_members
+from .procstat import session_members
 
 RING_BYTES = 1024 * 1024
 CHUNK_BYTES = 32 * 1024  # the most data in one STDOUT/STDERR frame

@@ -46,6 +46,7 @@ from typing import IO, Any
 
 from . import protocol as P
 from .output import LiveBatcher, MarkerScanner, OutputRecord, StreamDecoder
+from .procstat import session_members
 from .protocol import INTERNAL_ERROR, INVALID_PARAMS, SHELL_BUSY, RunnerError
 from .terminal import (
     DEFAULT_COLS,
@@ -157,27 +158,6 @@ def output_mode_line(terminal: bool, merge: bool) -> str:
     """Points the shell's stdout and stderr, for this command and the ones after, at a channel."""
     out, err = channel_fds(terminal)
     return f"exec 1>&{out} 2>&{out if merge else err}\n"
-
-
-def session_members(sid: int) -> list[int]:
-    """Live process ids in session `sid` (read from /proc), the session leader included."""
-    pids = []
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return pids
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 3 and int(fields[3]) == sid and fields[0] != b"Z":
-            pids.append(int(name))
-    return pids
 
 
 def _signal_all(pids: list[int], sig: int) -> None:

@@ -36,7 +36,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..box.daemonctl import listen_unix, pid_alive, serving
+from ..box.daemonctl import listen_unix, serving
+from ..box.procstat import pid_alive, start_time
 from ..limits import CgroupEnforcement, Enforcement, Limits, enforce, human_size
 from .local import _LAUNCHER, LocalProvider
 
@@ -148,18 +149,9 @@ def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
-def _start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot: with the pid, it names one process for good."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
 def _same_process(pid: int | None, started: str | None) -> bool:
     """Whether `pid` is still the process recorded with start time `started` (not a reused pid)."""
-    return isinstance(pid, int) and pid_alive(pid) and _start_time(pid) == started
+    return isinstance(pid, int) and pid_alive(pid) and start_time(pid) == started
 
 
 def _listening_socket(path: str) -> socket.socket:
@@ -360,7 +352,7 @@ class BwrapProvider(LocalProvider):
             self.daemon_pid = self._init_pid(info_read)
         finally:
             os.close(info_read)
-        self._init_start = _start_time(self.daemon_pid) if self.daemon_pid else None
+        self._init_start = start_time(self.daemon_pid) if self.daemon_pid else None
         self.daemon_info = self._await_ready()
         if self.network_mode == "pasta" and not wrapper:
             self._attach_network()
@@ -412,7 +404,7 @@ class BwrapProvider(LocalProvider):
         if done.returncode != 0:
             raise RuntimeError(f"pasta could not give the sandbox a network: {done.stderr.decode(errors='replace')}")
         self._pasta_pid = int(Path(pid_file).read_text().split()[0])
-        self._pasta_start = _start_time(self._pasta_pid)
+        self._pasta_start = start_time(self._pasta_pid)
 
     def describe_network(self) -> tuple[str, str]:
         """(what the box has, how): `none` or `outbound`."""

@@ -23,8 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..box.daemonctl import pid_alive, serving
-from ..box.shells import session_members
+from ..box.daemonctl import serving
+from ..box.procstat import descendants, pid_alive, session_members
+from ..box.shellregistry import read_pids
 from ..bundle import build_runner_zipapp
 from ..privatedir import first_private_folder
 from ..transport import PipeTransport
@@ -74,26 +75,6 @@ def runtime_root() -> Path:
     candidates = [Path(os.environ["XDG_RUNTIME_DIR"]) / name] if os.environ.get("XDG_RUNTIME_DIR") else []
     candidates += [Path(tempfile.gettempdir()) / name, Path.home() / ".cache" / "owsandbox" / "run"]
     return first_private_folder(candidates)
-
-
-def descendants(root: int) -> list[int]:
-    """Every process below `root`, from /proc."""
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(name))
-    found: list[int] = []
-    todo = [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 def sweep_dead_state(root: Path, keep: str) -> None:
@@ -269,13 +250,8 @@ class LocalProvider(Provider):
 
     def _recorded_shells(self) -> list[int]:
         """The shells the daemon wrote down (they outlive a daemon that was killed), still bash."""
-        try:
-            with open(os.path.join(os.path.dirname(self.socket_path), "shells.pids")) as f:
-                pids = [int(line) for line in f if line.strip().isdigit()]
-        except (OSError, ValueError):
-            return []
         found = []
-        for pid in pids:
+        for pid in read_pids(os.path.dirname(self.socket_path)):
             try:
                 with open(f"/proc/{pid}/comm") as f:
                     if f.read().strip() == "bash":
