@@ -10,6 +10,7 @@ our own (`CONTAINERS_CONF`), which picks the `runc` runtime and clears podman's 
   host does not have, so a test can tell the box's files from the host's.
 * `Podman.minimal_image()`: the same with only python3-minimal (python3 and its standard library
   purged with dpkg): a real Python without json, as Debian installs it.
+* `Podman.no_python_image()`: the same with no python3 at all (its programs removed).
 * `Podman.container(image)`: a running container (`sleep infinity`, no network), removed afterwards
   however the test ends; `exec_prefix(name)` is the `exec` provider's command for it.
 """
@@ -31,6 +32,7 @@ import pytest
 RECIPE = "1"
 IMAGE = f"localhost/owsandbox-test-bookworm:{RECIPE}"
 MINIMAL_IMAGE = f"localhost/owsandbox-test-bookworm-python3-minimal:{RECIPE}"
+NO_PYTHON_IMAGE = f"localhost/owsandbox-test-bookworm-no-python:{RECIPE}"
 MARKER = "/etc/owsandbox-test-image"
 MIRROR_ENV = "OWSANDBOX_TEST_DEBIAN_MIRROR"  # a Debian mirror, when apt's sources here name none
 _CONTAINERS_CONF = '[containers]\ndefault_ulimits = []\n\n[engine]\nruntime = "runc"\n'
@@ -112,17 +114,25 @@ class Podman:
 
     def minimal_image(self) -> str:
         """The Debian image with only python3-minimal, made from `image()` the first time."""
+        return self._derived(MINIMAL_IMAGE, "dpkg", "--purge", "python3", "python3.11", "libpython3-stdlib",
+                             "libpython3.11-stdlib")
+
+    def no_python_image(self) -> str:
+        """The Debian image without any python3, made from `image()` the first time."""
+        return self._derived(NO_PYTHON_IMAGE, "sh", "-c", "rm -f /usr/bin/python3*")
+
+    def _derived(self, image: str, *argv: str) -> str:
+        """`image`, made from `image()` by running `argv` in it, the first time."""
         base = self.image()
         with self._build_lock():
-            if not self.has_image(MINIMAL_IMAGE):
+            if not self.has_image(image):
                 name = f"owsbx-build-{uuid.uuid4().hex[:8]}"
                 try:
-                    self.run("run", "--network", "none", "--name", name, base, "dpkg", "--purge", "python3",
-                             "python3.11", "libpython3-stdlib", "libpython3.11-stdlib")
-                    self.run("commit", "--quiet", name, MINIMAL_IMAGE)
+                    self.run("run", "--network", "none", "--name", name, base, *argv)
+                    self.run("commit", "--quiet", name, image)
                 finally:
                     self.run("rm", "--force", name, check=False)
-        return MINIMAL_IMAGE
+        return image
 
     def _build(self, name: str) -> None:
         with tempfile.TemporaryDirectory(prefix="owsandbox-debootstrap-") as temp:

@@ -22,11 +22,11 @@ def test_an_unknown_name_names_the_providers_the_caller_can_use():
     with pytest.raises(ValueError) as workspace_error:
         resolve("no-such-box", direct=True)
     assert str(workspace_error.value) == ("unknown sandbox provider 'no-such-box'; "
-                                          "known providers: direct, auto, bwrap, exec, local, opensandbox")
+                                          "known providers: direct, auto, bwrap, container, exec, local, opensandbox")
     with pytest.raises(ValueError) as kernel_error:
         resolve("direct", source="OWSANDBOX_PROVIDER")  # the kernel always has a box
     assert str(kernel_error.value) == ("unknown sandbox provider 'direct' (from OWSANDBOX_PROVIDER); "
-                                       "known providers: auto, bwrap, exec, local, opensandbox")
+                                       "known providers: auto, bwrap, container, exec, local, opensandbox")
 
 
 def test_the_kernel_reports_an_unknown_name_in_every_cell(tmp_path):

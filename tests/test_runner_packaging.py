@@ -95,7 +95,7 @@ def test_the_provider_is_chosen_by_argument_or_environment(tmp_path, monkeypatch
 
 
 def test_an_unknown_provider_names_the_known_ones(tmp_path, monkeypatch):
-    with pytest.raises(ValueError, match="known providers: direct, auto, bwrap, exec, local, opensandbox"):
+    with pytest.raises(ValueError, match="known providers: direct, auto, bwrap, container, exec, local, opensandbox"):
         open_workspace(tmp_path, provider="no-such-box")
     monkeypatch.setenv("OWSANDBOX_PROVIDER", "also-wrong")
     with pytest.raises(ValueError, match="'also-wrong'"):

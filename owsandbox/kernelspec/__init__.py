@@ -42,14 +42,28 @@ def kernel_dict(
     display_name: str | None = None,
     executable: str = "python",
     limits: list[str] | None = None,
+    image: str | None = None,
+    engine: str | None = None,
 ) -> dict[str, Any]:
     """The content of kernel.json.
 
     `executable` "python" is replaced by jupyter_client with the interpreter that launches the kernel;
     `install` passes the full `sys.executable` so the kernel runs where owsandbox is installed.
     `provider` becomes `OWSANDBOX_PROVIDER` in the kernel's environment (it wins over one in `env`).
+    `image` and `engine` (the `container` provider's; an image alone chooses that provider) become
+    `OWSANDBOX_IMAGE` and `OWSANDBOX_ENGINE`.
     """
     kernel_env = dict(env or {})
+    if image or engine:
+        provider = provider or "container"
+        if provider != "container":
+            raise ValueError(f"--image and --engine are for the container provider, not {provider!r}")
+        if engine and engine not in ("podman", "docker"):
+            raise ValueError(f"--engine {engine!r}: the container engine must be podman or docker")
+    if image:
+        kernel_env["OWSANDBOX_IMAGE"] = image
+    if engine:
+        kernel_env["OWSANDBOX_ENGINE"] = engine
     if provider:
         kernel_env["OWSANDBOX_PROVIDER"] = provider
     # A variable given to the kernelspec is meant for the cells: it passes into the sandbox's clean
@@ -97,6 +111,8 @@ def install(
     provider: str | None = None,
     env: dict[str, str] | None = None,
     limits: list[str] | None = None,
+    image: str | None = None,
+    engine: str | None = None,
 ) -> str:
     """Install the kernelspec and return the folder it landed in.
 
@@ -119,7 +135,7 @@ def install(
     with tempfile.TemporaryDirectory(prefix="owsandbox-kernelspec-") as tmp:
         staged = write_kernelspec(
             Path(tmp) / name, provider=provider, env=env, display_name=display_name, executable=sys.executable,
-            limits=limits,
+            limits=limits, image=image, engine=engine,
         )
         return KernelSpecManager().install_kernel_spec(str(staged), name, user=user, prefix=prefix)
 
@@ -188,6 +204,11 @@ def _parser() -> argparse.ArgumentParser:
                       help="environment variable for the kernel, passed on into the sandbox; repeatable")
     inst.add_argument("--limit", action="append", default=[], metavar="NAME=VALUE",
                       help="a limit of the sandbox: memory=2G, pids=512, tmp=1G, shm=64M, cpu=2; repeatable")
+    inst.add_argument("--image", default=None,
+                      help="the container image of the container provider (sets OWSANDBOX_IMAGE; "
+                           "implies --provider container)")
+    inst.add_argument("--engine", default=None, choices=("podman", "docker"),
+                      help="the container engine (sets OWSANDBOX_ENGINE; default: podman, else docker, on PATH)")
 
     uninst = commands.add_parser("uninstall", help="remove an installed kernelspec",
                                  description="Remove an installed owsandbox kernelspec.")
@@ -210,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         dest = install(user=args.user, prefix=args.prefix, sys_prefix=args.sys_prefix, name=args.name,
                        display_name=args.display_name, provider=args.provider, env=dict(args.env),
-                       limits=args.limit)
+                       limits=args.limit, image=args.image, engine=args.engine)
     except ValueError as e:
         print(f"owsandbox install: error: {e}", file=sys.stderr)
         return 2

@@ -1,5 +1,6 @@
 """Providers by name. `direct` runs shells in this process; the others start a daemon in a box.
 
+`container` makes a container per kernel from an image (Podman or Docker).
 `auto` (the default) is `bwrap` where bubblewrap works on this machine, else `local`. A name becomes
 a provider in one place, `resolve`.
 """
@@ -11,6 +12,7 @@ from typing import Any, Literal, overload
 
 from .base import Provider
 from .bwrap import BwrapProvider, auto_enforcement, auto_provider, bwrap_problem
+from .container import ContainerProvider
 from .exec import ExecProvider
 from .local import LocalProvider
 
@@ -29,6 +31,7 @@ DIRECT = "direct"
 RUNNER_PROVIDERS: dict[str, Callable[..., Provider]] = {
     "auto": auto_provider,
     "bwrap": BwrapProvider,
+    "container": ContainerProvider,
     "exec": ExecProvider,
     "local": LocalProvider,
     "opensandbox": opensandbox_provider,
@@ -66,5 +69,5 @@ def enforcement_of(name: str) -> str:
     return getattr(factory, "enforcement", "unknown")
 
 
-__all__ = ["DIRECT", "KNOWN", "RUNNER_PROVIDERS", "BwrapProvider", "ExecProvider", "LocalProvider", "Provider",
-           "bwrap_problem", "enforcement_of", "opensandbox_provider", "resolve"]
+__all__ = ["DIRECT", "KNOWN", "RUNNER_PROVIDERS", "BwrapProvider", "ContainerProvider", "ExecProvider", "LocalProvider",
+           "Provider", "bwrap_problem", "enforcement_of", "opensandbox_provider", "resolve"]

@@ -1,0 +1,451 @@
+"""The container provider with real podman: a fresh container per kernel from an image, removed at the end.
+
+The image is the Debian 12 one of tests/containers.py (its marker file is not on the host), run by
+podman as root with the tests' containers.conf. The runner's own checks of shells, files, Stop,
+delivery and terminals run again here, on a container that binds the workspace at the host's path
+(`workspace_in_box`), so that they can keep using it; the rest uses `/workspace` as users get it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from owsandbox.kernelspec import _parser, kernel_dict
+from owsandbox.runner.executor import RunnerExecutor
+from owsandbox.runner.providers import container as container_module
+from owsandbox.runner.providers import resolve
+from owsandbox.runner.providers.boxed import BoxError
+from owsandbox.runner.providers.container import ContainerProvider, container_name, find_engine
+from owsandbox.runner.workspace import RunnerWorkspace
+
+from . import test_runner_completion as completion
+from . import test_runner_delivery as delivery
+from . import test_runner_files as files
+from . import test_runner_shells as shells
+from . import test_runner_terminal as terminal
+from .conftest import DEFAULT_KERNEL_NAME, running
+from .containers import IMAGE, MARKER
+from .kernel_session import KernelSession
+from .waiting import wait_until
+
+# The first test may build the image with debootstrap (about a minute); later runs find it.
+pytestmark = pytest.mark.timeout(900)
+
+CONFORMANCE = [
+    (shells, "test_shell_syntax_reaches_bash_unchanged"),
+    (shells, "test_hello_describes_the_runner"),
+    (shells, "test_runner_and_direct_executors_give_equal_results"),
+    (shells, "test_each_named_shell_has_its_own_folder_and_variables"),
+    (shells, "test_the_status_carries_over_to_the_next_command"),
+    (shells, "test_what_a_background_job_prints_between_commands_opens_the_next_output"),
+    (shells, "test_a_busy_shell_never_holds_up_another"),
+    (shells, "test_live_frames_keep_stdout_and_stderr_apart_and_the_record_keeps_their_order"),
+    (shells, "test_stop_ends_the_command_and_keeps_folder_and_variables"),
+    (shells, "test_stop_reaches_a_program_that_ignores_sigint"),
+    (shells, "test_a_timeout_stops_the_command_and_keeps_the_shell"),
+    (shells, "test_exit_ends_the_shell_and_the_next_command_gets_a_new_one_in_the_same_folder"),
+    (shells, "test_output_past_the_cap_goes_to_a_log_and_the_result_says_where"),
+    (files, "test_a_file_is_read_in_pages_of_lines_and_of_bytes"),
+    (files, "test_a_write_with_a_stale_hash_is_refused_and_leaves_the_file_alone"),
+    (files, "test_search_finds_lines_by_pattern"),
+    (files, "test_relative_paths_resolve_against_the_named_shells_folder"),
+    (files, "test_proc_run_takes_argv_and_expands_nothing"),
+    (terminal, "test_programs_see_a_terminal_with_notebook_settings"),
+    (terminal, "test_a_prompt_is_reported_and_answered"),
+    (terminal, "test_stop_ends_a_command_waiting_at_a_prompt"),
+    (terminal, "test_merged_stderr_keeps_exact_order_and_pipes_keep_exact_bytes"),
+    (completion, "test_a_fresh_bash_knows_the_functions_aliases_and_path_of_the_shell"),
+    (delivery, "test_a_cut_pipe_resumes_and_the_answer_made_while_away_arrives"),
+    (delivery, "test_many_cuts_lose_and_repeat_nothing"),
+    (delivery, "test_a_restarted_daemon_fails_the_running_command_as_unknown"),
+    (delivery, "test_interrupt_is_answered_while_the_shell_is_busy"),
+]
+
+
+@pytest.fixture
+def engine(podman, monkeypatch):
+    """Podman with the tests' containers.conf, for providers made in this process."""
+    monkeypatch.setenv("CONTAINERS_CONF", podman.env["CONTAINERS_CONF"])
+    for name in ("OWSANDBOX_ENGINE", "OWSANDBOX_IMAGE", "OWSANDBOX_LIMITS", "OWSANDBOX_NETWORK", "OWSANDBOX_ENV",
+                 "OWSANDBOX_CONTAINER_OPTIONS", "OWSANDBOX_CONTAINER_USER", "OWSANDBOX_WRITABLE_ROOT"):
+        monkeypatch.delenv(name, raising=False)
+    return podman
+
+
+def labelled(podman, label: str) -> list[str]:
+    """The containers, running or not, that carry `label` (`name=value`)."""
+    done = podman.run("ps", "--all", "--filter", f"label={label}", "--format", "{{.Names}}")
+    return done.stdout.split()
+
+
+def container_kernel(workspace: Path, podman, image: str, **env: str) -> KernelSession:
+    return KernelSession(workspace, kernel_name=DEFAULT_KERNEL_NAME,
+                         env={**podman.env, "OWSANDBOX_PROVIDER": "container", "OWSANDBOX_IMAGE": image, **env})
+
+
+def sandbox_table(kernel: KernelSession) -> str:
+    described = kernel.run("%sandbox")
+    assert described.status == "ok", described.outputs
+    return described.of_type("display_data")[0]["data"]["text/plain"]
+
+
+# -- the runner's own checks, in a container --------------------------------------------------------
+
+@pytest.mark.parametrize(("module", "name"), CONFORMANCE, ids=[name[5:] for _, name in CONFORMANCE])
+def test_the_runner_conformance_checks_pass_in_a_container(engine, debian_image, workspace, module, name):
+    provider = ContainerProvider(workspace, image=debian_image, engine="podman", relay_silence_seconds=0,
+                                 workspace_in_box=str(workspace))
+    check = getattr(module, name)
+    with running(provider) as pair:
+        given = {"box": pair, "workspace": workspace}
+        check(**{k: v for k, v in given.items() if k in inspect.signature(check).parameters})
+    assert labelled(engine, f"owsandbox.key={provider.key}") == []  # destroy removed it
+
+
+# -- what the box is -------------------------------------------------------------------------------
+
+def test_the_box_is_the_image_with_the_workspace_and_nothing_of_the_host(engine, debian_image, tmp_path,
+                                                                          monkeypatch):
+    home = tmp_path / "home"  # the workspace is the user's home: its secrets stay hidden
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("PRIVATE KEY\n")
+    (home / ".bashrc").write_text("# the user's own\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GREETING", "hello")  # passed on purpose, by name
+    monkeypatch.setenv("OWSANDBOX_ENV", "GREETING,CONTAINERS_CONF")  # the engine's setting stays out
+    monkeypatch.setenv("SECRET_TOKEN", "do-not-pass")
+    assert not Path(MARKER).exists()
+    provider = ContainerProvider(home, image=debian_image, engine="podman", limits="memory=512M,pids=256,cpu=1",
+                                 key="kernel-box-facts")
+    workspace = RunnerWorkspace(provider, str(home))
+    try:
+        ex = workspace.executor
+
+        def out(command: str) -> str:
+            ran = ex.run(command)
+            return ran["output"]
+
+        assert workspace.cwd == "/workspace"
+        assert out(f"cat {MARKER}; pwd; echo made > made.txt") == f"{IMAGE}\n/workspace\n"
+        assert (home / "made.txt").read_text() == "made\n"
+        assert out(f"test -e {Path(__file__).parent} && echo host-visible || echo hidden") == "hidden\n"
+        assert out("ls -A .ssh; cat .bashrc; echo end") == "end\n"
+        assert "Read-only file system" in out("touch /usr/owsbx-x /etc/owsbx-x 2>&1")
+        # The container's life is the host's to decide: its lease cannot be renewed, its first process not killed.
+        assert "Read-only file system" in out("touch /run/owsandbox-lease 2>&1")
+        assert out("kill -KILL 1; kill -TERM 1; sleep 0.5; test -d /proc/1 && echo alive") == "alive\n"
+        assert out("touch /tmp/a /var/tmp/a ~/a /dev/shm/a && echo writable") == "writable\n"
+        assert out("grep -E '^(CapEff|CapBnd|NoNewPrivs)' /proc/self/status | tr -s '\\t' ' '") == (
+            "CapEff: 0000000000000000\nCapBnd: 0000000000000000\nNoNewPrivs: 1\n")
+        assert out("ls /sys/class/net") == "lo\n"
+        assert out("echo $GREETING [$CONTAINERS_CONF] [$SECRET_TOKEN] $OWSANDBOX_SANDBOX") == "hello [] [] container\n"
+        refused = ex.run("python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=3)\"")
+        assert refused["exit_code"] != 0 and "unreachable" in refused["output"]
+        assert out("cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max") == (
+            f"{512 << 20}\n")
+        info = provider.describe()
+        assert info["engine"].startswith("podman") and info["image"] == debian_image
+        assert len(info["image id"]) >= 12 and info["container id"] and info["container"] == provider.container
+        assert info["limits"]["memory"] == "512 MiB" and info["limits"]["cpu"] == "1"
+        assert "confirmed" in info["limits enforced by"] and info["network"].startswith("none")
+        assert info["mounts"]["/workspace/.ssh"] == "hidden"
+        assert provider.headline() == ["podman container", f"image {debian_image}",
+                                       f"writes to {home} (as /workspace)", "no network", "512 MiB, 256 processes"]
+        labels = json.loads(engine.run("inspect", "--format", "{{json .Config.Labels}}", provider.container).stdout)
+        assert labels["owsandbox.key"] == "kernel-box-facts" and labels["owsandbox.user"] == str(os.getuid())
+        assert abs(int(labels["owsandbox.created"]) - time.time()) < 120
+    finally:
+        workspace.close()
+    assert labelled(engine, "owsandbox.key=kernel-box-facts") == []
+
+
+def test_a_container_user_writes_the_workspace_as_that_user(engine, debian_image, workspace, monkeypatch):
+    """OWSANDBOX_CONTAINER_USER, as for a rootful engine run by a plain user (the Docker recipe): what a
+    cell writes is that user's, and the user gets a private home of its own under the read-only root."""
+    os.chown(workspace, 1000, 1000)
+    monkeypatch.setenv("OWSANDBOX_CONTAINER_USER", "1000:1000")
+    provider = ContainerProvider(workspace, image=debian_image, engine="podman")
+    with running(provider) as (_, client):
+        ran = RunnerExecutor(client).run("id -u; echo $HOME; touch ~/x && echo made > f.txt && echo ok")
+        assert ran["output"] == "1000\n/home/sandbox\nok\n"
+    assert (workspace / "f.txt").stat().st_uid == 1000
+    assert provider.describe()["privileges"].endswith("user 1000:1000")
+
+
+def test_network_on_is_the_engines_default_network(engine, debian_image, workspace, monkeypatch):
+    monkeypatch.setenv("OWSANDBOX_NETWORK", "1")
+    provider = ContainerProvider(workspace, image=debian_image, engine="podman")
+    with running(provider) as (_, client):
+        assert RunnerExecutor(client).run("ls /sys/class/net")["output"] != "lo\n"
+        assert provider.network_state() == "outbound" and "network out" in provider.headline()
+        assert provider.describe()["network"].startswith("outbound")
+
+
+def test_a_memory_limit_hit_is_counted_where_the_box_cannot_write(engine, debian_image, workspace):
+    provider = ContainerProvider(workspace, image=debian_image, engine="podman", limits="memory=128M")
+    with running(provider) as (_, client):
+        before = provider.limit_counters()
+        assert before == {"oom_kills": 0, "refused_forks": 0}
+        ran = RunnerExecutor(client).run("python3 -c \"data = b'x' * (400 << 20)\"")
+        assert ran["exit_code"] == 137
+        assert provider.limit_counters()["oom_kills"] > 0
+        assert RunnerExecutor(client).run("echo still here")["output"] == "still here\n"
+
+
+def test_a_container_removed_from_outside_is_made_again(engine, debian_image, workspace):
+    provider = ContainerProvider(workspace, image=debian_image, engine="podman", relay_silence_seconds=0)
+    with running(provider) as (_, client):
+        ex = RunnerExecutor(client)
+        ex.run("mkdir -p deep && cd deep && export GONE=1")
+        first = provider.container_id
+        engine.run("rm", "--force", "--time", "0", provider.container)
+        # The pipe ends; the reconnection finds no container and makes one: a sandbox restart.
+        wait_until(lambda: client.restarts == 1, 60, "the client to see a new sandbox")
+        assert ex.run("echo [$GONE] $PWD")["output"] == "[] /workspace/deep\n"  # variables gone, folder kept
+        assert provider.container_id != first
+
+
+# -- clear errors ---------------------------------------------------------------------------------
+
+def test_a_missing_image_names_the_pull_command(engine, workspace):
+    provider = ContainerProvider(workspace, image="localhost/owsandbox-no-such-image:1", engine="podman")
+    with pytest.raises(BoxError) as raised:
+        provider.create()
+    assert "podman pull localhost/owsandbox-no-such-image:1" in str(raised.value)
+    assert not provider.state_dir or not provider.state_dir.exists()
+
+
+def test_a_missing_engine_names_what_to_install(monkeypatch, tmp_path, workspace):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("OWSANDBOX_ENGINE", raising=False)
+    with pytest.raises(BoxError) as raised:
+        find_engine()
+    assert "neither podman nor docker" in str(raised.value) and "apt-get install podman" in str(raised.value)
+    with pytest.raises(BoxError) as raised:
+        find_engine("docker")
+    assert "docker is not installed" in str(raised.value)
+    with pytest.raises(ValueError):
+        find_engine("lxc")
+    provider = ContainerProvider(workspace, image="debian:12")
+    with pytest.raises(BoxError, match="neither podman nor docker"):
+        provider.create()
+    monkeypatch.delenv("OWSANDBOX_IMAGE", raising=False)
+    with pytest.raises(ValueError, match="OWSANDBOX_IMAGE"):
+        ContainerProvider(workspace)
+
+
+def test_an_image_without_a_full_python3_names_what_to_add(engine, workspace):
+    provider = ContainerProvider(workspace, image=engine.minimal_image(), engine="podman")
+    with pytest.raises(BoxError) as raised:
+        provider.create()
+    message = str(raised.value)
+    assert "python3-minimal" in message and "json" in message and "RUN apt-get install -y python3" in message
+    assert "Traceback" not in message
+    provider = ContainerProvider(workspace, image=engine.no_python_image(), engine="podman")
+    with pytest.raises(BoxError) as raised:
+        provider.create()
+    assert "has no python3" in str(raised.value) and "apt-get install python3" in str(raised.value)
+    assert labelled(engine, f"owsandbox.workspace={workspace}") == []
+
+
+def test_a_container_that_dies_at_once_says_so_with_its_last_words(engine, debian_image, workspace, monkeypatch):
+    monkeypatch.setattr(container_module, "WAITER", "import sys\nprint('the last words', flush=True)\nsys.exit(3)")
+    provider = ContainerProvider(workspace, image=debian_image, engine="podman")
+    with pytest.raises(BoxError) as raised:
+        provider.create()
+    message = str(raised.value)
+    assert f"the container {provider.container} is gone" in message and "the last words" in message
+    assert labelled(engine, f"owsandbox.key={provider.key}") == []
+
+
+# -- the kernel -----------------------------------------------------------------------------------
+
+def test_the_kernel_runs_in_a_container_named_in_its_first_cell(podman, debian_image, tmp_path):
+    kernel = container_kernel(tmp_path, podman, debian_image, OWSANDBOX_LIMITS="memory=256M,pids=64")
+    try:
+        first = kernel.run(f"cat {MARKER}; pwd")
+        assert first.status == "ok", first.outputs
+        assert first.text() == f"{IMAGE}\n/workspace\n"
+        assert first.notes() == (f"[sandbox: podman container · image {debian_image} · writes to {tmp_path} (as "
+                                 "/workspace) · no network · 256 MiB, 64 processes]\n")
+        table = sandbox_table(kernel)
+        assert "podman" in table and debian_image in table and "container id" in table and str(tmp_path) in table
+        started = kernel.run("%attach -- cat")  # through the forward bridge, by `exec -i` into the container
+        assert started.status == "ok", started.error
+        answer = kernel.run('%send {"id": 1, "text": "in the container"}')
+        assert answer.of_type("display_data")[0]["data"]["application/json"]["text"] == "in the container"
+        assert kernel.run("%attach --kill").status == "ok"
+        oom = kernel.run("python3 -c \"data = b'x' * (600 << 20)\"")
+        assert oom.status == "error" and oom.error["ename"] == "OutOfMemory", oom.outputs
+        forks = kernel.run("python3 -c \"import os, time\nfor _ in range(100):\n"
+                           "    if os.fork() == 0:\n        time.sleep(3); os._exit(0)\"")
+        assert forks.status == "error" and forks.error["ename"] == "TooManyProcesses", forks.outputs
+        lookup = kernel.run("python3 -c \"import socket; socket.getaddrinfo('example.org', 80)\"")
+        assert lookup.status == "error" and "no network" in lookup.notes()
+        assert kernel.run("echo after").text() == "after\n"
+    finally:
+        kernel.close()
+    wait_until(lambda: labelled(podman, f"owsandbox.workspace={tmp_path}") == [], 30, "the container to be removed")
+
+
+def test_a_kernel_restart_keeps_the_container_and_shutdown_removes_it(podman, debian_image, tmp_path):
+    kernel = container_kernel(tmp_path, podman, debian_image)
+    try:
+        kernel.run("export BEFORE=1; echo kept > /tmp/kept")
+        daemon = kernel.run("echo $PPID").text().strip().splitlines()[-1]
+        containers = labelled(podman, f"owsandbox.workspace={tmp_path}")
+        assert len(containers) == 1
+        kernel.km.restart_kernel(now=False)
+        kernel.kc.wait_for_ready(timeout=60)
+        kernel.drain()
+        assert kernel.run("echo [$BEFORE]; cat /tmp/kept").text().endswith("[]\nkept\n")  # fresh shells, same box
+        assert kernel.run("echo $PPID").text().strip().splitlines()[-1] == daemon
+        assert labelled(podman, f"owsandbox.workspace={tmp_path}") == containers
+        assert "an earlier kernel with this key (reused)" in sandbox_table(kernel)
+    finally:
+        kernel.close()
+    wait_until(lambda: labelled(podman, f"owsandbox.workspace={tmp_path}") == [], 30, "the container to be removed")
+
+
+def test_a_kernel_killed_for_good_leaves_no_container_after_the_linger_time(podman, debian_image, tmp_path):
+    kernel = container_kernel(tmp_path, podman, debian_image, OWSANDBOX_LINGER="2")
+    try:
+        assert kernel.run("setsid sleep 600 & disown; echo started").text() == "started\n"
+        assert len(labelled(podman, f"owsandbox.workspace={tmp_path}")) == 1
+        os.kill(kernel.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        wait_until(lambda: labelled(podman, f"owsandbox.workspace={tmp_path}") == [], 60,
+                   "the container to end after the daemon's linger")
+        # linger (2 s), the container's gap (5 s) and podman's removal: well under the 60 s allowed
+        assert time.monotonic() - killed < 30
+    finally:
+        kernel.close()
+
+
+# -- rootless podman ------------------------------------------------------------------------------
+
+ROOTLESS_USER = "owsbx-rootless"
+ROOTLESS_SCRIPT = """
+import json, subprocess, sys
+from owsandbox.runner.providers.container import ContainerProvider
+from owsandbox.runner.workspace import RunnerWorkspace
+provider = ContainerProvider(sys.argv[1], image=sys.argv[2], engine="podman", limits="memory=256M",
+                             key="kernel-rootless")
+workspace = RunnerWorkspace(provider, sys.argv[1])
+try:
+    ran = workspace.executor.run("cat /etc/owsandbox-test-image; id -u; echo made > made.txt; "
+                                 "grep CapEff /proc/self/status")
+    found = {"output": ran["output"], "headline": provider.headline(),
+             "enforced": provider.describe()["limits enforced by"]}
+finally:
+    workspace.close()
+found["left"] = subprocess.run(["podman", "ps", "--all", "--filter", "label=owsandbox.key=kernel-rootless", "--format",
+                                "{{.Names}}"], capture_output=True, text=True).stdout
+print(json.dumps(found))
+"""
+
+
+def test_rootless_podman_run_by_a_plain_user(podman, debian_image):
+    """A plain user (made with useradd) runs the provider with rootless podman: root in the container
+    is that user outside, so what a cell writes in the workspace is theirs. On cgroup v1 rootless podman
+    cannot limit, and the sandbox says so instead of showing limits it does not have."""
+    import pwd
+    import shutil
+    import subprocess
+    import tempfile
+
+    if os.getuid() != 0:
+        pytest.skip("making the plain user needs root")
+    if shutil.which("newuidmap") is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must run rootless podman: apt-get install uidmap")
+        pytest.skip("rootless podman needs newuidmap (apt-get install uidmap)")
+    try:
+        user = pwd.getpwnam(ROOTLESS_USER)
+    except KeyError:
+        subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", ROOTLESS_USER], check=True)
+        user = pwd.getpwnam(ROOTLESS_USER)
+    if ROOTLESS_USER + ":" not in Path("/etc/subuid").read_text():
+        subprocess.run(["usermod", "--add-subuids", "300000-365535", "--add-subgids", "300000-365535",
+                        ROOTLESS_USER], check=True)
+    base = Path(tempfile.mkdtemp(prefix="owsbx-rootless-"))  # where the plain user may read (not pytest's 0700 folder)
+    try:
+        _rootless_run(podman, debian_image, user, base)
+    finally:
+        # Rootless podman leaves a pause process (catatonit) holding the user's namespaces: end it.
+        for folder in (base / "runtime", Path(f"/tmp/podman-run-{user.pw_uid}")):
+            try:
+                pid = int((folder / "libpod" / "tmp" / "pause.pid").read_text())
+                if os.stat(f"/proc/{pid}").st_uid == user.pw_uid:
+                    os.kill(pid, signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _rootless_run(podman, debian_image: str, user, base: Path) -> None:
+    import shutil
+    import subprocess
+
+    runtime, code, folder = base / "runtime", base / "code", base / "ws"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "owsandbox", code / "owsandbox",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    runtime.mkdir()
+    folder.mkdir()
+    for root, _, names in os.walk(base):
+        os.chmod(root, 0o755)
+        for name in names:
+            os.chmod(os.path.join(root, name), 0o644)
+    for path in (runtime, folder):
+        os.chown(path, user.pw_uid, user.pw_gid)
+    runtime.chmod(0o700)
+    env = {"HOME": user.pw_dir, "XDG_RUNTIME_DIR": str(runtime), "PATH": "/usr/local/bin:/usr/bin:/bin",
+           "PYTHONPATH": str(code), "LANG": "C.UTF-8"}
+
+    def as_user(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        runuser = shutil.which("runuser") or "/usr/sbin/runuser"
+        return subprocess.run([runuser, "-u", ROOTLESS_USER, "--", "env", *[f"{k}={v}" for k, v in env.items()],
+                               *argv], capture_output=True, text=True, timeout=timeout, cwd="/")
+
+    if as_user("podman", "image", "exists", debian_image).returncode != 0:  # the user's own image store
+        archive = base / "image.tar"
+        podman.run("save", "--quiet", "--output", str(archive), debian_image, timeout=600)
+        os.chmod(archive, 0o644)
+        loaded = as_user("podman", "load", "--quiet", "--input", str(archive), timeout=600)
+        assert loaded.returncode == 0, loaded.stderr
+        archive.unlink()
+    ran = as_user("/usr/bin/python3", "-c", ROOTLESS_SCRIPT, str(folder), debian_image)
+    assert ran.returncode == 0, ran.stderr
+    found = json.loads(ran.stdout.splitlines()[-1])
+    assert found["output"] == f"{IMAGE}\n0\nCapEff:\t0000000000000000\n"
+    assert (folder / "made.txt").stat().st_uid == user.pw_uid  # root inside is the user outside
+    if Path("/sys/fs/cgroup/cgroup.controllers").exists():
+        assert found["headline"][-1] == "256 MiB, 1024 processes" and "confirmed" in found["enforced"]
+    else:
+        assert found["headline"][-1] == "no limits (the engine ignored them)"
+        assert "ignored on cgroups V1 rootless" in found["enforced"]
+    assert found["left"] == ""
+
+
+# -- the kernelspec -------------------------------------------------------------------------------
+
+def test_the_kernelspec_takes_an_image_and_an_engine():
+    spec = kernel_dict(image="localhost/teaching:1", engine="docker")
+    assert spec["env"]["OWSANDBOX_PROVIDER"] == "container" and spec["metadata"]["owsandbox"]["provider"] == "container"
+    assert spec["env"]["OWSANDBOX_IMAGE"] == "localhost/teaching:1" and spec["env"]["OWSANDBOX_ENGINE"] == "docker"
+    assert "OWSANDBOX_ENV" not in spec["env"]  # the kernel's own settings stay with the kernel
+    with pytest.raises(ValueError, match="container provider"):
+        kernel_dict(provider="bwrap", image="x")
+    args = _parser().parse_args(["install", "--image", "img:1", "--engine", "podman", "--limit", "memory=1G"])
+    assert (args.image, args.engine, args.limit) == ("img:1", "podman", ["memory=1G"])
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["install", "--engine", "lxc"])
+    assert resolve("container") is ContainerProvider
+    assert container_name(1000, "kernel-1/2 x") == "owsandbox-1000-kernel-1-2-x"
