@@ -39,6 +39,9 @@ def test_a_limit_is_named_from_counters_first_and_from_words_without_them():
     killed = {"exit_code": 137, "output": ""}
     assert named_limit(killed, {"oom_kills": 0}, {"oom_kills": 1}, limits)[0] == "OutOfMemory"
     assert named_limit(killed, {"oom_kills": 1}, {"oom_kills": 1}, limits) is None  # counted, and nothing new
+    assert named_limit(killed, {}, {}, limits) is None  # rlimits: a SIGKILL is not the memory limit's
+    guessed = named_limit(killed, {}, {}, {**limits, "oom": "uncounted sigkill"})  # a container's, uncounted
+    assert guessed[0] == "OutOfMemory" and "most likely" in guessed[1]
     said = {"exit_code": 1, "output": "MemoryError\n", "segments": [["stderr", 12]]}
     assert named_limit(said, {}, {}, limits)[0] == "OutOfMemory"
     assert named_limit(said, {}, {}, None) is None  # no limits, no names

@@ -2,9 +2,11 @@
 
 Two sources, best first. Where the sandbox's limits are a cgroup, the host reads the cgroup's own
 counters before and after the cell (OOM kills, refused forks): exact, and out of the box's reach.
-Where they are rlimits, nothing counts the events, so a failing cell's stderr is read for the words
-the C library, bash and Python use when an allocation, a fork or a write is refused. Either way it
-only names the error of a cell; it never decides what runs.
+Where they are rlimits (or a container's cgroup the host cannot read), nothing counts the events, so
+a failing cell's stderr is read for the words the C library, bash and Python use when an allocation,
+a fork or a write is refused; where the provider says its OOM kills are uncounted SIGKILLs (such a
+container), a status of 137 is put down to the memory limit. Either way it only names the error of a
+cell; it never decides what runs.
 """
 
 from __future__ import annotations
@@ -49,6 +51,10 @@ def named_limit(result: dict[str, Any], before: dict[str, int], after: dict[str,
         return None
     if not after and any(word in tail for word in _OUT_OF_MEMORY):
         return "OutOfMemory", f"the command ran out of memory: memory limit {memory}"
+    if not after and result.get("exit_code") == 137 and limits.get("oom") == "uncounted sigkill":
+        # SIGKILL, and nothing counts OOM kills here (a container whose cgroup the host cannot read):
+        # the memory limit is the likely killer, and the message says it is a guess.
+        return "OutOfMemory", f"the command was killed (status 137), most likely by the memory limit of {memory}"
     if any(word in tail for word in _NO_SPACE):
         return "NoSpaceLeft", (f"a folder of the sandbox is full (/tmp, /var/tmp and /run hold at most {tmp}, "
                                f"/dev/shm {shm}; the workspace is limited by its disk)")
