@@ -23,6 +23,13 @@ def level_name() -> str:
     return name if name in LEVELS else "warning"
 
 
+def log_level_args() -> list[str]:
+    """Called by providers as they build the daemon's `serve` arguments: the box's log level, which
+    cannot come through the sandbox's cleared environment ([] at the default)."""
+    name = level_name()
+    return [] if name == "warning" else ["--log-level", name]
+
+
 def configure() -> None:
     """Called once by a program's entry point (the kernel, the `owsandbox` command): the `owsandbox`
     loggers at the asked level, on stderr, whatever the host application did to the root logger."""

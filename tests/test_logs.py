@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from owsandbox.runner.providers.local import LocalProvider
+
+from .conftest import running
 from .kernel_session import KernelSession
+from .waiting import wait_until
 
 SAY = ("from owsandbox.logs import configure; configure(); import logging; "
        "logging.getLogger('owsandbox.kernel.example').debug('debug words'); "
@@ -39,3 +44,17 @@ def test_a_completion_that_finds_nothing_leaves_a_trace_in_the_kernels_log(tmp_p
             kernel.close()
     text = log.read_text()
     assert "[owsandbox DEBUG owsandbox.kernel.completion] no paths to complete in /no/such/folder/" in text, text
+
+
+@pytest.mark.parametrize("setting", ["debug", ""])
+def test_the_box_logs_at_the_hosts_level_in_its_daemon_log(monkeypatch, zipapp, workspace, setting):
+    monkeypatch.setenv("OWSANDBOX_LOG", setting)
+    provider = LocalProvider(cwd=workspace, runner_path=zipapp)
+    with running(provider) as (_, client):
+        assert client.call("shell.run", {"command": "exit 3"}, timeout=30)["outcome"] == "shell_exited"
+        daemon_log = Path(provider.state_dir, "daemon.log")
+        if setting:
+            wait_until(lambda: "shell main" in daemon_log.read_text(), 10, "the shell's exit in daemon.log")
+        text = daemon_log.read_text()
+    assert ("[owbox DEBUG owbox.server] a client connected" in text) == bool(setting), text
+    assert ("[owbox INFO owbox.shellregistry] shell main" in text) == bool(setting), text

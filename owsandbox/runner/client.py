@@ -12,6 +12,7 @@ sent again; shells come back in their last known folder.
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
 import uuid
@@ -19,6 +20,8 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from .box import protocol as P
+
+log = logging.getLogger(__name__)
 
 Notification = Callable[[dict[str, Any]], None]
 
@@ -140,6 +143,7 @@ class RunnerClient:
                 tail = transport.stderr_tail()
                 if tail:
                     last = f"{last} ({tail.splitlines()[-1]})"
+            log.info("no runner yet: %s", last)
             if time.monotonic() + delay > deadline:
                 raise P.RunnerError(P.RUNNER_UNREACHABLE, f"the sandbox is unreachable: {last}")
             time.sleep(delay)
@@ -194,6 +198,8 @@ class RunnerClient:
             self._calls[resume_id] = _Call(resume_id, "session.resume", b"", None)
             self._calls[resume_id].done.set()  # nobody waits; its answer is only logged
         else:
+            log.warning("the runner restarted (instance %s, was %s): commands in flight are unknown",
+                        new_instance, self.instance_id)
             self.restarts += 1
             self.instance_id = new_instance
             self._seqs = SeqTracker(int(hello.get("last_seq") or 0))
@@ -248,6 +254,7 @@ class RunnerClient:
         try:
             transport, hello, splitter = self._open_and_greet(time.monotonic() + self.reconnect_timeout)
         except P.RunnerError as err:
+            log.error("the runner could not be reached again: %s", err.message)
             with self._lock:
                 self.last_error = err.message
                 for call in list(self._calls.values()):
@@ -259,6 +266,7 @@ class RunnerClient:
                 transport.close()
                 return
             self.reconnects += 1
+            log.info("reconnected to the runner (reconnect %d)", self.reconnects)
             frames = self._adopt(transport, hello, splitter, first=False)
         self._go(transport, frames)
 
@@ -273,7 +281,7 @@ class RunnerClient:
                     try:
                         call.on_notification({"method": message.get("method"), **params})
                     except Exception:  # noqa: BLE001 - a broken view must not stop the pump
-                        pass
+                        log.exception("a live-output handler failed")
             return
         seq = message.get("seq")
         with self._lock:
@@ -326,8 +334,8 @@ class RunnerClient:
             return
         try:
             transport.send(frame)
-        except OSError:
-            pass
+        except OSError as exc:  # the pump sees the pipe end and reconnects
+            log.debug("send failed: %s", exc)
 
     # -- calls ------------------------------------------------------------------------------
 

@@ -110,8 +110,8 @@ def start(args: dict, where: dict, stdin, say):
     answer["cwd"] = cwd
     ctl = daemonctl(where["runner"])
     try:
-        answer.update(ctl.start(where["folder"], ["--cwd", cwd, "--linger", str(args["linger"])], where["runner"],
-                                args.get("start_timeout", 20)))
+        serve = ["--cwd", cwd, "--linger", str(args["linger"]), *args.get("serve_args", [])]
+        answer.update(ctl.start(where["folder"], serve, where["runner"], args.get("start_timeout", 20)))
     except ctl.DaemonError as exc:
         raise Failed(str(exc)) from None
     return answer

@@ -34,6 +34,8 @@ def build_parser(prog: str = "runner") -> argparse.ArgumentParser:
                        help="the daemon owns its PID namespace: on leaving, end every process in it")
     serve.add_argument("--execd-fd", type=int, default=None, metavar="FD",
                        help="serve the execd endpoint on this inherited listening socket")
+    serve.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"),
+                       help="what the daemon logs on its stderr (its daemon.log); the host's OWSANDBOX_LOG")
     attach = sub.add_parser("attach", help="relay stdin/stdout to the daemon's socket")
     attach.add_argument("--socket", required=True)
     attach.add_argument("--start", nargs=argparse.REMAINDER, metavar="SERVE-ARGS",
@@ -48,7 +50,12 @@ def build_parser(prog: str = "runner") -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, prog: str = "runner") -> int:
     args = build_parser(prog).parse_args(argv)
     if args.command == "serve":
+        import logging
+
         from .daemon import serve as run_daemon
+
+        logging.basicConfig(stream=sys.stderr, level=args.log_level.upper(),
+                            format="%(asctime)s [owbox %(levelname)s %(name)s] %(message)s")
 
         return run_daemon(args.socket, args.cwd, args.exit_with_parent, args.log_dir,
                           args.max_frame_bytes, args.output_limit, args.linger, args.listen_fd, args.execd_fd,

@@ -10,6 +10,7 @@ share: the folders, the instance id, the execd endpoint for `%attach`, and what 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import platform
 import secrets
@@ -29,6 +30,8 @@ from .outbox import Records
 from .server import Connection, SocketServer
 from .shellregistry import ShellRegistry
 from .shells import DEFAULT_OUTPUT_LIMIT
+
+log = logging.getLogger(__name__)
 
 RUNNER_VERSION = "0.1.0"
 
@@ -71,7 +74,7 @@ class Daemon:
         try:
             self.execd.stop()
         except Exception:  # noqa: BLE001 - the shells must still go
-            pass
+            log.exception("the execd endpoint did not stop cleanly")
         # The client's pipe goes first: an answer born of the dying shells ("the shell exited") must
         # not reach a client that is to learn that the outcome of its command is unknown.
         self.server.close()

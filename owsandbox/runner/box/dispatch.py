@@ -10,6 +10,7 @@ runs once. A `shell.run` on a shell that is already up starts without a thread h
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +22,8 @@ from .server import Connection
 from .shellregistry import ShellRegistry
 from .shells import Shell
 from .terminal import DEFAULT_COLS, DEFAULT_ROWS
+
+log = logging.getLogger(__name__)
 
 MAX_WORKERS = 64
 DEFERRED = object()  # a work handler's value when the answer comes later (a shell's command, when done)
@@ -113,6 +116,7 @@ class Dispatcher:
         except P.RunnerError as err:
             conn.send(P.encode(P.error(request_id, err.code, err.message, err.data)))
         except Exception as exc:  # noqa: BLE001
+            log.exception("request %s failed", request_id)
             conn.send(P.encode(P.error(request_id, P.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")))
 
     def _run_handler(self, request_id: Any, handler: WorkHandler, raw_params: dict[str, Any]) -> None:
@@ -122,6 +126,7 @@ class Dispatcher:
             except P.RunnerError as err:
                 self._answer(request_id, err=err)
             except Exception as exc:  # noqa: BLE001 - the daemon keeps serving
+                log.exception("request %s failed", request_id)
                 self._answer(request_id, err=P.RunnerError(P.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"))
             else:
                 if value is not DEFERRED:

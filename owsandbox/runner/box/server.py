@@ -8,6 +8,7 @@ answered here (nothing in it is run); what a message means is the dispatcher's b
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
@@ -16,6 +17,8 @@ from typing import Any
 
 from . import protocol as P
 from .daemonctl import AlreadyServing, listen_unix
+
+log = logging.getLogger(__name__)
 
 
 class Connection:
@@ -99,6 +102,7 @@ class SocketServer:
             conn = Connection(sock)
             with self._lock:
                 old, self._conn = self._conn, conn
+            log.debug("a client connected%s", "; the older connection is closed" if old is not None else "")
             if old is not None:
                 old.close()  # the newest connection wins
             threading.Thread(target=self._read_connection, args=(conn,), daemon=True).start()

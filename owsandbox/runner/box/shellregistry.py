@@ -10,12 +10,15 @@ no pids file.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from typing import Any
 
 from .protocol import INVALID_PARAMS, UNKNOWN_SHELL, RunnerError
 from .shells import DEFAULT_OUTPUT_LIMIT, Shell
+
+log = logging.getLogger(__name__)
 
 PIDS_FILE = "shells.pids"
 
@@ -127,6 +130,7 @@ class ShellRegistry:
             shell.close()
 
     def _exited(self, shell: Shell) -> None:
+        log.info("shell %s (pid %s) exited with status %s in %s", shell.name, shell.pid, shell.exit_status, shell.cwd)
         with self._lock:
             if self._shells.get(shell.name) is shell:
                 del self._shells[shell.name]

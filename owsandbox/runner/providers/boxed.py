@@ -30,6 +30,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from ...logs import log_level_args
 from ..box import bootstrap
 from ..bundle import box_stdlib_modules, zipapp_bytes
 from .base import Provider
@@ -111,7 +112,7 @@ class ProgramBoxProvider(Provider):
         name, data = self._zipapp()
         return {"action": action, "key": self.key, "runner_name": name, "sha256": hashlib.sha256(data).hexdigest(),
                 "cwd": self.cwd, "linger": self.linger_seconds, "runtime_dir": self.runtime_dir,
-                "start_timeout": 20, **extra}
+                "start_timeout": 20, "serve_args": log_level_args(), **extra}
 
     def _upload(self) -> bytes:
         """What the bootstrap reads when it asks for the zipapp: `<length>\\n` and the zipapp in base64."""
@@ -128,7 +129,8 @@ class ProgramBoxProvider(Provider):
         """The relay (`attach`) to the daemon, run in the box by `python`; a daemon that died meanwhile
         (nobody else in the box would notice) is started again, in its folder."""
         assert self.runner_path, "create() first"
-        start = ["--start", "--cwd", self.box_folder, "--linger", f"{self.linger_seconds:g}"] if self.box_folder else []
+        start = ["--start", "--cwd", self.box_folder, "--linger", f"{self.linger_seconds:g}", *log_level_args()] \
+            if self.box_folder else []
         return [python, "-S", self.runner_path, "attach", "--socket", self.socket_path,
                 "--silence-seconds", f"{self.relay_silence_seconds:g}", *start]
 

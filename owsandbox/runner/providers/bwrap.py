@@ -36,6 +36,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ...logs import log_level_args
 from ..box.daemonctl import listen_unix, serving
 from ..box.procstat import pid_alive, start_time
 from ..limits import CgroupEnforcement, Enforcement, Limits, enforce, human_size
@@ -332,7 +333,8 @@ class BwrapProvider(LocalProvider):
         if wrapper:
             box.remove("--unshare-net")
         serve = ["serve", "--socket", f"{BOX_RUN}/run/runner.sock", "--listen-fd", str(listener.fileno()),
-                 "--execd-fd", str(execd.fileno()), "--end-namespace", "--cwd", self.cwd, *lifetime, *self.daemon_args]
+                 "--execd-fd", str(execd.fileno()), "--end-namespace", "--cwd", self.cwd, *lifetime, *log_level_args(),
+                 *self.daemon_args]
         argv = [*wrapper, *box, "--info-fd", str(info_write), "--", os.path.realpath(self.python), "-S",
                 BOX_RUNNER, *serve]
         try:

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ...logs import log_level_args
 from ..box.daemonctl import serving
 from ..box.procstat import descendants, pid_alive, session_members
 from ..box.shellregistry import read_pids
@@ -158,7 +159,8 @@ class LocalProvider(Provider):
     def _start_daemon(self) -> None:
         assert self.state_dir and self.runner_path
         lifetime = ["--linger", str(self.linger_seconds)] if self.key else ["--exit-with-parent"]
-        serve = ["serve", "--socket", self.socket_path, "--cwd", self.cwd, *lifetime, *self.daemon_args]
+        serve = ["serve", "--socket", self.socket_path, "--cwd", self.cwd, *lifetime, *log_level_args(),
+                 *self.daemon_args]
         log = self._open_log()
         try:
             self.daemon = _LAUNCHER.spawn(self.daemon_argv(serve), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
