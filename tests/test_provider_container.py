@@ -36,7 +36,7 @@ from .kernel_session import KernelSession
 from .waiting import wait_until
 
 # The first test may build the image with debootstrap (about a minute); later runs find it.
-pytestmark = pytest.mark.timeout(900)
+pytestmark = pytest.mark.timeout(300)  # the first test may build the image (about a minute)
 
 CONFORMANCE = [
     (shells, "test_shell_syntax_reaches_bash_unchanged"),

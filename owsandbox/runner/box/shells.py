@@ -728,7 +728,9 @@ class Shell:
         cmd.on_done(result)
 
     def _exited(self) -> None:
-        self.alive = False
+        with self._lock:  # `run` checks `alive` and sets `_current` under this lock: one or the other sees
+            self.alive = False  # the end, never neither (a command given to a dead bash would wait forever)
+            cmd = self._current
         self.exit_status = self._proc.returncode
         for written in list(self._definitions_wanted.values()):
             written.set()
@@ -737,7 +739,6 @@ class Shell:
                 os.unlink(self.definitions_path)
             except OSError:
                 pass
-        cmd = self._current
         if cmd is not None:
             self._hand_over_between(cmd, time.monotonic())
             if cmd.exit_code is None and self.exit_status is not None and self.exit_status >= 0:
