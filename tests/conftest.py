@@ -83,6 +83,24 @@ def opensandbox_execd(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture(scope="session")
+def opensandbox_release_execd(tmp_path_factory: pytest.TempPathFactory):
+    """As `opensandbox_execd`, in release mode: the quirks of a released execd (v1.0.10 to v1.0.18:
+    `command` ignored, no takeover, an ended program restarted by a new connection, `exit` before
+    the last output, live stdout and stderr crossing, no list route); see box/execd.py RELEASE_QUIRKS."""
+    import secrets
+
+    from owsandbox.runner.box.execd import ExecdServer
+
+    server = ExecdServer(secrets.token_urlsafe(18), tcp_host="127.0.0.1", release="v1.0.18",
+                         cwd=str(tmp_path_factory.mktemp("execd-release")))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
 def podman(tmp_path_factory: pytest.TempPathFactory):
     """Podman as root with a containers.conf of the tests' own (see tests/containers.py); skips where
     podman or debootstrap is missing, fails so in CI."""
@@ -113,6 +131,14 @@ def box(request: pytest.FixtureRequest, zipapp: Path, workspace: Path):
         yield pair
 
 
+def box_with_release(request: pytest.FixtureRequest, zipapp: Path, workspace: Path):
+    """The `box` fixture's body, for modules that add "opensandbox-release" (a released execd, see
+    `opensandbox_release_execd`) to its params: the whole runner suite through it would cost a minute,
+    so a focused set of modules runs it."""
+    with running(_provider(request, zipapp, workspace)) as pair:
+        yield pair
+
+
 @pytest.fixture(params=["local", "bwrap", "ssh"])
 def pipe_box(request: pytest.FixtureRequest, zipapp: Path, workspace: Path):
     """As `box`, for the providers whose relay is a local process with a stdin of its own."""
@@ -128,11 +154,12 @@ def _provider(request: pytest.FixtureRequest, zipapp: Path, workspace: Path) -> 
     elif request.param == "ssh":
         prefix = request.getfixturevalue("sshd")
         provider = ExecProvider(prefix=prefix, box_cwd=str(workspace), relay_silence_seconds=0)
-    elif request.param == "opensandbox":
+    elif request.param in ("opensandbox", "opensandbox-release"):
         from owsandbox.channel.endpoint import TOKEN_HEADER
         from owsandbox.runner.providers.opensandbox import OpenSandboxProvider
 
-        address = request.getfixturevalue("opensandbox_execd").address()
+        server = "opensandbox_execd" if request.param == "opensandbox" else "opensandbox_release_execd"
+        address = request.getfixturevalue(server).address()
         provider = OpenSandboxProvider(url=address["url"], headers={TOKEN_HEADER: address["token"]},
                                        box_cwd=str(workspace), relay_silence_seconds=0)
     else:

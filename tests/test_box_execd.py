@@ -262,7 +262,8 @@ def test_every_request_needs_the_token(any_box: Endpoint, token: str | None):
         any_box.connect(f"/pty/{session_id}/ws?pty=0", token=token)
     assert refused.value.response.status_code == 401
     assert json.loads(refused.value.response.body) == unauthorized
-    assert any_box.status(session_id) == {"session_id": session_id, "running": False, "output_offset": 0}
+    assert any_box.status(session_id) == {"session_id": session_id, "running": False, "output_offset": 0,
+                                          "exit_code": None}
 
 
 def test_create_status_list_delete(any_box: Endpoint, tmp_path: Path):
@@ -270,7 +271,8 @@ def test_create_status_list_delete(any_box: Endpoint, tmp_path: Path):
     assert status == 201 and re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}",
                                           created["session_id"])
     session_id = created["session_id"]
-    assert any_box.status(session_id) == {"session_id": session_id, "running": False, "output_offset": 0}
+    assert any_box.status(session_id) == {"session_id": session_id, "running": False, "output_offset": 0,
+                                          "exit_code": None}  # exit_code: this server's own
     other = any_box.create()  # no body fields at all: an interactive bash in the server's folder
     status, listing = any_box.http("GET", "/pty")
     assert status == 200
@@ -342,7 +344,8 @@ def test_output_stdin_and_exit_over_either_transport(any_box: Endpoint):
     assert output_of(messages) == b"got hello\n"
     assert control(messages[-1]) == {"type": "exit", "exit_code": 7}  # the exit frame, then Close 1000
     assert (code, reason) == (1000, "process exited")
-    assert any_box.status(session_id) == {"session_id": session_id, "running": False, "output_offset": 10}
+    assert any_box.status(session_id) == {"session_id": session_id, "running": False, "output_offset": 10,
+                                          "exit_code": 7}
 
 
 def test_stdin_by_binary_frame_and_by_control_frame(box: Endpoint):
@@ -547,7 +550,8 @@ def test_a_detached_process_keeps_running_and_since_picks_up_where_the_cursor_wa
     with box.attach(session_id) as client:
         client.recv(timeout=10)
         cursor = len(read_until(client, lambda d: d == b"start\n"))
-    assert box.status(session_id) == {"session_id": session_id, "running": True, "output_offset": cursor}
+    assert box.status(session_id) == {"session_id": session_id, "running": True, "output_offset": cursor,
+                                      "exit_code": None}
     (tmp_path / "go").touch()
     wait_until(lambda: box.status(session_id)["output_offset"] > cursor, 10, "output while detached")
     with box.attach(session_id, f"pty=0&since={cursor}") as client:
@@ -631,3 +635,61 @@ def test_a_silent_client_is_pinged_then_dropped_and_a_live_one_is_not(tmp_path: 
                 client.recv(timeout=2)
             client.send(b"\x00alive\n")
             assert read_until(client, lambda d: d == b"alive\n") == b"alive\n"
+
+
+# -- release mode: the quirks of a released OpenSandbox execd (docker/execd v1.0.10 to v1.0.18) ------
+
+
+@pytest.fixture
+def release_box(tmp_path: Path) -> Iterator[Endpoint]:
+    with running_server(tmp_path, release="v1.0.18") as running:
+        yield Endpoint(running, "unix")
+
+
+def _connected(client: ClientConnection) -> None:
+    assert control(client.recv(timeout=10))["type"] == "connected"
+
+
+def test_release_mode_ignores_command_and_knows_no_list_no_takeover(release_box: Endpoint):
+    session_id = release_box.create("echo never-run")  # model/pty.go: `cwd` only
+    with release_box.attach(session_id, "pty=0&takeover=1") as client:
+        _connected(client)
+        client.send(b"\x00echo from-stdin\n")  # a bare bash reads its commands from stdin
+        assert read_until(client, lambda data: data.endswith(b"from-stdin\n")) == b"from-stdin\n"
+        with pytest.raises(InvalidStatus) as held:  # controller/pty_ws.go: LockWS or 409, whatever takeover says
+            release_box.connect(f"/pty/{session_id}/ws?pty=0&takeover=1")
+        assert held.value.response.status_code == 409
+    assert release_box.http("GET", "/pty")[0] == 404  # pkg/web/router.go: no list route
+    assert set(release_box.status(session_id)) == {"session_id", "running", "output_offset"}
+
+
+def test_release_mode_restarts_an_ended_program_and_sends_exit_before_the_tail(release_box: Endpoint):
+    session_id = release_box.create()
+    # Read by hand: websockets' sync client drops the frames that come with a Close it cannot answer
+    # (the peer already closed TCP), which is what a release does right after its Close.
+    sock, parser, rest = raw_upgrade(release_box.server, f"/pty/{session_id}/ws?pty=0")
+    with sock:
+        sock.sendall(masked(ws.OP_BINARY, b"\x00printf err >&2; printf tail; exit 3\n"))
+        frames = raw_frames_to_eof(sock, parser, rest)  # the server closes TCP without waiting for our Close
+    texts = [json.loads(p)["type"] if op == ws.OP_TEXT else p[:1] for op, p in frames]
+    assert texts == ["connected", "exit", b"\x01", b"\x02", b"\x03"], frames  # exit overtook the output
+    assert frames[-1] == (ws.OP_CLOSE, ws.close_payload(1000, "process exited"))
+    assert release_box.status(session_id)["running"] is False
+    with release_box.attach(session_id, "pty=0&since=0") as client:  # a new bash, in the same session
+        replay = client.recv(timeout=10)
+        assert replay[0] == REPLAY and replay[9:] == b"errtail"  # the ring's order
+        _connected(client)
+        assert release_box.status(session_id)["running"] is True
+        client.send(b"\x00echo again\n")
+        assert read_until(client, lambda data: data.endswith(b"again\n")) == b"again\n"
+
+
+def test_release_mode_lets_live_stderr_fall_behind_stdout(release_box: Endpoint):
+    session_id = release_box.create()
+    with release_box.attach(session_id) as client:
+        _connected(client)
+        client.send(b"\x00printf 'e\\n' >&2; sleep 0.01; printf 'o\\n'; read x\n")
+        frames = [client.recv(timeout=10), client.recv(timeout=10)]
+    assert frames == [b"\x01o\n", b"\x02e\n"]  # live: stdout first; the ring holds e then o
+    with release_box.attach(session_id, "pty=0&since=0") as client:
+        assert client.recv(timeout=10) == b"\x03" + (0).to_bytes(8, "big") + b"e\no\n"

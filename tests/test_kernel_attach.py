@@ -7,6 +7,7 @@ import json
 import os
 import re
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -278,3 +279,41 @@ def test_attach_to_another_execd_by_url_and_header(kernel, tmp_path):
         assert kernel.run("%attach --kill").status == "ok"
     finally:
         server.stop()
+
+
+def test_attach_to_a_released_execd(kernel, opensandbox_release_execd):
+    """Against a released execd (release mode: `command` ignored, no takeover, an ended program
+    restarted by a new connection, `exit` before the last output): start, reattach after another
+    client let go, and an ended program is reported as ended, never started again."""
+    from websockets.sync.client import connect
+
+    address = opensandbox_release_execd.address()
+    where = f"--url {address['url']} --header X-EXECD-ACCESS-TOKEN:{address['token']}"
+    started = kernel.run(f"%attach {where} -- {sys.executable} {ENGINE} --tick 0.05")
+    assert started.status == "ok", started.error["evalue"]
+    wait_for_display(kernel, r'"tick", "n": 3\b')
+    session_id = opensandbox_release_execd.sessions.all()[-1].session_id
+    assert "detached from #1" in kernel.run("%detach").text()
+    holding = threading.Event()
+
+    def hold() -> None:  # another client holds the session for a second: 409s, whatever takeover says
+        with connect(f"ws://{address['url'][len('http://'):]}/pty/{session_id}/ws?pty=0&since=999999999",
+                     additional_headers={"X-EXECD-ACCESS-TOKEN": address["token"]}, proxy=None):
+            holding.set()
+            time.sleep(1.0)
+
+    threading.Thread(target=hold, daemon=True).start()
+    assert holding.wait(10)
+    asked = time.monotonic()
+    again = kernel.run(f"%attach --last {where}")
+    assert "attached again to #2" in again.text(), again.outputs
+    assert time.monotonic() - asked > 0.5  # tried again until the holder let go
+    ticks = wait_for_ticks(kernel, "2", 5)
+    answer = kernel.run('%send {"id": "r1", "type": "echo", "text": "released"}')
+    assert answer.of_type("display_data")[0]["data"]["application/json"]["text"] == "released"
+    kernel.run('%send {"type": "exit", "code": 5}')
+    wait_for_display(kernel, r"ended")
+    ended = kernel.run(f"%attach --last {where}")
+    assert ended.status == "error" and ended.error["ename"] == "AttachedProgramExited", ended.outputs
+    assert "no longer running" in ended.error["evalue"] and "not attached again" in ended.error["evalue"]
+    assert ticks and opensandbox_release_execd.sessions.get(session_id).running is False  # not restarted

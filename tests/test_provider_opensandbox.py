@@ -44,10 +44,16 @@ from .test_runner_shells import run_in_background, wait_until_busy
 ENGINE = Path(__file__).resolve().parents[1] / "notebooks" / "engines" / "echo_engine.py"
 
 
+@pytest.fixture(params=["main", "release"])
+def execd_server(request: pytest.FixtureRequest) -> ExecdServer:
+    """The stand-in: as execd's main branch, and as a released execd (v1.0.18, release mode)."""
+    return request.getfixturevalue("opensandbox_execd" if request.param == "main" else "opensandbox_release_execd")
+
+
 @pytest.fixture
-def execd(opensandbox_execd: ExecdServer) -> dict[str, str]:
+def execd(execd_server: ExecdServer) -> dict[str, str]:
     """The stand-in's `url` and `token`."""
-    return opensandbox_execd.address()
+    return execd_server.address()
 
 
 @pytest.fixture
@@ -187,7 +193,7 @@ def test_attach_talks_to_the_same_execd(connected):
     provider, client = connected
     endpoint = provider.execd_endpoint(client.hello)
     assert endpoint == provider.endpoint and endpoint.origin == provider.endpoint.origin
-    session_id = ExecdControl(endpoint).create(command=f"exec {sys.executable} {ENGINE}")
+    session_id = ExecdControl(endpoint).create()  # a released execd ignores a command here
 
     async def converse() -> list[dict[str, Any]]:
         records: list[dict[str, Any]] = []
@@ -203,7 +209,7 @@ def test_attach_talks_to_the_same_execd(connected):
 
         channel = ExecdJsonLineChannel(endpoint, session_id=session_id, on_record=on_record, on_failure=on_failure,
                                        label="echo engine")
-        await channel.connect()
+        await channel.connect(command=f"{sys.executable} {ENGINE}")  # its first stdin line: exec it
         try:
             await channel.send({"id": 1, "type": "echo", "text": "x"})
             await asyncio.wait_for(answered.wait(), 20)
@@ -229,14 +235,14 @@ def test_the_daemon_drops_the_older_pipe_when_a_newer_one_comes(connected):
     assert RunnerExecutor(client).run("echo back")["output"] == "back\n"  # the client came back
 
 
-def test_closing_a_pipe_deletes_its_session_and_the_relay_leaves(connected, opensandbox_execd):
+def test_closing_a_pipe_deletes_its_session_and_the_relay_leaves(connected, execd_server):
     provider, _ = connected
     transport = provider.open_runner()
-    session = opensandbox_execd.sessions.get(transport.session_id)
+    session = execd_server.sessions.get(transport.session_id)
     assert session is not None and session.running
     transport.close()
     assert session.done.wait(10)
-    assert opensandbox_execd.sessions.get(transport.session_id) is None
+    assert execd_server.sessions.get(transport.session_id) is None
     assert transport.read() == b""
     with pytest.raises(OSError):
         transport.send(b"{}\n")
@@ -336,10 +342,11 @@ def test_a_replay_before_connected_is_stdout_and_stderr_goes_to_the_tail():
         json.dumps({"type": "pong"}),
         b"\x01late\n",
         json.dumps({"type": "exit", "exit_code": 0}),
-        b"\x01never read\n",
+        b"\x01after the exit notice\n",  # a released execd's exit can overtake the last output
     ])
     assert transport.mode == "pipe"
-    assert [transport.read(), transport.read(), transport.read()] == [b"early ", b"late\n", b""]
+    assert [transport.read(), transport.read(), transport.read(), transport.read()] == [
+        b"early ", b"late\n", b"after the exit notice\n", b""]
     assert transport.exit_code == 0 and transport.ended.is_set() and transport.read() == b""
     assert transport.stderr_tail() == "warning: odd"
     transport.close()
@@ -390,3 +397,111 @@ def test_a_kernel_runs_cells_and_attach_in_an_opensandbox_box(opensandbox_execd,
         assert kernel.run("%attach --kill").status == "ok"
     finally:
         kernel.close()
+
+
+def test_a_cursor_that_disagrees_with_a_released_execds_ring_is_found_and_re_derived(opensandbox_release_execd):
+    """Live stderr falls behind stdout (release mode): a cursor taken right after a record lands
+    inside that record in the ring; the reattach sees it and resumes at the ring's next line."""
+    address = opensandbox_release_execd.address()
+    endpoint = ExecdEndpoint(origin=address["url"], headers={TOKEN_HEADER: address["token"]})
+    session_id = ExecdControl(endpoint).create()
+
+    async def converse() -> tuple[int, int | None, list[dict[str, Any]], list[str], ExecdJsonLineChannel]:
+        records: list[dict[str, Any]] = []
+        told: list[str] = []
+        first = asyncio.Event()
+
+        async def on_record(record: dict[str, Any], offset: int) -> None:
+            records.append(record)
+            first.set()
+
+        async def on_failure(exc: BaseException) -> None:
+            first.set()
+
+        async def on_stderr(text: str) -> None:
+            told.append(text)
+
+        def channel() -> ExecdJsonLineChannel:
+            return ExecdJsonLineChannel(endpoint, session_id=session_id, on_record=on_record, on_failure=on_failure,
+                                        on_stderr=on_stderr, label="crossing")
+
+        one = channel()
+        await one.connect(command="""printf warn >&2; sleep 0.02; echo '{"a": 1}'; read x""")
+        await asyncio.wait_for(first.wait(), 10)
+        await one.detach()  # before the lagging stderr came: counted as arrived, the cursor is 9
+        cursor, byte = one.cursor, one.cursor_byte
+        two = channel()
+        await two.connect(since=cursor, since_byte=byte)
+        await asyncio.sleep(0.3)
+        await two.delete()
+        return cursor, byte, records, told, two
+
+    cursor, byte, records, told, two = asyncio.run(converse())
+    assert (cursor, byte) == (9, 0x0A) and records == [{"a": 1}]  # the record, once
+    assert two.cursor_mismatches == 1 and two.cursor == 4 + 9  # the ring: "warn" then the record
+    assert any("does not agree with execd's output ring" in text for text in told)
+
+
+def test_an_endpoint_as_the_lifecycle_api_gives_it_with_its_routing_headers(monkeypatch):
+    """`host:port/proxy/44772` without a scheme, and whatever headers came with it (JSON)."""
+    monkeypatch.setenv("OWSANDBOX_EXECD_URL", "10.0.0.7:8080/sandboxes/sb-1/proxy/44772")
+    monkeypatch.setenv("OWSANDBOX_EXECD_HEADERS", json.dumps({"OPEN-SANDBOX-API-KEY": "k",
+                                                              "OpenSandbox-Ingress-To": "sb-1-44772"}))
+    monkeypatch.setenv("OWSANDBOX_EXECD_TOKEN", "t")
+    endpoint = ExecdEndpoint.from_env()
+    assert endpoint.origin == "http://10.0.0.7:8080/sandboxes/sb-1/proxy/44772"
+    assert endpoint.http_path("/pty") == "/sandboxes/sb-1/proxy/44772/pty"
+    assert endpoint.websocket_uri("/pty/x/ws?pty=0") == "ws://10.0.0.7:8080/sandboxes/sb-1/proxy/44772/pty/x/ws?pty=0"
+    assert dict(endpoint.headers) == {"OPEN-SANDBOX-API-KEY": "k", "OpenSandbox-Ingress-To": "sb-1-44772",
+                                      TOKEN_HEADER: "t"}
+    assert OpenSandboxProvider().endpoint == endpoint
+    monkeypatch.setenv("OWSANDBOX_EXECD_HEADERS", '["not", "an object"]')
+    with pytest.raises(RuntimeError, match="OWSANDBOX_EXECD_HEADERS must be a JSON object"):
+        ExecdEndpoint.from_env()
+
+
+def test_refusals_behind_the_servers_proxy_are_execds_own(monkeypatch, tmp_path):
+    """Through OpenSandbox's server proxy a refused WebSocket is accepted, then closed with 1008:
+    the channel and the pipe name the same 401, 404 and 409 as when execd answers directly."""
+    from owsandbox.channel import channel as channel_module
+    from owsandbox.channel.errors import ExecdAlreadyConnected, ExecdNotFound, ExecdUnauthorized
+
+    monkeypatch.setattr(channel_module, "BUSY_RETRY_SECONDS", 0.6)
+    server = ExecdServer("tok", tcp_host="127.0.0.1", cwd=str(tmp_path), release="v1.0.18", proxy_refusals=True)
+    server.start()
+    url = server.address()["url"][len("http://"):]  # as the lifecycle API gives it: no scheme
+    good = ExecdEndpoint(origin=url, headers={TOKEN_HEADER: "tok"})
+    held = ExecdControl(good).create()
+
+    async def failure(endpoint: ExecdEndpoint, session_id: str) -> BaseException:
+        async def ignore(*_: Any) -> None:
+            pass
+
+        channel = ExecdJsonLineChannel(endpoint, session_id=session_id, on_record=ignore, on_failure=ignore)
+        try:
+            await channel.connect()
+        except Exception as exc:  # noqa: BLE001 - the test looks at which
+            return exc
+        finally:
+            await channel.detach()
+        raise AssertionError("connected")
+
+    async def refusals() -> list[BaseException]:
+        async def ignore(*_: Any) -> None:
+            pass
+
+        holder = ExecdJsonLineChannel(good, session_id=held, on_record=ignore, on_failure=ignore)
+        await holder.connect()
+        try:
+            return [await failure(good, "no-such-session"),
+                    await failure(ExecdEndpoint(origin=url, headers={TOKEN_HEADER: "wrong"}), held),
+                    await failure(good, held)]
+        finally:
+            await holder.delete()
+
+    try:
+        missing, unauthorized, busy = asyncio.run(refusals())
+        assert isinstance(missing, ExecdNotFound) and isinstance(unauthorized, ExecdUnauthorized)
+        assert isinstance(busy, ExecdAlreadyConnected) and "closed the WebSocket with 1008" in str(busy)
+    finally:
+        server.stop()

@@ -17,9 +17,16 @@ from owsandbox.runner.client import RunnerClient
 from owsandbox.runner.executor import RunnerExecutor
 from owsandbox.runner.providers.local import LocalProvider
 
+from .conftest import box_with_release
 from .processes import wait_for_file
 from .test_runner_shells import run_in_background, wait_until_busy
 from .waiting import wait_until
+
+
+@pytest.fixture(params=["local", "bwrap", "ssh", "opensandbox", "opensandbox-release"])
+def box(request: pytest.FixtureRequest, zipapp, workspace):
+    """conftest's `box`, and through a released execd as well (release mode)."""
+    yield from box_with_release(request, zipapp, workspace)
 
 
 def test_a_cut_pipe_resumes_and_the_answer_made_while_away_arrives(box, workspace):

@@ -11,6 +11,14 @@ import pytest
 from owsandbox.runner.box import protocol as P
 from owsandbox.runner.executor import RunnerExecutor
 
+from .conftest import box_with_release
+
+
+@pytest.fixture(params=["local", "bwrap", "ssh", "opensandbox", "opensandbox-release"])
+def box(request: pytest.FixtureRequest, zipapp, workspace):
+    """conftest's `box`, and through a released execd as well (release mode)."""
+    yield from box_with_release(request, zipapp, workspace)
+
 
 def daemon_host_pid(provider) -> int:
     """The daemon's pid as this machine sees it (inside a PID namespace it has another): the process

@@ -15,7 +15,8 @@ What the channel promises:
 * `cursor` is the `since` for a later connection that loses nothing not yet delivered (a record
   counts as delivered once its callback returned). It counts stderr bytes too, as execd does.
 * A failure (exit, takeover, lost connection, bad stream) fails every waiting request once and is
-  reported to `on_failure` once, first cause only; `fatal` keeps it.
+  reported to `on_failure` once, first cause only; `fatal` keeps it. An exit is reported once the
+  connection closes after execd's `exit` notice, since output may still follow that notice.
 * `detach()` leaves the program running: it stops reading, completes the closing handshake and
   closes TCP itself, because execd answers Close but never closes the connection. A peer that
   never answers is waited for `CLOSE_TIMEOUT_SECONDS`, then cut off.
@@ -37,20 +38,26 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 from websockets.protocol import State
 
-from .control import ExecdControl, session_path
+from .control import ExecdControl, refused_through_proxy, session_path
 from .endpoint import ExecdEndpoint
 from .errors import (
     ChannelDetached,
     ChannelTakenOver,
+    ExecdAlreadyConnected,
     ExecdError,
     ExecdServerError,
     ProgramExited,
 )
 from .execdws import (
+    CLOSE_POLICY_VIOLATION,
     CLOSE_TAKEN_OVER,
     CLOSE_TIMEOUT_SECONDS,
     KEEPALIVE_SECONDS,
+    REPLAY,
+    REPLAY_HEADER_BYTES,
+    STDERR,
     STDIN,
+    STDOUT,
     Connected,
     Exited,
     ServerError,
@@ -59,6 +66,7 @@ from .execdws import (
     open_async,
     parse_control,
     signal_message,
+    start_line,
 )
 from .jsonlines import DEFAULT_MAX_LINE_BYTES, JsonLineDecoder, Record
 
@@ -69,8 +77,17 @@ log = logging.getLogger(__name__)
 # handshake, and then for execd's `connected` frame:
 OPEN_TIMEOUT_SECONDS = 10.0
 CONNECT_TIMEOUT_SECONDS = 30.0
+# How many of the latest output bytes (in arrival order) are kept to know the byte before the cursor.
+RECENT_BYTES = 64 * 1024
 # A REPLAY frame can carry execd's whole 1 MiB ring in one message.
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+# After execd's `exit`, how long output may still come before the connection closes: a released
+# execd sends `exit` without waiting for its output pumps (`controller/pty_ws.go`, `ptyExitWatcher`).
+EXIT_GRACE_SECONDS = 2.0
+# A 409 (another client holds the session) is tried again for this long: a released execd has no
+# takeover and keeps a vanished client's hold until its 60 s read deadline (`controller/pty_ws.go`).
+BUSY_RETRY_SECONDS = 10.0
+BUSY_RETRY_PAUSE_SECONDS = 0.5
 
 RecordCallback = Callable[[dict[str, Any], int], Awaitable[None]]
 FailureCallback = Callable[[BaseException], Awaitable[None]]
@@ -78,6 +95,14 @@ StderrCallback = Callable[[str], Awaitable[None]]
 
 # Failures that keep their own type; anything else is a bug somewhere and becomes ChannelDetached.
 _EXPECTED_FAILURES = (RuntimeError, OSError)
+
+
+class _Refused(Exception):
+    """A refusal that came as Close 1008 through a proxy, for `connect`: `error` is execd's."""
+
+    def __init__(self, error: ExecdError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class ExecdJsonLineChannel:
@@ -106,6 +131,11 @@ class ExecdJsonLineChannel:
         self._opening = False
         self._requests: dict[Hashable, asyncio.Future[Any]] = {}
         self._fatal: BaseException | None = None
+        self._exited: Exited | None = None  # execd's `exit`, while the output that may follow it is read
+        self._recent = bytearray()  # the latest output bytes as they arrived, ending at `_arrived`
+        self._arrived = 0
+        self._probe: tuple[int, int] | None = None  # (since, the byte expected just before it)
+        self.cursor_mismatches = 0  # reattaches whose cursor did not agree with execd's ring
 
     # ── state ────────────────────────────────────────────────────────────────────────────────────
 
@@ -113,6 +143,13 @@ class ExecdJsonLineChannel:
     def cursor(self) -> int:
         """The `since` that resumes right after the last delivered record (stderr bytes counted)."""
         return self._cursor
+
+    @property
+    def cursor_byte(self) -> int | None:
+        """The output byte just before `cursor` as it arrived (None when not known): a later
+        `connect(since=cursor, since_byte=...)` checks it against execd's ring."""
+        index = len(self._recent) - (self._arrived - self._cursor) - 1
+        return self._recent[index] if 0 <= index < len(self._recent) and self._cursor > 0 else None
 
     @property
     def stderr_tail(self) -> str:
@@ -131,8 +168,22 @@ class ExecdJsonLineChannel:
 
     # ── connecting and leaving ───────────────────────────────────────────────────────────────────
 
-    async def connect(self, since: int = 0, takeover: bool = True) -> None:
-        """Open the WebSocket at output offset `since` and wait for execd's `connected`.
+    async def connect(self, since: int = 0, takeover: bool = True, command: str | None = None,
+                      since_byte: int | None = None) -> None:
+        """Open the WebSocket at output offset `since` and wait for execd's `connected`; with
+        `command`, a fresh session's bash then execs it (`execdws.start_line`: released execds ignore
+        a command given to `POST /pty`).
+
+        A 409 (another client holds the session: a released execd has no takeover) is tried again
+        for `BUSY_RETRY_SECONDS`, then raised as `ExecdAlreadyConnected`.
+
+        `since_byte`, the old channel's `cursor_byte`, checks the cursor against execd's ring: the
+        replay is asked from `since - 1` and must start with that byte. A released execd sends live
+        stdout and stderr through separate pumps (`controller/pty_ws.go`, `ptyStreamPump`), so they
+        may arrive in another order than its ring holds them, and a cursor counted as they arrived
+        can land inside a record. A mismatch is logged and told to on_stderr, counted in
+        `cursor_mismatches`, and the cursor is taken from the ring instead: reading resumes at the
+        first line that starts after `since - 1` in the replay.
 
         A REPLAY that comes first is decoded and its records delivered before this returns. Refusals
         raise `ExecdHTTPError` kinds (`ExecdNotFound`, `ExecdAlreadyConnected`, `ExecdUnauthorized`)
@@ -148,13 +199,37 @@ class ExecdJsonLineChannel:
             raise ExecdError(f"the {self.label} channel is already connected")
         if since < 0:
             raise ValueError(f"since must not be negative, not {since}")
+        probe = since_byte is not None and since > 0
+        loop = asyncio.get_running_loop()
+        busy_until = loop.time() + BUSY_RETRY_SECONDS
+        while True:
+            try:
+                await self._attempt(since, takeover, since_byte if probe else None, busy_until)
+            except _Refused as refused:  # behind OpenSandbox's proxy: Close 1008 instead of an HTTP status
+                await self._release()
+                error = refused.error
+                if isinstance(error, ExecdAlreadyConnected) and loop.time() + BUSY_RETRY_PAUSE_SECONDS <= busy_until:
+                    log.info("the %s session is held by another client (1008 through a proxy); trying again",
+                             self.label)
+                    await asyncio.sleep(BUSY_RETRY_PAUSE_SECONDS)
+                    continue
+                raise error from None
+            break
+        if command is not None and self.is_connected:
+            await self._send(encode_frame(STDIN, start_line(command)))
+
+    async def _attempt(self, since: int, takeover: bool, since_byte: int | None, busy_until: float) -> None:
         self._opening = True
         try:
-            ws = await self._open(since, takeover)
+            ws = await self._open_retrying(since - 1 if since_byte is not None else since, takeover, busy_until)
         finally:
             self._opening = False
         self._decoder.reset(since)
         self._cursor = since
+        self._exited = None
+        self._recent.clear()
+        self._arrived = since
+        self._probe = (since, since_byte) if since_byte is not None else None
         self._ws = ws
         self._connected = False
         self._ready = ready = asyncio.get_running_loop().create_future()
@@ -285,6 +360,21 @@ class ExecdJsonLineChannel:
         except ConnectionClosed as exc:
             raise ChannelDetached(f"the {self.label} channel was disconnected while sending") from exc
 
+    async def _open_retrying(self, since: int, takeover: bool, deadline: float) -> ClientConnection:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                return await self._open(since, takeover)
+            except ExecdAlreadyConnected as exc:
+                if loop.time() + BUSY_RETRY_PAUSE_SECONDS > deadline:
+                    raise ExecdAlreadyConnected(
+                        exc.method, exc.path, exc.status, exc.body,
+                        f"another client still holds the {self.label} session after {BUSY_RETRY_SECONDS:g} s of "
+                        "retrying. Released execds (up to v1.0.18) cannot take a session over, and keep a client "
+                        "that vanished without closing attached for up to 60 s: try again in a minute") from None
+                log.info("the %s session is held by another client (409); trying again", self.label)
+                await asyncio.sleep(BUSY_RETRY_PAUSE_SECONDS)
+
     async def _open(self, since: int, takeover: bool) -> ClientConnection:
         assert self.session_id is not None
         query = {"pty": "1" if self.mode_pty else "0", "since": str(since)}
@@ -298,7 +388,13 @@ class ExecdJsonLineChannel:
         cause: BaseException
         try:
             while True:
-                message = await ws.recv()
+                if self._exited is None:
+                    message = await ws.recv()
+                else:  # after `exit`, output may still come until the connection closes: not for ever
+                    try:
+                        message = await asyncio.wait_for(ws.recv(), EXIT_GRACE_SECONDS)
+                    except asyncio.TimeoutError:
+                        raise ProgramExited(self.label, self._exited.exit_code, self.stderr_tail) from None
                 if isinstance(message, str):
                     await self._on_control(message)
                 else:
@@ -306,13 +402,22 @@ class ExecdJsonLineChannel:
         except asyncio.CancelledError:
             raise
         except ConnectionClosed as exc:
-            cause = self._closed_cause(exc)
+            if exc.rcvd is not None and exc.rcvd.code == CLOSE_POLICY_VIOLATION and await self._refused():
+                return
+            exited = self._exited
+            cause = (ProgramExited(self.label, exited.exit_code, self.stderr_tail) if exited is not None
+                     else self._closed_cause(exc))
         except Exception as exc:
             cause = exc
         if self._ws is ws:  # not a detach or a failure already under way
             await self.fail(cause)
 
     async def _on_frame(self, frame: bytes) -> None:
+        if self._probe is not None:
+            frame = await self._check_cursor(frame)
+            if not frame:
+                return
+        self._note_arrival(frame)
         decoder = self._decoder
         decoder.push(frame)
         while (event := decoder.next_event()) is not None:
@@ -322,6 +427,73 @@ class ExecdJsonLineChannel:
                 await self._on_stderr(event.text)
             self._cursor = decoder.resume_offset
         self._cursor = decoder.resume_offset
+
+    async def _refused(self) -> bool:
+        """Whether a Close 1008 is a refusal behind a proxy (it came before `connected`, while
+        `connect` waits); if so, `connect` gets the refusal as execd would have answered it."""
+        ready, session_id = self._ready, self.session_id
+        if self._connected or ready is None or ready.done() or session_id is None:
+            return False
+        error = await asyncio.to_thread(refused_through_proxy, self._control, session_id)
+        if ready.done():
+            return False
+        ready.set_exception(_Refused(error))
+        return True
+
+    def _note_arrival(self, frame: bytes) -> None:
+        if not frame or frame[0] not in (STDOUT, STDERR, REPLAY):
+            return
+        if frame[0] == REPLAY:
+            if len(frame) < REPLAY_HEADER_BYTES:
+                return
+            offset = int.from_bytes(frame[1:REPLAY_HEADER_BYTES], "big")
+            data = frame[REPLAY_HEADER_BYTES:]
+            if offset != self._arrived:
+                self._recent.clear()
+            self._arrived = offset
+        else:
+            data = frame[1:]
+        self._recent += data[-RECENT_BYTES:]
+        del self._recent[:-RECENT_BYTES]
+        self._arrived += len(data)
+
+    async def _check_cursor(self, frame: bytes) -> bytes:
+        """The first output frame of a connection asked from `since - 1`: b"" or the frame to decode."""
+        assert self._probe is not None
+        since, expected = self._probe
+        self._probe = None
+        offset = int.from_bytes(frame[1:REPLAY_HEADER_BYTES], "big") if frame[:1] == bytes([REPLAY]) else None
+        if offset is not None and len(frame) < REPLAY_HEADER_BYTES:
+            return frame  # the decoder says what is wrong with it
+        if offset is not None and offset >= since:
+            return frame  # the byte before the cursor left the ring: nothing to check (a gap is the decoder's)
+        data = frame[REPLAY_HEADER_BYTES:] if offset == since - 1 else b""
+        if data[:1] == bytes([expected]):
+            self._recent[:] = data[:1]  # known, for the next cursor_byte
+            rest = data[1:]
+            return encode_frame(REPLAY, rest, offset=since) if rest else b""
+        # The cursor disagrees with the ring: resume at the first line that starts after since - 1.
+        self.cursor_mismatches += 1
+        newline = data.find(b"\n")
+        if offset is None or newline < 0:
+            resume = since if offset is None else since - 1 + len(data)
+            rest, kept = b"", frame if offset is None else b""
+        else:
+            resume = since - 1 + newline + 1
+            rest, kept = data[newline + 1:], b""
+        said = (f"owsandbox: the {self.label} cursor {since} does not agree with execd's output ring (live "
+                "stdout and stderr arrived in another order than execd stored them); resuming at offset "
+                f"{resume}, the first line boundary execd's replay shows. A record may be missing or repeated "
+                "here; keeping the program's stderr apart (2>file) avoids this.")
+        log.warning("%s", said)
+        self._decoder.reset(resume)
+        self._cursor = resume
+        self._arrived = resume
+        if self._on_stderr is not None:
+            await self._on_stderr(said + "\n")
+        if kept:
+            return kept
+        return encode_frame(REPLAY, rest, offset=resume) if rest else b""
 
     async def _on_control(self, text: str) -> None:
         control = parse_control(text)
@@ -333,7 +505,9 @@ class ExecdJsonLineChannel:
             if self._ready is not None and not self._ready.done():
                 self._ready.set_result(None)
         elif isinstance(control, Exited):
-            raise ProgramExited(self.label, control.exit_code, self.stderr_tail)
+            # Not the end yet: a released execd sends `exit` before its pumps have sent the last
+            # output (`controller/pty_ws.go`, `ptyExitWatcher`); the end is the connection's close.
+            self._exited = control
         elif isinstance(control, ServerError):
             if control.code == "TAKEN_OVER":
                 raise ChannelTakenOver(f"another client took the {self.label} session over: {control.message}")

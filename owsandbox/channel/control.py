@@ -60,7 +60,11 @@ class ExecdControl:
         self.timeout = timeout
 
     def create(self, cwd: str | None = None, command: str | None = None) -> str:
-        """POST /pty: a new session (nothing runs until the first WebSocket); its id."""
+        """POST /pty: a new session (nothing runs until the first WebSocket); its id.
+
+        `command` is honoured only by execd's main branch and the box's own endpoint: every released
+        execd (v1.0.10 to v1.0.18, `model/pty.go`) decodes `cwd` alone and runs a bare bash. The
+        clients here leave it out and send `execdws.start_line(command)` as the first stdin instead."""
         body: dict[str, str] = {}
         if cwd is not None:
             body["cwd"] = cwd
@@ -139,6 +143,27 @@ class ExecdControl:
         raise http_error(method, path, status, raw, has_token=self.endpoint.has_token)
 
 
+def refused_through_proxy(control: ExecdControl, session_id: str) -> ExecdError:
+    """The error for a WebSocket that was accepted and then closed with 1008 before execd's
+    `connected`: OpenSandbox's server proxies the WebSocket by accepting the client first and then
+    opening its own to execd; when execd refuses that one (401, 404, 409) the client only gets Close
+    1008 with no reason (server/opensandbox_server/api/proxy.py, `_proxy_websocket_request`). The
+    session's status says which refusal it was: 401 and 404 come back as themselves, and a session
+    that exists was refused as held by another client (409)."""
+    path = session_path(session_id, "/ws")
+    try:
+        control.status(session_id)
+    except ExecdHTTPError as error:
+        return error
+    except ExecdError as error:
+        return ExecdUnreachable(f"the WebSocket to {path} was closed with 1008 (refused behind a proxy), "
+                                f"and the session's status is unknown: {error}")
+    return ExecdAlreadyConnected("GET", path, 409, b"",
+                                 "another client is attached to this session (the OpenSandbox server's proxy "
+                                 "closed the WebSocket with 1008: execd refused it). Released execds (up to "
+                                 "v1.0.18) cannot take a session over")
+
+
 def http_error(method: str, path: str, status: int, body: bytes, *, has_token: bool) -> ExecdHTTPError:
     """The error for an unexpected answer, of the kind its status means (shared with the WebSocket)."""
     if status == 401:
@@ -151,5 +176,7 @@ def http_error(method: str, path: str, status: int, body: bytes, *, has_token: b
         return ExecdUnsupported(method, path, status, body, "method not allowed")
     if status == 409:
         return ExecdAlreadyConnected(method, path, status, body,
-                                     "another client is attached; connect with takeover to replace it")
+                                     "another client is attached to this session. Released execds (up to "
+                                     "v1.0.18) cannot take a session over: a client that vanished without "
+                                     "closing keeps its hold until execd's 60 s read deadline ends")
     return ExecdHTTPError(method, path, status, body)

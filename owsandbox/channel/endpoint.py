@@ -9,6 +9,7 @@ decided once, here.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,9 +20,24 @@ from .errors import ExecdError
 TOKEN_HEADER = "X-EXECD-ACCESS-TOKEN"
 ENV_URL = "OWSANDBOX_EXECD_URL"
 ENV_TOKEN = "OWSANDBOX_EXECD_TOKEN"
+ENV_HEADERS = "OWSANDBOX_EXECD_HEADERS"
 
 # The Host name used for requests over a Unix socket, where there is no host to name.
 UNIX_HOST = "localhost"
+
+
+def headers_from_json(text: str) -> dict[str, str]:
+    """OWSANDBOX_EXECD_HEADERS's headers: a JSON object of names to string values ({} for "")."""
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ExecdError(f"{ENV_HEADERS} must be a JSON object of header names and values: {exc}") from None
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise ExecdError(f'{ENV_HEADERS} must be a JSON object of header names and string values, '
+                         f'such as {{"OpenSandbox-Ingress-To": "..."}}')
+    return dict(value)
 
 
 @dataclass(frozen=True)
@@ -39,6 +55,10 @@ class ExecdEndpoint:
     def __post_init__(self) -> None:
         if (self.origin is None) == (self.unix_socket is None):
             raise ExecdError("an execd endpoint needs exactly one of origin (http://host:port) and unix_socket")
+        if self.origin is not None and "://" not in self.origin:
+            # OpenSandbox's lifecycle API answers an endpoint as host[:port][/path] without a scheme
+            # (`host:port/proxy/44772`, or `.../sandboxes/{id}/proxy/44772` through the server).
+            object.__setattr__(self, "origin", "http://" + self.origin)
         if self.origin is not None:
             parts = urlsplit(self.origin)
             if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -50,14 +70,20 @@ class ExecdEndpoint:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ExecdEndpoint:
-        """The endpoint named by OWSANDBOX_EXECD_URL (`http://host:port` or `unix:/path/to/socket`),
-        with OWSANDBOX_EXECD_TOKEN, if set, sent as X-EXECD-ACCESS-TOKEN."""
+        """The endpoint named by OWSANDBOX_EXECD_URL (`http://host:port[/prefix]`, `host:port[/prefix]`
+        as OpenSandbox's lifecycle API gives it, or `unix:/path/to/socket`), with the headers of
+        OWSANDBOX_EXECD_HEADERS (a JSON object: the routing headers the lifecycle API hands out with
+        the endpoint, `OPEN-SANDBOX-API-KEY` through the server's proxy, ...) and OWSANDBOX_EXECD_TOKEN,
+        if set, sent as X-EXECD-ACCESS-TOKEN."""
         env = os.environ if environ is None else environ
         url = env.get(ENV_URL, "").strip()
         if not url:
             raise ExecdError(f"{ENV_URL} is not set (http://host:port, or unix:/path/to/socket)")
+        headers = headers_from_json(env.get(ENV_HEADERS, ""))
         token = env.get(ENV_TOKEN, "")
-        headers = {TOKEN_HEADER: token} if token else {}
+        if token:
+            headers = {k: v for k, v in headers.items() if k.lower() != TOKEN_HEADER.lower()}
+            headers[TOKEN_HEADER] = token
         if url.startswith("unix:"):
             path = url[len("unix:"):]
             if path.startswith("//"):  # unix:///abs/path

@@ -43,6 +43,7 @@ import asyncio
 import contextlib
 import inspect
 import json
+import shlex
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -72,6 +73,7 @@ REPLAY = 0x03
 REPLAY_HEADER_BYTES = 1 + 8  # the kind, then the offset
 
 CLOSE_TAKEN_OVER = 4001  # execd's close code for a connection another client took over
+CLOSE_POLICY_VIOLATION = 1008  # how OpenSandbox's server proxy reports a WebSocket that execd refused
 SIGNALS = frozenset({"SIGINT", "SIGTERM", "SIGKILL", "SIGQUIT", "SIGHUP"})
 
 # WebSocket pings from our side; execd also pings every 30 s and drops a client silent for 60 s.
@@ -199,6 +201,20 @@ def parse_control(text: str) -> Control | None:
         return ServerError(str(frame.get("code") or "RUNTIME_ERROR"),
                            str(frame.get("error") or frame.get("message") or ""))
     return None
+
+
+def start_line(command: str) -> bytes:
+    """The first stdin bytes of a session that runs `command`: `exec bash --norc --noprofile -c CMD`.
+
+    Every released execd (v1.0.10 to v1.0.18, `model/pty.go`) decodes only `cwd` from `POST /pty`:
+    the session is a bare `bash --norc --noprofile` that reads its commands from stdin. bash reads
+    a pipe one byte at a time, so it takes this one line, replaces itself with the program, and the
+    rest of stdin is the program's. `bash -c` runs the command as execd's main branch would (its
+    `command` field) and as the box's own endpoint does; the quoting keeps a command with newlines
+    or quotes one line."""
+    if not command.strip():
+        raise ValueError("a session needs a command to start")
+    return f"exec bash --norc --noprofile -c {shlex.quote(command)}\n".encode()
 
 
 def signal_message(name: str) -> str:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .attach_answers import Answers
-from .attach_loop import AttachLoop, ch, endpoint_for, has_ended
+from .attach_loop import AttachLoop, ch, endpoint_for, has_ended, restarts_when_ended, session_status
 from .attach_registry import AttachRegistry
 from .attach_view import LiveDisplay, listing_row
 from .errors import AttachedProgramExited, AttachError, AttachFailed
@@ -67,6 +67,7 @@ class Program:
     parent: dict[str, Any] | None = None
     render_due: bool = False
     cursor: int = 0
+    cursor_byte: int | None = None  # the output byte just before `cursor`, checked against execd's ring on reattach
     since: int = 0  # where this attachment started reading
     answers: Answers = field(default_factory=Answers)  # the %send records that wait for their answer
     connected_at: float = 0.0  # time.monotonic() when the connection (which starts a new program) began
@@ -97,13 +98,13 @@ class AttachManager:
         endpoint = endpoint_for(url, headers, self._box_endpoint)
         control = ch.ExecdControl(endpoint)
         try:
-            session_id = control.create(cwd=cwd, command=command)
+            session_id = control.create(cwd=cwd)  # the command goes in as the first stdin line
         except ch.ExecdError as exc:
             raise AttachError(f"could not start {command!r}: {exc}") from None
         program = self._new_program(name or _short_name(command), session_id, endpoint, command, cwd or "", url)
         # A program that cannot start (a missing file, a bad import) exits at once: wait for that, or
         # for its first record, which says it is up, but not longer than START_CHECK_SECONDS.
-        self._connect(program, 0, parent, settle=START_CHECK_SECONDS, until_record=True)
+        self._connect(program, 0, parent, settle=START_CHECK_SECONDS, until_record=True, command=command)
         return program
 
     def reattach(self, session_id: str | None, last: bool, since: int | None, url: str | None,
@@ -125,13 +126,24 @@ class AttachManager:
                     and program.channel.is_connected:
                 raise AttachError(f"{program.describe()} is attached already; %detach {program.number} first")
         endpoint = endpoint_for(url or entry.get("url"), headers, self._box_endpoint)
-        # A program that has ended gets an exit notice right after the connection's `connected`:
-        # wait for it, so that attaching to it again is an error that says so.
-        ended = has_ended(endpoint, entry["session_id"])
+        # Ask before every reattach whether the program still runs. On the box's own endpoint an
+        # ended program gets an exit notice right after the connection's `connected`: wait for it,
+        # so that attaching to it again is an error that says so. A released execd would start a
+        # new bash in the session instead (and send no exit), so there it is not connected at all.
+        status = session_status(endpoint, entry["session_id"])
+        ended = has_ended(status)
+        if ended and status is not None and restarts_when_ended(status):
+            who = repr(entry["command"]) if entry.get("command") else f"session {entry['session_id'][:8]}"
+            raise AttachedProgramExited(
+                f"{who} has ended: execd says it is no longer running (its output reached offset "
+                f"{status.get('output_offset', '?')}). It is not attached again, since this execd would "
+                "start the session anew")
         program = self._new_program(entry.get("name") or entry["session_id"][:8], entry["session_id"], endpoint,
                                     entry.get("command", ""), entry.get("cwd", ""), url or entry.get("url"))
+        since_byte = entry.get("cursor_byte") if since is None else None
         self._connect(program, since if since is not None else int(entry.get("cursor", 0)), parent,
-                      settle=EXIT_NOTICE_SECONDS if ended else 0.0, until_record=False)
+                      settle=EXIT_NOTICE_SECONDS if ended else 0.0, until_record=False,
+                      since_byte=since_byte if isinstance(since_byte, int) else None)
         return program
 
     def _new_program(self, name: str, session_id: str, endpoint: ExecdEndpoint, command: str, cwd: str,
@@ -143,17 +155,19 @@ class AttachManager:
         return program
 
     def _connect(self, program: Program, since: int, parent: dict[str, Any], settle: float = 0.0,
-                 until_record: bool = False) -> None:
+                 until_record: bool = False, command: str | None = None, since_byte: int | None = None) -> None:
         """Connect `program`'s channel from `since`; then wait up to `settle` seconds for its failure
         (or, with `until_record`, its first record). Raises AttachedProgramExited when the program has
         ended by then, AttachFailed when the channel failed otherwise."""
         program.parent = parent
         program.cursor = program.since = since
+        program.cursor_byte = since_byte
 
         async def on_record(record: dict[str, Any], offset: int) -> None:
             program.records.append((offset, record))
             program.seen += 1
             program.cursor = offset
+            program.cursor_byte = 0x0A  # a record ends with its LF
             if until_record and program.news is not None:
                 program.news.set()
             if program.channel is not None:
@@ -169,7 +183,7 @@ class AttachManager:
                 program.state = f"ended: {program.name} {how}"
             program.ended_at = time.monotonic()
             if program.channel is not None:
-                program.cursor = program.channel.cursor
+                program.cursor, program.cursor_byte = program.channel.cursor, program.channel.cursor_byte
             if program.news is not None:
                 program.news.set()
             self._view.render_soon(program, now=True)
@@ -183,9 +197,12 @@ class AttachManager:
             program.news = asyncio.Event()
             self._view.show(program)
             program.connected_at = time.monotonic()
-            await channel.connect(since=since, takeover=True)
+            await channel.connect(since=since, takeover=True, command=command, since_byte=since_byte)
             if channel.fatal is None:
                 program.state = "attached"
+                if channel.cursor_mismatches:  # loudly: a record may be missing or repeated here
+                    program.state = (f"attached, but the saved cursor {since} disagreed with execd's output "
+                                     f"ring: resumed at offset {channel.cursor}, the next line boundary")
             if settle > 0 and channel.fatal is None:
                 try:
                     await asyncio.wait_for(program.news.wait(), settle)
@@ -237,7 +254,7 @@ class AttachManager:
         channel = program.channel
         if channel is not None:
             self._loop.run(channel.detach())
-            program.cursor = channel.cursor
+            program.cursor, program.cursor_byte = channel.cursor, channel.cursor_byte
         program.state = "detached"
         self._view.render(program)
         self._registry.save()
@@ -282,7 +299,7 @@ class AttachManager:
             if program.channel is not None and program.channel.is_connected:
                 try:
                     self._loop.run(program.channel.detach(), timeout=10)
-                    program.cursor = program.channel.cursor
+                    program.cursor, program.cursor_byte = program.channel.cursor, program.channel.cursor_byte
                     program.state = "detached"
                 except (AttachError, ch.ExecdError, RuntimeError) as exc:
                     log.warning("%s: not detached cleanly at shutdown: %s", program.describe(), exc)

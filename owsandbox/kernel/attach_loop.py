@@ -94,10 +94,24 @@ def endpoint_for(url: str | None, headers: dict[str, str], box_endpoint: Callabl
     return box_endpoint()
 
 
-def has_ended(endpoint: ExecdEndpoint, session_id: str) -> bool:
-    """Whether execd says the session's program is not running (False when it cannot tell)."""
+def session_status(endpoint: ExecdEndpoint, session_id: str) -> dict[str, Any] | None:
+    """execd's `GET /pty/{id}` for the session (None when it cannot tell: the connection then says)."""
     try:
-        return ch.ExecdControl(endpoint).status(session_id).get("running") is False
+        return ch.ExecdControl(endpoint).status(session_id)
     except (ch.ExecdError, OSError) as exc:
         log.debug("status of session %s unknown: %s", session_id, exc)
-        return False
+        return None
+
+
+def has_ended(status: dict[str, Any] | None) -> bool:
+    """Whether the status says the session's program is not running (False when unknown)."""
+    return status is not None and status.get("running") is False
+
+
+def restarts_when_ended(status: dict[str, Any]) -> bool:
+    """Whether a connection to this ended session would start a new bash in it, as every released
+    execd does (controller/pty_ws.go: `if !session.IsRunning()` starts it; IsRunning is `pid != 0`,
+    reset when the process is reaped, runtime/pty_session.go, docker/execd v1.0.10 to v1.0.18).
+    The box's own endpoint answers its status with `exit_code` and sends an ended session's `exit`
+    to a new connection instead; without that field, the safe guess is a release."""
+    return "exit_code" not in status

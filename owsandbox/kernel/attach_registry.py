@@ -55,7 +55,8 @@ class AttachRegistry:
         for program in self._programs():
             known[program.session_id] = {
                 "session_id": program.session_id, "name": program.name, "command": program.command,
-                "cwd": program.cwd, "url": program.url, "cursor": program.cursor, "state": program.state,
+                "cwd": program.cwd, "url": program.url, "cursor": program.cursor,
+                "cursor_byte": program.cursor_byte, "state": program.state,
                 "updated": time.time()}
         for session_id in forget or ():
             known.pop(session_id, None)

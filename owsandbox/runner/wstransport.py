@@ -2,8 +2,9 @@
 
 An OpenSandbox sandbox offers no `ssh` and no `docker exec`: only its execd, an HTTP + WebSocket
 API. The runner needs nothing more than a command with stdin and stdout, and execd's pipe sessions
-are exactly that: `POST /pty {"command": ...}` makes the session, and the WebSocket
-`GET /pty/{id}/ws?pty=0&since=0` starts it and carries its bytes — binary frames `0x00 + data` to
+are exactly that: `POST /pty` makes the session, the WebSocket `GET /pty/{id}/ws?pty=0&since=0`
+starts its bash, the first stdin line (`execdws.start_line`) makes that bash exec the command —
+released execds ignore a `command` in `POST /pty` — and the WebSocket carries its bytes — binary frames `0x00 + data` to
 its stdin, `0x01` (STDOUT) and `0x03` (REPLAY, an 8-byte offset then bytes) back from its stdout,
 `0x02` from its stderr. So `ExecdPipeTransport` is `PipeTransport` with a WebSocket in place of a
 child process, and the runner client cannot tell them apart.
@@ -17,6 +18,9 @@ order, and `send` may be called from any thread (a lock here keeps one frame seq
 execd's quirks, handled here (and in `execdws`):
 
 * a REPLAY frame may come before `connected`; its bytes are stdout like the rest;
+* `exit` can overtake the last output (released execds send it when the process is reaped, without
+  waiting for their output pumps: `controller/pty_ws.go`, `ptyExitWatcher`), so the stream goes on
+  after `exit` until the connection closes, for `EXIT_GRACE_SECONDS` at most;
 * execd answers a Close but never closes TCP, and websockets, as a client, waits for the server to
   do it (RFC 6455 allows that). So once both Close frames have crossed, `execdws`'s close watcher
   closes the socket; a peer that never answers our Close is cut off after `CLOSE_TIMEOUT_SECONDS`;
@@ -24,7 +28,11 @@ execd's quirks, handled here (and in `execdws`):
   daemon drops it (a newer connection won), or after its own silence timeout.
 
 A connection that drops ends the stream (`read()` → b""), as a relay process that dies does; the
-runner client then opens a new pipe and resumes. Nothing is resumed at this level.
+runner client then opens a new pipe and resumes. Nothing is resumed at this level: a pipe never
+connects to its session twice, which matters because a released execd would start a new bash in a
+session whose program has ended (`controller/pty_ws.go`: `if !session.IsRunning()`). Behind
+OpenSandbox's server proxy a refused WebSocket comes as Close 1008 before `connected`; the
+session's status then says which refusal it was (`control.refused_through_proxy`).
 """
 
 from __future__ import annotations
@@ -38,10 +46,11 @@ import time
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection
 
-from ..channel.control import ExecdControl, session_path
+from ..channel.control import ExecdControl, refused_through_proxy, session_path
 from ..channel.endpoint import ExecdEndpoint
 from ..channel.errors import BadFrame, ExecdError, ExecdHTTPError, ExecdUnreachable
 from ..channel.execdws import (
+    CLOSE_POLICY_VIOLATION,
     CLOSE_TIMEOUT_SECONDS,
     KEEPALIVE_SECONDS,
     REPLAY,
@@ -52,6 +61,7 @@ from ..channel.execdws import (
     decode_frame,
     open_sync,
     parse_control,
+    start_line,
     stdin_frames,
 )
 
@@ -66,6 +76,7 @@ CONTROL_TIMEOUT_SECONDS = 10.0  # POST /pty and DELETE /pty/{id}
 # CLOSE_TIMEOUT_SECONDS (how long a Close waits for execd's answer) and KEEPALIVE_SECONDS (WebSocket
 # pings: a dead network ends the stream instead of hanging it) are execdws's.
 STDERR_TAIL_BYTES = 8192
+EXIT_GRACE_SECONDS = 2.0  # after execd's `exit`, how long output may still come before the connection closes
 
 
 class ExecdTransportError(ConnectionError):
@@ -85,12 +96,18 @@ class ExecdPipeTransport:
                  open_timeout: float = OPEN_TIMEOUT_SECONDS, keepalive: float | None = KEEPALIVE_SECONDS) -> None:
         self._init_state(endpoint, command)
         try:
-            self.session_id = self._control.create(cwd=cwd, command=command)
+            self.session_id = self._control.create(cwd=cwd)
         except ExecdError as exc:
             raise ExecdTransportError(str(exc), exc) from exc
         try:
             self._ws = self._open(open_timeout, keepalive)
             self._await_connected(open_timeout)
+            self.send(start_line(command))
+        except OSError as exc:
+            self._abandon()
+            if isinstance(exc, ExecdTransportError):
+                raise
+            raise ExecdTransportError(f"could not start `{command}` through execd: {exc}", exc) from exc
         except BaseException:
             self._abandon()
             raise
@@ -110,7 +127,8 @@ class ExecdPipeTransport:
         self._lock = threading.Lock()  # the flags below and the tail
         self._send_lock = threading.Lock()
         self._reading = False
-        self._finished = False  # no more stdout: exit frame, Close, dropped connection
+        self._finished = False  # no more stdout: Close, dropped connection, or the grace after `exit`
+        self._exit_deadline: float | None = None  # time.monotonic() by which the connection should close after `exit`
         self._killed = False
         self._error_before_start: str | None = None  # an execd error frame that came before `connected`
 
@@ -138,6 +156,11 @@ class ExecdPipeTransport:
                 raise ExecdTransportError(f"execd at {self.endpoint.describe()} did not confirm the pipe session "
                                           f"within {timeout:g} s") from None
             except ConnectionClosed as exc:
+                if exc.rcvd is not None and exc.rcvd.code == CLOSE_POLICY_VIOLATION:
+                    # OpenSandbox's server proxy: execd refused, the client gets Close 1008 (see
+                    # control.refused_through_proxy), so the session's status says why.
+                    error = refused_through_proxy(self._control, self.session_id)
+                    raise ExecdTransportError(str(error), error) from None
                 raise ExecdTransportError(f"execd at {self.endpoint.describe()} closed the pipe session before "
                                           f"it started{self._why(exc)}") from None
             data = self._take(message)
@@ -182,9 +205,10 @@ class ExecdPipeTransport:
         control = parse_control(text)
         if isinstance(control, Connected):
             self.mode = control.mode or "pipe"
-        elif isinstance(control, Exited):
+        elif isinstance(control, Exited):  # output may still follow: read on until the connection closes
             self.exit_code = control.exit_code
-            self._finished = True
+            if self._exit_deadline is None:
+                self._exit_deadline = time.monotonic() + EXIT_GRACE_SECONDS
         elif isinstance(control, ServerError):
             said = f"{control.code}: {control.message}"
             self._add_tail(f"execd reported {said}\n".encode())
@@ -256,8 +280,17 @@ class ExecdPipeTransport:
     def _read(self, ws: ClientConnection, timeout: float | None) -> bytes:
         deadline = _Deadline(timeout)
         while True:
+            wait = deadline.left()
+            after_exit = self._exit_deadline is not None
+            if after_exit:
+                grace = max(0.0, self._exit_deadline - time.monotonic())
+                wait = grace if wait is None else min(wait, grace)
             try:
-                message = ws.recv(deadline.left())
+                message = ws.recv(wait)
+            except TimeoutError:
+                if after_exit and time.monotonic() >= self._exit_deadline:
+                    return self._end()  # execd said `exit` and then kept the connection open
+                raise
             except (ConnectionClosed, ConcurrencyError) as exc:
                 unasked = not (self._killed or self.closed)
                 if isinstance(exc, ConnectionClosed) and unasked and (exc.rcvd is None or exc.rcvd.code != 1000):

@@ -26,7 +26,11 @@ It runs as `main(argv, stdin, stdout)`:
   its answer: the provider runs it again with the zipapp to read.
 * stdout: JSON lines, the last one the answer: `python`, `executable`, the paths (`runner`,
   `folder`, `socket`) and, after a start, `cwd` with `daemonctl.start`'s `daemon` and `reused`; or
-  `{"error": ...}`. A Python that lacks modules prints one line, `LACKING_MARK` and their names,
+  `{"error": ...}`. With `ack` in `argv[0]` the program then waits for one more line (or the end
+  of its input) before it exits: a released OpenSandbox execd may send `exit` and close the
+  connection before the last output (`controller/pty_ws.go`, `ptyExitWatcher`, docker/execd
+  v1.0.10 to v1.0.18), so the answer must be read before the program ends.
+  A Python that lacks modules prints one line, `LACKING_MARK` and their names,
   and exits with status 3.
 """
 
@@ -157,6 +161,8 @@ def main(argv: list, stdin, stdout) -> int:
     except Failed as exc:
         out = {"error": str(exc)}
     say(out)
+    if args.get("ack"):
+        stdin.readline()  # the host read the answer: only now may the program end
     return 0
 
 

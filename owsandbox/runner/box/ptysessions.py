@@ -106,8 +106,11 @@ class PtySession:
     """One bash, started by the first WebSocket that connects, in PTY or pipe mode."""
 
     def __init__(self, session_id: str, cwd: str, command: str | None = None,
-                 ring_bytes: int = RING_BYTES) -> None:
+                 ring_bytes: int = RING_BYTES, restart_ended: bool = False) -> None:
         self.session_id = session_id
+        # As a released execd (the server's release mode): a connection to an ended session starts
+        # a new bash in it, with the same ring (runtime/pty_session.go: IsRunning is `pid != 0`).
+        self.restart_ended = restart_ended
         self.cwd = cwd
         self.command = command
         self.lock = threading.Lock()  # ring, client, process state
@@ -152,6 +155,11 @@ class PtySession:
 
     def start_locked(self, use_pty: bool) -> None:
         """Start the process (the caller holds `lock`); raises StartFailed."""
+        if self._proc is not None and self.restart_ended and self.done.is_set() and not self._deleted:
+            self._proc, self.mode, self.exit_code = None, None, None
+            self.done = threading.Event()
+            with self._fd_lock:
+                self._input_closed = False
         if self._proc is not None:
             return
         if self._deleted:
@@ -358,13 +366,14 @@ class PtySession:
 class SessionTable:
     """Sessions by id; deleting one kills its processes and forgets it."""
 
-    def __init__(self, kill_grace: float = 2.0) -> None:
+    def __init__(self, kill_grace: float = 2.0, restart_ended: bool = False) -> None:
         self.kill_grace = kill_grace
+        self.restart_ended = restart_ended
         self._sessions: dict[str, PtySession] = {}
         self._lock = threading.Lock()
 
     def create(self, cwd: str, command: str | None) -> PtySession:
-        session = PtySession(str(uuid.uuid4()), cwd, command)
+        session = PtySession(str(uuid.uuid4()), cwd, command, restart_ended=self.restart_ended)
         with self._lock:
             self._sessions[session.session_id] = session
         return session

@@ -30,7 +30,7 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from ...channel.endpoint import ENV_TOKEN, ENV_URL, TOKEN_HEADER, ExecdEndpoint
+from ...channel.endpoint import ENV_URL, ExecdEndpoint
 from ..wstransport import ExecdPipeTransport, ExecdTransportError
 from .boxed import BoxError, ProgramBoxProvider, bootstrap_argv, bootstrap_source, missing_modules
 
@@ -38,14 +38,9 @@ _KEY = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$")
 
 
 def _endpoint(url: str | None, headers: Mapping[str, str] | None) -> ExecdEndpoint:
-    """The endpoint from the arguments, else from OWSANDBOX_EXECD_URL / OWSANDBOX_EXECD_TOKEN."""
-    if url is None:
-        endpoint = ExecdEndpoint.from_env()
-    else:
-        endpoint = ExecdEndpoint.from_env({ENV_URL: url})
-        if headers is None:
-            token = os.environ.get(ENV_TOKEN, "")
-            headers = {TOKEN_HEADER: token} if token else {}
+    """The endpoint from the arguments, else from OWSANDBOX_EXECD_URL (with or without a scheme),
+    OWSANDBOX_EXECD_HEADERS (JSON) and OWSANDBOX_EXECD_TOKEN."""
+    endpoint = ExecdEndpoint.from_env(None if url is None else {**os.environ, ENV_URL: url})
     if headers is not None:
         endpoint = dataclasses.replace(endpoint, headers=dict(headers))
     return endpoint
@@ -71,8 +66,10 @@ class OpenSandboxProvider(ProgramBoxProvider):
 
     def _run_bootstrap(self, args: dict[str, Any]) -> dict[str, Any]:
         """Run the bootstrap in a pipe session: feed it the zipapp if it asks, return its answer."""
+        # `ack`: the bootstrap waits for our line after its answer, since a released execd may
+        # close the connection before the output that came just before the program's end.
         command = (f"exec {shlex.quote(self.python)} -S -c {shlex.quote(bootstrap_source())} "
-                   f"{shlex.join(bootstrap_argv(args))}")
+                   f"{shlex.join(bootstrap_argv({**args, 'ack': True}))}")
         where = f"the OpenSandbox execd at {self.endpoint.describe()}"
         try:
             transport = ExecdPipeTransport(self.endpoint, command, open_timeout=min(self.timeout, 15.0))
@@ -97,6 +94,7 @@ class OpenSandboxProvider(ProgramBoxProvider):
                         transport.send(self._upload())
                     else:
                         answer = message
+                        transport.send(b"ack\n")  # it may end now
         except TimeoutError:
             raise BoxError(f"{self.python} in the box (through {where}) did not answer within "
                            f"{self.timeout:g} s") from None
