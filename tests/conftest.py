@@ -70,16 +70,8 @@ def sshd(tmp_path_factory: pytest.TempPathFactory):
 def opensandbox_execd(tmp_path_factory: pytest.TempPathFactory):
     """The project's own execd-compatible endpoint on 127.0.0.1, standing in for an OpenSandbox
     sandbox's execd (URL + X-EXECD-ACCESS-TOKEN); yields the server (`address()` has both)."""
-    import secrets
-
-    from owsandbox.runner.box.execd import ExecdServer
-
-    server = ExecdServer(secrets.token_urlsafe(18), tcp_host="127.0.0.1", cwd=str(tmp_path_factory.mktemp("execd")))
-    server.start()
-    try:
+    with _execd_server(tmp_path_factory, "execd") as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -87,12 +79,19 @@ def opensandbox_release_execd(tmp_path_factory: pytest.TempPathFactory):
     """As `opensandbox_execd`, in release mode: the quirks of a released execd (v1.0.10 to v1.0.18:
     `command` ignored, no takeover, an ended program restarted by a new connection, `exit` before
     the last output, live stdout and stderr crossing, no list route); see box/execd.py RELEASE_QUIRKS."""
+    with _execd_server(tmp_path_factory, "execd-release", release="v1.0.18") as server:
+        yield server
+
+
+@contextmanager
+def _execd_server(tmp_path_factory: pytest.TempPathFactory, folder: str, **options: Any) -> Iterator[Any]:
+    """A started execd-compatible endpoint on 127.0.0.1 with a fresh token, stopped however its user ends."""
     import secrets
 
     from owsandbox.runner.box.execd import ExecdServer
 
-    server = ExecdServer(secrets.token_urlsafe(18), tcp_host="127.0.0.1", release="v1.0.18",
-                         cwd=str(tmp_path_factory.mktemp("execd-release")))
+    server = ExecdServer(secrets.token_urlsafe(18), tcp_host="127.0.0.1", cwd=str(tmp_path_factory.mktemp(folder)),
+                         **options)
     server.start()
     try:
         yield server
