@@ -93,11 +93,6 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message or f"{self.prog}: bad arguments")
 
 
-class _Help(Exception):
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-
 def magic_prefix(kind: str) -> str:
     """How a magic of `kind` ("line" or "cell") is written: `%name` or `%%name`."""
     return "%%" if kind == "cell" else "%"
