@@ -18,6 +18,7 @@ from .box import protocol as P
 from .box.shellregistry import ShellRegistry
 from .client import RunnerClient
 
+ANSWER_GRACE_SECONDS = 30.0  # past a command's own timeout, how long its answer may take to come back
 RESULT_KEYS = ("command", "cwd", "exit_code", "outcome", "output", "timed_out", "truncated")
 
 
@@ -40,8 +41,10 @@ class RunnerExecutor:
     """Commands on one named shell of a runner daemon. It remembers the shell's folder after each
     command: a restarted daemon knows nothing of the old one's shells, and starts this one there."""
 
-    def __init__(self, client: RunnerClient, cwd: str | None = None, shell: str = "main") -> None:
+    def __init__(self, client: RunnerClient, cwd: str | None = None, shell: str = "main",
+                 answer_grace: float = ANSWER_GRACE_SECONDS) -> None:
         self.client = client
+        self.answer_grace = answer_grace
         self.cwd = cwd
         self.folder: str | None = None  # the shell's folder after its last command: a restart starts it there
         self.shell = shell
@@ -52,10 +55,15 @@ class RunnerExecutor:
             params["cwd"] = self.folder or self.cwd
         if timeout is not None:
             params["timeout_s"] = timeout
+        wait = None if timeout is None else timeout + self.answer_grace
         try:
-            raw = self.client.call("shell.run", params)
+            raw = self.client.call("shell.run", params, timeout=wait)
         except P.RunnerError as err:
             return error_result(command, self.folder or self.cwd, err.message)
+        except TimeoutError:
+            return error_result(command, self.folder or self.cwd,
+                                f"the runner did not answer within {wait:g} s of asking (the command's timeout "
+                                f"was {timeout:g} s); the command may still be running on shell {self.shell!r}")
         self.folder = raw.get("cwd") or self.folder
         return executor_result(raw)
 

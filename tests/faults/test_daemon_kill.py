@@ -161,3 +161,21 @@ def test_nothing_the_killed_daemon_started_outlives_destroy(zipapp: Path, worksp
         client.close()
         provider.destroy()
         reap(family, wait=0)
+
+
+def test_a_daemon_that_never_answers_fails_the_command_instead_of_hanging(local_box) -> None:
+    """A stopped daemon (SIGSTOP: alive, silent) must not hang `owsandbox run` for ever: past the
+    command's own timeout and a grace, the executor says it got no answer and the command may still run."""
+    provider, client = local_box
+    shell = RunnerExecutor(client, answer_grace=0.5)
+    assert shell.run("echo ready", timeout=10)["output"] == "ready\n"
+    os.kill(provider.daemon_pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        result = shell.run("echo lost", timeout=0.5)
+        waited = time.monotonic() - started
+    finally:
+        os.kill(provider.daemon_pid, signal.SIGCONT)
+    assert result["exit_code"] is None and result["output"] == ""
+    assert "did not answer within 1 s" in result["error"] and "may still be running on shell 'main'" in result["error"]
+    assert waited < 10, waited
