@@ -399,14 +399,18 @@ def test_a_kernel_runs_cells_and_attach_in_an_opensandbox_box(opensandbox_execd,
         kernel.close()
 
 
-def test_a_cursor_that_disagrees_with_a_released_execds_ring_is_found_and_re_derived(opensandbox_release_execd):
+@pytest.mark.parametrize("warning", ["warn", "warning!\\n"])
+def test_a_cursor_that_disagrees_with_a_released_execds_ring_is_found_and_re_derived(opensandbox_release_execd,
+                                                                                    warning):
     """Live stderr falls behind stdout (release mode): a cursor taken right after a record lands
-    inside that record in the ring; the reattach sees it and resumes at the ring's next line."""
+    inside that record in the ring, or (a 9-byte warning ending in LF) right after the warning, where
+    the byte before the cursor is an LF as expected; the reattach compares the bytes it read last
+    with the ring, finds them after the warning and resumes right after them: the record once."""
     address = opensandbox_release_execd.address()
     endpoint = ExecdEndpoint(origin=address["url"], headers={TOKEN_HEADER: address["token"]})
     session_id = ExecdControl(endpoint).create()
 
-    async def converse() -> tuple[int, int | None, list[dict[str, Any]], list[str], ExecdJsonLineChannel]:
+    async def converse() -> tuple[int, bytes, list[dict[str, Any]], list[str], ExecdJsonLineChannel]:
         records: list[dict[str, Any]] = []
         told: list[str] = []
         first = asyncio.Event()
@@ -426,19 +430,20 @@ def test_a_cursor_that_disagrees_with_a_released_execds_ring_is_found_and_re_der
                                         on_stderr=on_stderr, label="crossing")
 
         one = channel()
-        await one.connect(command="""printf warn >&2; sleep 0.02; echo '{"a": 1}'; read x""")
+        await one.connect(command=f"""printf '{warning}' >&2; sleep 0.02; echo '{{"a": 1}}'; read x""")
         await asyncio.wait_for(first.wait(), 10)
         await one.detach()  # before the lagging stderr came: counted as arrived, the cursor is 9
-        cursor, byte = one.cursor, one.cursor_byte
+        cursor, byte = one.cursor, one.cursor_tail
         two = channel()
-        await two.connect(since=cursor, since_byte=byte)
+        await two.connect(since=cursor, since_tail=byte)
         await asyncio.sleep(0.3)
         await two.delete()
         return cursor, byte, records, told, two
 
     cursor, byte, records, told, two = asyncio.run(converse())
-    assert (cursor, byte) == (9, 0x0A) and records == [{"a": 1}]  # the record, once
-    assert two.cursor_mismatches == 1 and two.cursor == 4 + 9  # the ring: "warn" then the record
+    assert (cursor, byte) == (9, b'{"a": 1}\n') and records == [{"a": 1}]  # the record, once
+    stderr_bytes = len(warning.replace("\\n", "\n"))
+    assert two.cursor_mismatches == 1 and two.cursor == stderr_bytes + 9  # the ring: the warning, then the record
     assert any("does not agree with execd's output ring" in text for text in told)
 
 

@@ -79,6 +79,8 @@ OPEN_TIMEOUT_SECONDS = 10.0
 CONNECT_TIMEOUT_SECONDS = 30.0
 # How many of the latest output bytes (in arrival order) are kept to know the byte before the cursor.
 RECENT_BYTES = 64 * 1024
+CURSOR_TAIL_BYTES = 32  # how much output before a cursor a reattach checks against execd's ring
+CURSOR_SEARCH_BYTES = 4096  # how far before that a reattach looks for those bytes when they are misplaced
 # A REPLAY frame can carry execd's whole 1 MiB ring in one message.
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 # After execd's `exit`, how long output may still come before the connection closes: a released
@@ -104,6 +106,24 @@ class _Refused(Exception):
         super().__init__(str(error))
         self.error = error
 
+
+
+def probe_offset(since: int, tail: bytes | None) -> int:
+    """Where a reattach that checks its cursor asks execd to replay from: before the tail, with room
+    to find the tail again when the ring holds it elsewhere."""
+    return max(0, since - len(tail) - CURSOR_SEARCH_BYTES) if tail else since
+
+
+def nearest(data: bytes, needle: bytes, around: int) -> int:
+    """The end of the occurrence of `needle` in `data` whose end is nearest `around`; -1 when none."""
+    best = -1
+    start = data.find(needle) if needle else -1
+    while start >= 0:
+        end = start + len(needle)
+        if best < 0 or abs(end - around) < abs(best - around):
+            best = end
+        start = data.find(needle, start + 1)
+    return best
 
 class ExecdJsonLineChannel:
     """One program's JSON-lines stdin/stdout over execd's PTY WebSocket (pipe mode unless `mode_pty`)."""
@@ -134,7 +154,7 @@ class ExecdJsonLineChannel:
         self._exited: Exited | None = None  # execd's `exit`, while the output that may follow it is read
         self._recent = bytearray()  # the latest output bytes as they arrived, ending at `_arrived`
         self._arrived = 0
-        self._probe: tuple[int, int] | None = None  # (since, the byte expected just before it)
+        self._probe: tuple[int, bytes] | None = None  # (since, the bytes expected just before it)
         self.cursor_mismatches = 0  # reattaches whose cursor did not agree with execd's ring
 
     # ── state ────────────────────────────────────────────────────────────────────────────────────
@@ -145,11 +165,17 @@ class ExecdJsonLineChannel:
         return self._cursor
 
     @property
-    def cursor_byte(self) -> int | None:
-        """The output byte just before `cursor` as it arrived (None when not known): a later
-        `connect(since=cursor, since_byte=...)` checks it against execd's ring."""
-        index = len(self._recent) - (self._arrived - self._cursor) - 1
-        return self._recent[index] if 0 <= index < len(self._recent) and self._cursor > 0 else None
+    def cursor_tail(self) -> bytes:
+        """The output bytes just before `cursor` as they arrived (up to `CURSOR_TAIL_BYTES`; b"" when
+        not known): a later `connect(since=cursor, since_tail=...)` checks them against execd's ring."""
+        return self.tail_at(self._cursor)
+
+    def tail_at(self, offset: int) -> bytes:
+        """The arrived output bytes just before `offset` (up to `CURSOR_TAIL_BYTES`), as far as known."""
+        end = len(self._recent) - (self._arrived - offset)
+        if offset <= 0 or end <= 0 or end > len(self._recent):
+            return b""
+        return bytes(self._recent[max(0, end - CURSOR_TAIL_BYTES):end])
 
     @property
     def stderr_tail(self) -> str:
@@ -169,7 +195,7 @@ class ExecdJsonLineChannel:
     # ── connecting and leaving ───────────────────────────────────────────────────────────────────
 
     async def connect(self, since: int = 0, takeover: bool = True, command: str | None = None,
-                      since_byte: int | None = None) -> None:
+                      since_tail: bytes | None = None) -> None:
         """Open the WebSocket at output offset `since` and wait for execd's `connected`; with
         `command`, a fresh session's bash then execs it (`execdws.start_line`: released execds ignore
         a command given to `POST /pty`).
@@ -177,13 +203,15 @@ class ExecdJsonLineChannel:
         A 409 (another client holds the session: a released execd has no takeover) is tried again
         for `BUSY_RETRY_SECONDS`, then raised as `ExecdAlreadyConnected`.
 
-        `since_byte`, the old channel's `cursor_byte`, checks the cursor against execd's ring: the
-        replay is asked from `since - 1` and must start with that byte. A released execd sends live
-        stdout and stderr through separate pumps (`controller/pty_ws.go`, `ptyStreamPump`), so they
-        may arrive in another order than its ring holds them, and a cursor counted as they arrived
-        can land inside a record. A mismatch is logged and told to on_stderr, counted in
-        `cursor_mismatches`, and the cursor is taken from the ring instead: reading resumes at the
-        first line that starts after `since - 1` in the replay.
+        `since_tail`, the old channel's `cursor_tail`, checks the cursor against execd's ring: the
+        replay is asked from a little before the cursor (`probe_offset`) and must hold those bytes
+        right before `since` (one byte would not do: a misplaced cursor right after another line's LF
+        has the same byte before it). A released execd sends live stdout and stderr through separate
+        pumps (`controller/pty_ws.go`, `ptyStreamPump`), so they may arrive in another order than its
+        ring holds them, and a cursor counted as they arrived can land inside a record. A mismatch is
+        logged and told to on_stderr, counted in `cursor_mismatches`, and the cursor is taken from the
+        ring instead: reading resumes right after those bytes where the ring holds them (nearest the
+        cursor), else at the first line that starts after `since - 1` in the replay.
 
         A REPLAY that comes first is decoded and its records delivered before this returns. Refusals
         raise `ExecdHTTPError` kinds (`ExecdNotFound`, `ExecdAlreadyConnected`, `ExecdUnauthorized`)
@@ -199,12 +227,12 @@ class ExecdJsonLineChannel:
             raise ExecdError(f"the {self.label} channel is already connected")
         if since < 0:
             raise ValueError(f"since must not be negative, not {since}")
-        probe = since_byte is not None and since > 0
+        probe = bool(since_tail) and since >= len(since_tail or b"")
         loop = asyncio.get_running_loop()
         busy_until = loop.time() + BUSY_RETRY_SECONDS
         while True:
             try:
-                await self._attempt(since, takeover, since_byte if probe else None, busy_until)
+                await self._attempt(since, takeover, since_tail if probe else None, busy_until)
             except _Refused as refused:  # behind OpenSandbox's proxy: Close 1008 instead of an HTTP status
                 await self._release()
                 error = refused.error
@@ -218,10 +246,10 @@ class ExecdJsonLineChannel:
         if command is not None and self.is_connected:
             await self._send(encode_frame(STDIN, start_line(command)))
 
-    async def _attempt(self, since: int, takeover: bool, since_byte: int | None, busy_until: float) -> None:
+    async def _attempt(self, since: int, takeover: bool, since_tail: bytes | None, busy_until: float) -> None:
         self._opening = True
         try:
-            ws = await self._open_retrying(since - 1 if since_byte is not None else since, takeover, busy_until)
+            ws = await self._open_retrying(probe_offset(since, since_tail), takeover, busy_until)
         finally:
             self._opening = False
         self._decoder.reset(since)
@@ -229,7 +257,7 @@ class ExecdJsonLineChannel:
         self._exited = None
         self._recent.clear()
         self._arrived = since
-        self._probe = (since, since_byte) if since_byte is not None else None
+        self._probe = (since, since_tail) if since_tail else None
         self._ws = ws
         self._connected = False
         self._ready = ready = asyncio.get_running_loop().create_future()
@@ -458,33 +486,41 @@ class ExecdJsonLineChannel:
         self._arrived += len(data)
 
     async def _check_cursor(self, frame: bytes) -> bytes:
-        """The first output frame of a connection asked from `since - 1`: b"" or the frame to decode."""
+        """The first output frame of a connection asked from `probe_offset`: b"" or the frame to decode."""
         assert self._probe is not None
-        since, expected = self._probe
+        since, tail = self._probe
         self._probe = None
         offset = int.from_bytes(frame[1:REPLAY_HEADER_BYTES], "big") if frame[:1] == bytes([REPLAY]) else None
         if offset is not None and len(frame) < REPLAY_HEADER_BYTES:
             return frame  # the decoder says what is wrong with it
         if offset is not None and offset >= since:
-            return frame  # the byte before the cursor left the ring: nothing to check (a gap is the decoder's)
-        data = frame[REPLAY_HEADER_BYTES:] if offset == since - 1 else b""
-        if data[:1] == bytes([expected]):
-            self._recent[:] = data[:1]  # known, for the next cursor_byte
-            rest = data[1:]
+            return frame  # the bytes before the cursor left the ring: nothing to check (a gap is the decoder's)
+        data = frame[REPLAY_HEADER_BYTES:] if offset is not None else b""
+        base = offset if offset is not None else since
+        known = tail[max(0, base - (since - len(tail))):]
+        if known and data[since - len(known) - base:since - base] == known:
+            self._recent[:] = known  # known, for the next cursor_tail
+            rest = data[since - base:]
             return encode_frame(REPLAY, rest, offset=since) if rest else b""
-        # The cursor disagrees with the ring: resume at the first line that starts after since - 1.
+        # The cursor disagrees with the ring. Resume right after the bytes this channel saw last where
+        # the ring holds them (the occurrence nearest the cursor), else at the first line that starts
+        # after since - 1.
         self.cursor_mismatches += 1
-        newline = data.find(b"\n")
-        if offset is None or newline < 0:
-            resume = since if offset is None else since - 1 + len(data)
-            rest, kept = b"", frame if offset is None else b""
+        found = nearest(data, known, since - base) if len(known) == len(tail) else -1
+        newline = data.find(b"\n", since - 1 - base) if data else -1
+        if offset is None:
+            resume, rest, kept = since, b"", frame
+        elif found >= 0:
+            resume, rest, kept = base + found, data[found:], b""
+        elif newline >= 0:
+            resume, rest, kept = base + newline + 1, data[newline + 1:], b""
         else:
-            resume = since - 1 + newline + 1
-            rest, kept = data[newline + 1:], b""
+            resume, rest, kept = max(since, base + len(data)), b"", b""
+        where = ("right after the last output this kernel read" if found >= 0
+                 else "the first line boundary execd's replay shows; a record may be missing or repeated here")
         said = (f"owsandbox: the {self.label} cursor {since} does not agree with execd's output ring (live "
                 "stdout and stderr arrived in another order than execd stored them); resuming at offset "
-                f"{resume}, the first line boundary execd's replay shows. A record may be missing or repeated "
-                "here; keeping the program's stderr apart (2>file) avoids this.")
+                f"{resume}, {where}. Keeping the program's stderr apart (2>file) avoids this.")
         log.warning("%s", said)
         self._decoder.reset(resume)
         self._cursor = resume

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from .attach_answers import Answers
 from .attach_loop import AttachLoop, ch, endpoint_for, has_ended, restarts_when_ended, session_status
-from .attach_registry import AttachRegistry
+from .attach_registry import AttachRegistry, saved_tail
 from .attach_view import LiveDisplay, listing_row
 from .errors import AttachedProgramExited, AttachError, AttachFailed
 
@@ -67,7 +67,7 @@ class Program:
     parent: dict[str, Any] | None = None
     render_due: bool = False
     cursor: int = 0
-    cursor_byte: int | None = None  # the output byte just before `cursor`, checked against execd's ring on reattach
+    cursor_tail: bytes = b""  # the output just before `cursor`, checked against execd's ring on reattach
     since: int = 0  # where this attachment started reading
     answers: Answers = field(default_factory=Answers)  # the %send records that wait for their answer
     connected_at: float = 0.0  # time.monotonic() when the connection (which starts a new program) began
@@ -140,10 +140,9 @@ class AttachManager:
                 "start the session anew")
         program = self._new_program(entry.get("name") or entry["session_id"][:8], entry["session_id"], endpoint,
                                     entry.get("command", ""), entry.get("cwd", ""), url or entry.get("url"))
-        since_byte = entry.get("cursor_byte") if since is None else None
         self._connect(program, since if since is not None else int(entry.get("cursor", 0)), parent,
                       settle=EXIT_NOTICE_SECONDS if ended else 0.0, until_record=False,
-                      since_byte=since_byte if isinstance(since_byte, int) else None)
+                      since_tail=saved_tail(entry) if since is None else b"")
         return program
 
     def _new_program(self, name: str, session_id: str, endpoint: ExecdEndpoint, command: str, cwd: str,
@@ -155,19 +154,19 @@ class AttachManager:
         return program
 
     def _connect(self, program: Program, since: int, parent: dict[str, Any], settle: float = 0.0,
-                 until_record: bool = False, command: str | None = None, since_byte: int | None = None) -> None:
+                 until_record: bool = False, command: str | None = None, since_tail: bytes = b"") -> None:
         """Connect `program`'s channel from `since`; then wait up to `settle` seconds for its failure
         (or, with `until_record`, its first record). Raises AttachedProgramExited when the program has
         ended by then, AttachFailed when the channel failed otherwise."""
         program.parent = parent
         program.cursor = program.since = since
-        program.cursor_byte = since_byte
+        program.cursor_tail = since_tail
 
         async def on_record(record: dict[str, Any], offset: int) -> None:
             program.records.append((offset, record))
             program.seen += 1
             program.cursor = offset
-            program.cursor_byte = 0x0A  # a record ends with its LF
+            program.cursor_tail = program.channel.tail_at(offset) if program.channel is not None else b""
             if until_record and program.news is not None:
                 program.news.set()
             if program.channel is not None:
@@ -183,7 +182,7 @@ class AttachManager:
                 program.state = f"ended: {program.name} {how}"
             program.ended_at = time.monotonic()
             if program.channel is not None:
-                program.cursor, program.cursor_byte = program.channel.cursor, program.channel.cursor_byte
+                program.cursor, program.cursor_tail = program.channel.cursor, program.channel.cursor_tail
             if program.news is not None:
                 program.news.set()
             self._view.render_soon(program, now=True)
@@ -197,7 +196,7 @@ class AttachManager:
             program.news = asyncio.Event()
             self._view.show(program)
             program.connected_at = time.monotonic()
-            await channel.connect(since=since, takeover=True, command=command, since_byte=since_byte)
+            await channel.connect(since=since, takeover=True, command=command, since_tail=since_tail)
             if channel.fatal is None:
                 program.state = "attached"
                 if channel.cursor_mismatches:  # loudly: a record may be missing or repeated here
@@ -254,7 +253,7 @@ class AttachManager:
         channel = program.channel
         if channel is not None:
             self._loop.run(channel.detach())
-            program.cursor, program.cursor_byte = channel.cursor, channel.cursor_byte
+            program.cursor, program.cursor_tail = channel.cursor, channel.cursor_tail
         program.state = "detached"
         self._view.render(program)
         self._registry.save()
@@ -299,7 +298,7 @@ class AttachManager:
             if program.channel is not None and program.channel.is_connected:
                 try:
                     self._loop.run(program.channel.detach(), timeout=10)
-                    program.cursor, program.cursor_byte = program.channel.cursor, program.channel.cursor_byte
+                    program.cursor, program.cursor_tail = program.channel.cursor, program.channel.cursor_tail
                     program.state = "detached"
                 except (AttachError, ch.ExecdError, RuntimeError) as exc:
                     log.warning("%s: not detached cleanly at shutdown: %s", program.describe(), exc)

@@ -25,6 +25,15 @@ SAVE_SECONDS = 1.0  # cursors are written to the sandbox at most this often whil
 KEEP_SESSIONS = 50  # the most recently updated entries the file keeps
 
 
+
+def saved_tail(entry: dict[str, Any]) -> bytes:
+    """The output bytes an entry saw just before its cursor (hex in the file; b"" when absent or bad,
+    and then a reattach trusts the cursor unchecked, as entries written before the tail was kept)."""
+    try:
+        return bytes.fromhex(entry.get("cursor_tail") or "")
+    except (TypeError, ValueError):
+        return b""
+
 class AttachRegistry:
     def __init__(self, runner_call: Callable[..., Any], path: Callable[[], str],
                  programs: Callable[[], Iterable[Program]], loop: AttachLoop) -> None:
@@ -56,7 +65,7 @@ class AttachRegistry:
             known[program.session_id] = {
                 "session_id": program.session_id, "name": program.name, "command": program.command,
                 "cwd": program.cwd, "url": program.url, "cursor": program.cursor,
-                "cursor_byte": program.cursor_byte, "state": program.state,
+                "cursor_tail": program.cursor_tail.hex(), "state": program.state,
                 "updated": time.time()}
         for session_id in forget or ():
             known.pop(session_id, None)
