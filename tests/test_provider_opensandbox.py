@@ -510,3 +510,24 @@ def test_refusals_behind_the_servers_proxy_are_execds_own(monkeypatch, tmp_path)
         assert isinstance(busy, ExecdAlreadyConnected) and "closed the WebSocket with 1008" in str(busy)
     finally:
         server.stop()
+
+
+def test_a_reattach_that_cannot_learn_whether_the_program_runs_is_not_tried(opensandbox_release_execd):
+    """Before a reattach the kernel asks execd whether the program still runs (a released execd would
+    start an ended one again). execd not knowing the session is an answer (the connection says it);
+    no answer at all refuses the reattach, naming why, rather than risk running the program twice."""
+    from owsandbox.kernel.attach_loop import session_status
+    from owsandbox.kernel.errors import AttachFailed
+
+    address = opensandbox_release_execd.address()
+    endpoint = ExecdEndpoint(origin=address["url"], headers={TOKEN_HEADER: address["token"]})
+    assert session_status(endpoint, "0123456789abcdef") is None
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again below: nobody listens there
+    silent = ExecdEndpoint(origin=f"http://127.0.0.1:{port}", headers={TOKEN_HEADER: address["token"]})
+    with pytest.raises(AttachFailed, match="could not ask execd whether session 01234567 still runs .* not attaching"):
+        session_status(silent, "0123456789abcdef")
+    wrong_token = ExecdEndpoint(origin=address["url"], headers={TOKEN_HEADER: "not-the-token"})
+    with pytest.raises(AttachFailed, match="could not ask execd whether"):
+        session_status(wrong_token, "0123456789abcdef")

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .errors import AttachError
+from .errors import AttachError, AttachFailed
 
 log = logging.getLogger(__name__)
 
@@ -95,12 +95,17 @@ def endpoint_for(url: str | None, headers: dict[str, str], box_endpoint: Callabl
 
 
 def session_status(endpoint: ExecdEndpoint, session_id: str) -> dict[str, Any] | None:
-    """execd's `GET /pty/{id}` for the session (None when it cannot tell: the connection then says)."""
+    """execd's `GET /pty/{id}` for the session; None when execd does not know it (the connection then
+    says so). Any other failure is an AttachFailed: not knowing whether the program still runs, a
+    reattach could start it again on a released execd, so it is not tried."""
     try:
         return ch.ExecdControl(endpoint).status(session_id)
+    except ch.ExecdNotFound:
+        return None
     except (ch.ExecdError, OSError) as exc:
         log.debug("status of session %s unknown: %s", session_id, exc)
-        return None
+        raise AttachFailed(f"could not ask execd whether session {session_id[:8]} still runs ({exc}); not "
+                           "attaching, as a released execd would start an ended program again") from None
 
 
 def has_ended(status: dict[str, Any] | None) -> bool:
