@@ -188,7 +188,13 @@ def test_network_on_is_the_engines_default_network(engine, debian_image, workspa
         assert provider.describe()["network"].startswith("outbound")
 
 
-def test_a_memory_limit_hit_is_counted_where_the_box_cannot_write(engine, debian_image, workspace):
+def test_a_memory_limit_hit_is_counted_where_the_box_cannot_write(engine, debian_image, workspace, tmp_path,
+                                                                   monkeypatch):
+    """...and leaves nothing in the folder the kernel was started from (podman's conmon writes a file
+    `oom` into its own working folder when the limit is hit)."""
+    here = tmp_path / "notebook-folder"
+    here.mkdir()
+    monkeypatch.chdir(here)
     provider = ContainerProvider(workspace, image=debian_image, engine="podman", limits="memory=128M")
     with running(provider) as (_, client):
         before = provider.limit_counters()
@@ -197,6 +203,7 @@ def test_a_memory_limit_hit_is_counted_where_the_box_cannot_write(engine, debian
         assert ran["exit_code"] == 137
         assert provider.limit_counters()["oom_kills"] > 0
         assert RunnerExecutor(client).run("echo still here")["output"] == "still here\n"
+    assert list(here.iterdir()) == []
 
 
 def test_a_container_removed_from_outside_is_made_again(engine, debian_image, workspace):

@@ -210,9 +210,12 @@ class ContainerProvider(ExecProvider):
 
     def _engine_run(self, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
         argv = [self.engine, *args]
+        # podman's conmon keeps the caller's folder and writes a file `oom` there when the container
+        # meets its memory limit: give it ours, not the notebook's.
+        here = self.state_dir if self.state_dir is not None and self.state_dir.is_dir() else None
         try:
             return subprocess.run(argv, capture_output=True, text=True, timeout=timeout or self.timeout,
-                                  stdin=subprocess.DEVNULL)
+                                  stdin=subprocess.DEVNULL, cwd=here)
         except FileNotFoundError as exc:
             raise BoxError(f"cannot run {self.engine_name}: {exc.strerror}") from None
         except subprocess.TimeoutExpired:
