@@ -1,9 +1,8 @@
 """`python -m owsandbox.kernel -f {connection_file}`: how Jupyter starts the kernel."""
 
-from ipykernel.kernelapp import IPKernelApp
-
 from ..logs import configure
+from .app import OwSandboxKernelApp
 from .kernel import OwSandboxKernel
 
 configure()
-IPKernelApp.launch_instance(kernel_class=OwSandboxKernel)
+OwSandboxKernelApp.launch_instance(kernel_class=OwSandboxKernel)
