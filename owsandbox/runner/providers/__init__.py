@@ -18,10 +18,11 @@ from .local import LocalProvider
 
 
 def opensandbox_provider(*args: Any, **options: Any) -> Provider:
-    """The OpenSandbox provider, imported when asked for (it brings in websockets)."""
-    from .opensandbox import OpenSandboxProvider
+    """The OpenSandbox provider, imported when asked for (it brings in websockets, and the OpenSandbox SDK
+    when it creates the sandbox): in a sandbox that exists, or one it creates (`opensandbox.make_provider`)."""
+    from .opensandbox import make_provider
 
-    return OpenSandboxProvider(*args, **options)
+    return make_provider(*args, **options)
 
 
 opensandbox_provider.enforcement = "the OpenSandbox sandbox"  # type: ignore[attr-defined]

@@ -15,7 +15,9 @@ which is all a provider needs (see `wstransport`). Everything goes through them:
 
 The daemon lingers after its last client, so a dropped connection or a restarting kernel finds it
 again; `destroy()` stops it and removes its folder. The box is the OpenSandbox sandbox itself: this
-provider never creates or deletes sandboxes, it only runs in one.
+provider never creates or deletes sandboxes, it only runs in one. Given a lifecycle server instead
+(`OWSANDBOX_OPENSANDBOX_SERVER`), `opensandbox` makes a sandbox per kernel: see `opensandbox_lifecycle`
+and `make_provider`, which picks between the two.
 """
 
 from __future__ import annotations
@@ -46,6 +48,20 @@ def _endpoint(url: str | None, headers: Mapping[str, str] | None) -> ExecdEndpoi
     return endpoint
 
 
+def make_provider(*args: Any, **options: Any) -> OpenSandboxProvider:
+    """The `opensandbox` provider by name: one that creates its sandbox through the lifecycle API when
+    given a server (`server`, or OWSANDBOX_OPENSANDBOX_SERVER), else one in the sandbox whose execd
+    OWSANDBOX_EXECD_URL names. Both at once is a ValueError: they are two different ways to work."""
+    from .opensandbox_lifecycle import SERVER_ENV, OpenSandboxLifecycleProvider
+
+    if options.get("server") or os.environ.get(SERVER_ENV, "").strip():
+        if options.get("url") or os.environ.get(ENV_URL, "").strip():
+            raise ValueError(f"{SERVER_ENV} and {ENV_URL} are both set: the first makes a sandbox per kernel, the "
+                             "second names the execd of a sandbox that exists already; set only one")
+        return OpenSandboxLifecycleProvider(*args, **options)
+    return OpenSandboxProvider(*args, **options)
+
+
 class OpenSandboxProvider(ProgramBoxProvider):
     name = "opensandbox"
     enforcement = "the OpenSandbox sandbox"
@@ -54,13 +70,26 @@ class OpenSandboxProvider(ProgramBoxProvider):
                  headers: Mapping[str, str] | None = None, python: str = "python3", key: str | None = None,
                  linger_seconds: float = 300.0, box_cwd: str | None = None, *,
                  relay_silence_seconds: float = 60.0, runtime_dir: str | None = None, timeout: float = 60.0) -> None:
-        self.endpoint = _endpoint(url, headers)
+        #: The execd this provider talks to: known when it is made here; a subclass that makes the
+        #: sandbox sets it once the sandbox runs (`_endpoint_at_start` gives None).
+        self.endpoint: ExecdEndpoint | None = self._endpoint_at_start(url, headers)
         super().__init__(cwd, python=python, key=key, linger_seconds=linger_seconds,
                          relay_silence_seconds=relay_silence_seconds, box_cwd=box_cwd, timeout=timeout,
                          runtime_dir=runtime_dir)
         if not _KEY.match(self.key):
             raise ValueError(f"'{self.key}' cannot name a folder in the box: use letters, digits, '.', '_', '-'")
         self._transports: weakref.WeakSet[ExecdPipeTransport] = weakref.WeakSet()
+
+    def _endpoint_at_start(self, url: str | None, headers: Mapping[str, str] | None) -> ExecdEndpoint | None:
+        """The execd endpoint, when it is known before the box runs: the one given, else the environment's."""
+        return _endpoint(url, headers)
+
+    @property
+    def execd(self) -> ExecdEndpoint:
+        """The execd endpoint of the box; BoxError before there is one (a sandbox not made yet)."""
+        if self.endpoint is None:
+            raise BoxError("the OpenSandbox sandbox has no execd endpoint yet: it is not created")
+        return self.endpoint
 
     # -- talking to the box -----------------------------------------------------------------
 
@@ -70,9 +99,9 @@ class OpenSandboxProvider(ProgramBoxProvider):
         # close the connection before the output that came just before the program's end.
         command = (f"exec {shlex.quote(self.python)} -S -c {shlex.quote(bootstrap_source())} "
                    f"{shlex.join(bootstrap_argv({**args, 'ack': True}))}")
-        where = f"the OpenSandbox execd at {self.endpoint.describe()}"
+        where = f"the OpenSandbox execd at {self.execd.describe()}"
         try:
-            transport = ExecdPipeTransport(self.endpoint, command, open_timeout=min(self.timeout, 15.0))
+            transport = ExecdPipeTransport(self.execd, command, open_timeout=min(self.timeout, 15.0))
         except ExecdTransportError as exc:
             raise BoxError(f"cannot use {where}: {exc}") from exc
         answer: dict[str, Any] | None = None
@@ -122,13 +151,13 @@ class OpenSandboxProvider(ProgramBoxProvider):
     def open_runner(self) -> ExecdPipeTransport:
         command = shlex.join(self._relay_argv(self.python))
         with self._lifecycle:  # not while the daemon is being restarted: wait for the new one
-            transport = ExecdPipeTransport(self.endpoint, f"exec {command}")
+            transport = ExecdPipeTransport(self.execd, f"exec {command}")
             self._transports.add(transport)
         return transport
 
     def execd_endpoint(self, hello: dict[str, Any]) -> ExecdEndpoint:
         """%attach uses the sandbox's own execd, the one this provider already talks to."""
-        return self.endpoint
+        return self.execd
 
     def execd_socket(self, hello: dict[str, Any]) -> str:
         raise BoxError("an OpenSandbox box is reached through its execd URL, not a socket here: "
@@ -139,10 +168,10 @@ class OpenSandboxProvider(ProgramBoxProvider):
             transport.close()
 
     def headline(self) -> list[str]:
-        return ["OpenSandbox", f"execd at {self.endpoint.describe()}", self._starts_in()]
+        return ["OpenSandbox", f"execd at {self.execd.describe()}", self._starts_in()]
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "endpoint": self.endpoint.describe(), **self._box_rows()}
+        return {**super().describe(), "endpoint": self.execd.describe(), **self._box_rows()}
 
 
 def _json_object(line: bytes) -> dict[str, Any] | None:
