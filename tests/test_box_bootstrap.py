@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from owsandbox.runner import bundle
 from owsandbox.runner.box import bootstrap
 from owsandbox.runner.box.daemonctl import pid_alive
@@ -128,3 +130,23 @@ def test_the_exec_route_carries_its_arguments_and_the_runner_in_the_program(fres
     finally:
         if pid_alive(daemon):
             os.kill(daemon, 9)
+
+
+def test_asked_for_an_ack_a_python_that_lacks_modules_waits_for_it_before_it_ends(fresh_runtime, workspace):
+    """A released execd may close the connection before the last output (see the module): the line
+    naming what is missing must be read before the program ends, as any answer is."""
+    argv = [json.dumps(arguments(fresh_runtime, workspace, ack=True)), "json,no_such_module_here"]
+    program = subprocess.Popen([sys.executable, "-S", "-c", bootstrap_source(), *argv], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert program.stdout is not None and program.stdin is not None
+        assert program.stdout.readline().decode() == f"{bootstrap.LACKING_MARK} no_such_module_here\n"
+        with pytest.raises(subprocess.TimeoutExpired):
+            program.wait(0.3)  # waits for the host's line
+        program.stdin.write(b"ack\n")
+        program.stdin.flush()
+        assert program.wait(10) == 3
+    finally:
+        if program.poll() is None:
+            program.kill()
+            program.wait()

@@ -30,8 +30,9 @@ It runs as `main(argv, stdin, stdout)`:
   of its input) before it exits: a released OpenSandbox execd may send `exit` and close the
   connection before the last output (`controller/pty_ws.go`, `ptyExitWatcher`, docker/execd
   v1.0.10 to v1.0.18), so the answer must be read before the program ends.
-  A Python that lacks modules prints one line, `LACKING_MARK` and their names,
-  and exits with status 3.
+  A Python that lacks modules prints one line, `LACKING_MARK` and their names, waits for the
+  host's line as above when asked to (found without json, which may be what it lacks), and exits
+  with status 3.
 """
 
 import os
@@ -139,6 +140,8 @@ def main(argv: list, stdin, stdout) -> int:
     if missing:
         stdout.write(LACKING_MARK + " " + " ".join(missing) + "\n")
         stdout.flush()
+        if '"ack": true' in argv[0]:
+            stdin.readline()  # the host read the line: only now may the program end
         return 3
     import json
 

@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...channel.endpoint import ENV_URL, ExecdEndpoint
+from ..box.bootstrap import LACKING_MARK
 from ..wstransport import ExecdPipeTransport, ExecdTransportError
 from .boxed import BoxError, ProgramBoxProvider, bootstrap_argv, bootstrap_source, missing_modules
 
@@ -119,6 +120,8 @@ class OpenSandboxProvider(ProgramBoxProvider):
                     message = _json_object(line)
                     if message is None:
                         plain.append(line)
+                        if line.startswith(LACKING_MARK.encode()):
+                            transport.send(b"ack\n")  # named: it may end now
                     elif message.get("need_runner"):
                         transport.send(self._upload())
                     else:
