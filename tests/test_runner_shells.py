@@ -283,6 +283,7 @@ def test_output_past_the_cap_goes_to_a_log_and_the_result_says_where(box):
     assert result["log_path"] in result["output"]  # the notice names the log
 
 
+@pytest.mark.parametrize("box", ["local"], indirect=True)  # the daemon's own timer: the same behind any relay
 def test_a_silent_command_still_sends_progress(box, monkeypatch):
     """`shell.progress` tells the client a quiet command is alive: elapsed time and bytes so far."""
     _, client = box
