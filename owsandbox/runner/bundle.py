@@ -68,13 +68,18 @@ def zipapp_bytes() -> tuple[str, bytes]:
 
 
 def build_runner_zipapp(out_dir: str | os.PathLike[str] | None = None) -> Path:
-    """The path of the zipapp in `out_dir`, written only when that version is not there yet."""
+    """The path of the zipapp in `out_dir`, written unless that very file is there already: compared
+    whole, not by size, since the host runs it for every relay and a file of the same size could be
+    anything (kept in a private folder besides: `LocalProvider.create`)."""
     folder = Path(out_dir) if out_dir is not None else default_dir()
     folder.mkdir(parents=True, exist_ok=True)
     name, data = zipapp_bytes()
     target = folder / name
-    if target.exists() and target.stat().st_size == len(data):
-        return target
+    try:
+        if target.read_bytes() == data:
+            return target
+    except OSError:
+        pass
     fd, temp = tempfile.mkstemp(prefix=".runner-", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:

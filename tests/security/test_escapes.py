@@ -119,6 +119,11 @@ def test_the_hosts_environment_stays_out(attacker_factory, home: Path):
     env = attacker.run("env")["output"]
     assert "hunter2" not in env and "hub-token" not in env and "JUPYTERHUB" not in env
     assert "WANTED=on-purpose" in env and f"HOME={home}" in env
+    # Every process the box can see, its pid 1 (bubblewrap's own init) first: none holds the host's.
+    everyone = attacker.run("for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ; tr '\\0' ' ' < $p/cmdline; "
+                            "done 2>/dev/null; tr '\\0' '\\n' < /proc/1/environ | wc -l")["output"]
+    assert "hunter2" not in everyone and "hub-token" not in everyone and "JUPYTERHUB" not in everyone
+    assert "WANTED=on-purpose" in everyone and int(everyone.split()[-1]) > 0  # pid 1's was read
     assert "WANTED" in attacker.step(describe=True)["environment"]
 
 

@@ -45,3 +45,30 @@ def test_the_next_place_is_used_with_a_warning(tmp_path, capsys):
     assert chosen == tmp_path / "fallback"
     warning = capsys.readouterr().err
     assert "not using" in warning and "squatted" in warning and "open to other users" in warning
+
+
+def test_the_runner_the_host_runs_is_out_of_the_boxs_reach(tmp_path, monkeypatch):
+    """The host runs the runner file for every relay, outside the box. On a JupyterHub the workspace
+    is the student's home, so the file must not live there (it once did, in ~/.cache): it is kept in
+    the private runtime folder, which no box sees; and a file of the right name and size that is not
+    the runner is written over, never run."""
+    from owsandbox.runner import bundle
+    from owsandbox.runner.providers.local import LocalProvider, runtime_root
+    from owsandbox.runner.workspace import RunnerWorkspace
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    workspace = RunnerWorkspace(LocalProvider(cwd=home), str(home))
+    try:
+        runner = workspace.provider.runner_path
+        assert runner is not None and not runner.startswith(str(home)) and not runner.startswith(str(tmp_path))
+        assert os.path.dirname(runner) == str(runtime_root() / "runners")
+        assert (os.stat(runtime_root()).st_mode & 0o777) == 0o700
+    finally:
+        workspace.close()
+    name, data = bundle.zipapp_bytes()
+    planted = tmp_path / "runners"
+    planted.mkdir()
+    (planted / name).write_bytes(b"#" * len(data))  # same name, same size, not the runner
+    assert bundle.build_runner_zipapp(planted).read_bytes() == data

@@ -338,9 +338,11 @@ class BwrapProvider(LocalProvider):
         argv = [*wrapper, *box, "--info-fd", str(info_write), "--", os.path.realpath(self.python), "-S",
                 BOX_RUNNER, *serve]
         try:
+            # bwrap's own environment is the box's too: its --clearenv only clears what its child gets, and
+            # the box's pid 1 (bwrap's init, never exec'd) would show the kernel's in /proc/1/environ.
             self.daemon = _LAUNCHER.spawn(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
-                                          start_new_session=True, pass_fds=(listener.fileno(), execd.fileno(),
-                                                                            info_write),
+                                          env=self.box_env(), start_new_session=True,
+                                          pass_fds=(listener.fileno(), execd.fileno(), info_write),
                                           preexec_fn=self.enforcer.preexec)
         except BaseException:
             self.enforcer.remove()

@@ -125,7 +125,9 @@ class LocalProvider(Provider):
 
     def create(self) -> None:
         if self.runner_path is None:
-            self.runner_path = str(build_runner_zipapp())
+            # In the private runtime folder, never under the home folder (~/.cache), which a workspace may be or
+            # hold: the host runs this file for every relay, so a box that could rewrite it would run outside.
+            self.runner_path = str(build_runner_zipapp(runtime_root() / "runners"))
         if self.key:
             sweep_dead_state(runtime_root(), keep=self.key)
             folder = runtime_root() / self.key
