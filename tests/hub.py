@@ -1,0 +1,630 @@
+"""A real JupyterHub for a class of students, each a system user running the owsandbox kernel in a box.
+
+What a teacher would run, on this machine: `jupyterhub` (as root) with `configurable-http-proxy` in
+front, an authenticator with a fixed password per student, and the `LocalProcessSpawner` starting each
+student's single-user server as that student's own system user (stopping it with SIGTERM first, so that
+its kernels, and their sandboxes, are shut down at once: StudentSpawner). Students cannot read the project's
+virtual env, so their servers run `python3 -m jupyterhub.singleuser` from the world-readable
+environment of tests/plain_python.py, where the owsandbox kernelspec is installed (JUPYTER_PATH), and
+each student's limits come from the spawner's environment (`OWSANDBOX_LIMITS`). The single-user
+servers offer the sandbox and nothing else: no terminals, no other kernel (SERVER_CONFIG).
+
+The hub's state (config, sqlite db, cookie secret, proxy token, logs) is in a folder only root may
+enter, inside a world-traversable temporary folder; ports are free loopback ports. `Hub.stop()` ends
+the hub (which stops every server, `cleanup_servers`, and the proxy), then makes sure that nothing it
+started, nor anything run by a student, is still running.
+
+tests/test_jupyterhub.py drives it through the hub's URL (REST, kernel WebSockets, JupyterLab in
+Chromium); benchmarks/hub_memory.py measures it.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import pwd
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections import defaultdict
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from http.cookiejar import CookieJar
+from pathlib import Path
+from typing import Any
+
+from .plain_python import PlainPython, _link_tree, ensure_user, make_plain_python
+from .processes import PinnedProcesses, command_line, descendants, name
+from .waiting import WaitTimeout, wait_until
+
+KERNEL_NAME = "owsandbox"  # as `owsandbox install` names it
+KERNEL_DISPLAY_NAME = "Sandbox (bash)"
+ADMIN_SERVICE = "course-admin"
+HUB_START_SECONDS = 60
+SPAWN_SECONDS = 90
+STOP_SECONDS = 30
+
+
+@dataclass(frozen=True)
+class Student:
+    """A student's account: a system user of that name, a password for the hub, the box's limits."""
+
+    name: str
+    password: str
+    limits: str  # OWSANDBOX_LIMITS for this student's sandboxes
+
+    @property
+    def account(self) -> pwd.struct_passwd:
+        return pwd.getpwnam(self.name)
+
+    @property
+    def home(self) -> Path:
+        return Path(self.account.pw_dir)
+
+    @property
+    def pids(self) -> int:
+        """The process limit of this student's sandboxes."""
+        return int(dict(item.split("=") for item in self.limits.split(","))["pids"])
+
+
+def class_of(count: int, prefix: str = "owsbx-hub-") -> list[Student]:
+    """`count` students, `owsbx-hub-a`, `owsbx-hub-b`, … (users only these tests use: every process
+    of theirs was started by a hub of ours), each with a password and limits of their own."""
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    names = [letters[i] if i < 26 else f"{letters[i // 26 - 1]}{letters[i % 26]}" for i in range(count)]
+    return [Student(f"{prefix}{n}", secrets.token_urlsafe(12), f"memory=1G,pids={128 + 32 * (i % 4)}")
+            for i, n in enumerate(names)]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def processes_of(uid: int) -> list[int]:
+    """Every process whose real user is `uid`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as f:
+                for line in f:
+                    if line.startswith("Uid:"):
+                        if int(line.split()[1]) == uid:
+                            found.append(int(entry))
+                        break
+        except OSError:
+            continue
+    return found
+
+
+def environ_of(pid: int) -> dict[str, str]:
+    """A process's environment as it started (root reads any)."""
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        pairs = [item.decode(errors="replace").partition("=") for item in f.read().split(b"\0") if item]
+    return {key: value for key, _, value in pairs}
+
+
+def memory_kib(pid: int) -> tuple[int, int]:
+    """(RSS, PSS) of a process in KiB, (0, 0) when it is gone."""
+    found = {}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in ("Rss", "Pss"):
+                    found[key] = int(value.split()[0])
+    except (OSError, ValueError):
+        return 0, 0
+    return found.get("Rss", 0), found.get("Pss", 0)
+
+
+@dataclass
+class SandboxFacts:
+    """A kernel's sandbox as the host sees it (root reads every process's command line)."""
+
+    kernel_pid: int
+    bwrap_pid: int  # bubblewrap, child of the kernel
+    init_pid: int  # the sandbox's PID-namespace init, from which everything in the box descends
+    state_dir: str  # the host's private folder for this sandbox (sockets, records), never in the box
+    pids: list[int] = field(default_factory=list)  # bwrap and everything under it
+
+    @property
+    def runtime_root(self) -> str:
+        return os.path.dirname(self.state_dir)
+
+
+def sandbox_of(kernel_id: str) -> SandboxFacts:
+    """The sandbox of the kernel `kernel_id` (a Jupyter server names its connection file after it)."""
+    marker = f"kernel-{kernel_id}.json"
+    kernels = [int(p) for p in os.listdir("/proc") if p.isdigit() and marker in command_line(int(p))
+               and "owsandbox.kernel" in command_line(int(p))]
+    assert len(kernels) == 1, f"kernel {kernel_id}: {kernels}"
+    kernel = kernels[0]
+
+    def find() -> SandboxFacts | None:
+        below = descendants(kernel)
+        outer = [p for p in below if name(p) == "bwrap" and "--info-fd" in command_line(p)]
+        for bwrap in outer:
+            inner = [p for p in descendants(bwrap) if name(p) == "bwrap"]
+            argv = command_line(bwrap).split()
+            binds = [argv[i + 1] for i, arg in enumerate(argv[:-2]) if arg == "--bind" and argv[i + 2] ==
+                     "/run/owsandbox/run"]
+            if inner and binds:
+                return SandboxFacts(kernel, bwrap, inner[0], os.path.dirname(binds[0]), [bwrap, *descendants(bwrap)])
+        return None
+
+    return wait_until(find, 30, f"the bubblewrap sandbox of kernel {kernel_id}")
+
+
+@dataclass
+class Cell:
+    """One cell run through a kernel WebSocket: its reply and iopub outputs (msg_type, content), in order."""
+
+    reply: dict[str, Any]
+    outputs: list[tuple[str, dict[str, Any]]]
+    seconds: float
+
+    @property
+    def status(self) -> str:
+        return self.reply["status"]
+
+    def text(self, stream: str = "stdout") -> str:
+        return "".join(c["text"] for t, c in self.outputs if t == "stream" and c["name"] == stream)
+
+    def plain(self) -> str:
+        """The text/plain of every display (the kernel's notes and %sandbox tables included)."""
+        return "".join(c["data"].get("text/plain", "") for t, c in self.outputs
+                       if t in ("display_data", "update_display_data"))
+
+    @property
+    def error(self) -> dict[str, Any]:
+        errors = [c for t, c in self.outputs if t == "error"]
+        assert len(errors) == 1, self.outputs
+        return errors[0]
+
+
+class HubKernel:
+    """A kernel in a student's server, started and driven through the hub's URL: REST to start and
+    delete it, its `/channels` WebSocket for cells (Jupyter's JSON WebSocket protocol)."""
+
+    def __init__(self, hub: Hub, user: str, token: str, kernel_name: str = KERNEL_NAME) -> None:
+        from websockets.sync.client import connect
+
+        self.hub, self.user, self.token = hub, user, token
+        status, model = hub.request("POST", f"/user/{user}/api/kernels", {"name": kernel_name}, token=token)
+        assert status == 201, (status, model)
+        self.id: str = model["id"]
+        self.session = uuid.uuid4().hex
+        url = f"{hub.ws_url}user/{user}/api/kernels/{self.id}/channels?session_id={self.session}"
+        self._stack = ExitStack()  # connect() is a context manager (websockets 17 warns otherwise)
+        self.ws = self._stack.enter_context(connect(url, additional_headers={"Authorization": f"token {token}"},
+                                                    max_size=None, open_timeout=30))
+        self._iopub: dict[str, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
+        self._idle: set[str] = set()
+        self._replies: dict[str, dict[str, Any]] = {}
+        self.closed = False
+        info = self._send("kernel_info_request", {})
+        self._read_until(lambda: info in self._replies, 60, "the kernel's kernel_info_reply")
+
+    def _send(self, msg_type: str, content: dict[str, Any], channel: str = "shell") -> str:
+        msg_id = uuid.uuid4().hex
+        header = {"msg_id": msg_id, "msg_type": msg_type, "username": self.user, "session": self.session,
+                  "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "version": "5.3"}
+        self.ws.send(json.dumps({"header": header, "parent_header": {}, "metadata": {}, "content": content,
+                                 "channel": channel, "buffers": []}))
+        return msg_id
+
+    def _read(self, timeout: float) -> bool:
+        """Read one message (False when none came within `timeout`) and file it under its request."""
+        try:
+            raw = self.ws.recv(timeout=timeout)
+        except TimeoutError:
+            return False
+        if isinstance(raw, bytes):
+            return True  # a message with binary buffers: none of the ones read here
+        msg = json.loads(raw)
+        parent = msg.get("parent_header", {}).get("msg_id")
+        kind = msg["header"]["msg_type"]
+        if msg["channel"] == "iopub":
+            if kind == "status" and msg["content"]["execution_state"] == "idle":
+                self._idle.add(parent)
+            elif kind not in ("status", "execute_input"):
+                self._iopub[parent].append((kind, msg["content"]))
+        elif msg["channel"] == "shell" and kind.endswith("_reply"):
+            self._replies[parent] = msg["content"]
+        return True
+
+    def send(self, code: str) -> str:
+        """Send a cell without waiting for it; its msg_id."""
+        return self._send("execute_request", {"code": code, "silent": False, "store_history": True,
+                                              "user_expressions": {}, "allow_stdin": False, "stop_on_error": False})
+
+    def collect(self, msg_id: str, timeout: float = 60) -> Cell:
+        """The cell `msg_id` once its kernel went idle after it and replied."""
+        started = time.monotonic()
+        self._read_until(lambda: msg_id in self._idle and msg_id in self._replies, timeout,
+                         f"cell {msg_id} of {self.user}'s kernel to finish")
+        return Cell(self._replies.pop(msg_id), self._iopub.pop(msg_id, []), time.monotonic() - started)
+
+    def wait_for_stdout(self, msg_id: str, text: str, timeout: float = 30) -> None:
+        """Until cell `msg_id` (still running) has printed `text` on stdout."""
+
+        def printed() -> bool:
+            return text in "".join(c["text"] for t, c in self._iopub[msg_id] if t == "stream" and c["name"] == "stdout")
+
+        self._read_until(printed, timeout, f"{text!r} from {self.user}'s cell")
+
+    def _read_until(self, done: Any, timeout: float, what: str) -> None:
+        """Read messages (each wait is on the socket, an event) until `done()`."""
+
+        def read_then_check() -> bool:
+            if done():
+                return True
+            self._read(0.5)
+            return done()
+
+        wait_until(read_then_check, timeout, what, interval=0)
+
+    def run(self, code: str, timeout: float = 60) -> Cell:
+        return self.collect(self.send(code), timeout)
+
+    def close(self, shutdown: bool = True) -> None:
+        """Close the WebSocket and (with `shutdown`) shut the kernel down: its sandbox ends with it. Leave
+        the kernel to its server when the server is about to stop: a DELETE still in progress when the
+        server shuts its kernels down fails that shutdown (jupyter_server), and the server lingers."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self._stack.close()
+        finally:
+            if shutdown:
+                self.hub.request("DELETE", f"/user/{self.user}/api/kernels/{self.id}", token=self.token)
+
+
+CONFIG = '''\
+"""JupyterHub for owsandbox's tests: written by tests/hub.py."""
+import hmac
+import signal
+
+from jupyterhub.auth import Authenticator
+from jupyterhub.spawner import LocalProcessSpawner
+
+c = get_config()  # noqa: F821
+PASSWORDS = {passwords!r}
+LIMITS = {limits!r}
+
+
+class FixedPasswords(Authenticator):
+    """One fixed password per student."""
+
+    async def authenticate(self, handler, data):
+        name = data.get("username", "")
+        expected = PASSWORDS.get(name)
+        if expected is not None and hmac.compare_digest(expected.encode(), data.get("password", "").encode()):
+            return name
+        return None
+
+
+c.JupyterHub.authenticator_class = FixedPasswords
+c.Authenticator.allowed_users = set(PASSWORDS)
+c.JupyterHub.bind_url = "http://127.0.0.1:{public_port}"
+c.JupyterHub.hub_bind_url = "http://127.0.0.1:{hub_port}"
+c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api_port}"
+c.ConfigurableHTTPProxy.auth_token = open({proxy_token_file!r}).read().strip()
+c.ConfigurableHTTPProxy.pid_file = {proxy_pid_file!r}
+c.JupyterHub.db_url = "sqlite:///{db}"
+c.JupyterHub.cookie_secret_file = {cookie_secret_file!r}
+c.JupyterHub.cleanup_servers = True
+c.JupyterHub.cleanup_proxy = True
+c.JupyterHub.services = [{{"name": {admin!r}, "api_token": {admin_token!r}}}]
+c.JupyterHub.load_roles = [{{"name": {admin!r}, "services": [{admin!r}],
+                            "scopes": ["admin:users", "admin:servers", "tokens", "read:users"]}}]
+
+
+class StudentSpawner(LocalProcessSpawner):
+    """LocalProcessSpawner, stopping a server with SIGTERM first. Its SIGINT ends a server whose stdin is
+    not a terminal (a hub run by systemd) at once, without shutting its kernels down: each sandbox then
+    lingers for a restarting kernel (30 s) before it ends. SIGTERM shuts the kernels down first."""
+
+    async def stop(self, now=False):
+        if not now and await self.poll() is None:
+            await self._signal(signal.SIGTERM)
+            await self.wait_for_death(self.term_timeout)
+        await super().stop(now=now)
+
+
+# Each student's server, as that student, from an environment every user can read.
+c.JupyterHub.spawner_class = StudentSpawner
+c.LocalProcessSpawner.term_timeout = 15
+c.Spawner.cmd = [{python!r}, "-m", "jupyterhub.singleuser"]
+c.Spawner.environment = {{**{environment!r}, "OWSANDBOX_LIMITS": lambda spawner: LIMITS[spawner.user.name]}}
+c.Spawner.notebook_dir = "~"
+c.Spawner.default_url = "/lab"
+c.Spawner.start_timeout = {spawn_seconds}
+c.Spawner.http_timeout = {spawn_seconds}
+'''
+
+SERVER_CONFIG = '''\
+"""The students' Jupyter servers: the sandbox and nothing else. Written by tests/hub.py."""
+from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
+from tornado import web
+
+c = get_config()  # noqa: F821
+
+
+class SandboxKernelsOnly(AsyncMappingKernelManager):
+    """Starts the sandbox kernel and no other. `allowed_kernelspecs` only filters the list: Python's own
+    kernel would still start, outside the box, for POST /api/kernels. Refused before a kernel is made:
+    a start that fails later stays pending, and then the server's shutdown fails (jupyter_client 8)."""
+
+    async def start_kernel(self, **kwargs):
+        name = kwargs.get("kernel_name") or self.default_kernel_name
+        if name != "{kernel}":
+            raise web.HTTPError(403, f"only the sandbox kernel runs here, not {{name!r}}")
+        return await super().start_kernel(**kwargs)
+
+
+c.ServerApp.kernel_manager_class = SandboxKernelsOnly
+c.KernelSpecManager.allowed_kernelspecs = {{"{kernel}"}}
+c.KernelSpecManager.ensure_native_kernel = False
+c.MappingKernelManager.default_kernel_name = "{kernel}"
+c.ServerApp.terminals_enabled = False  # a terminal would be a shell outside the box
+
+# For these tests: JupyterLab only (no nbgrader, no language server), fetching nothing off this machine.
+c.ServerApp.jpserver_extensions = {{"jupyterlab": True}}
+c.LabApp.news_url = None
+c.LabApp.check_for_updates_class = "jupyterlab.NeverCheckForUpdate"
+c.LabApp.extension_manager = "readonly"
+'''
+LAB_OVERRIDES = {
+    "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False},
+    "@jupyterlab/notebook-extension:tracker": {"windowingMode": "none"},
+}
+
+
+def students_environment(plain: PlainPython) -> dict[str, str]:
+    """`plain`'s environment, plus what a JupyterLab needs from it (its static files, which are in the
+    venv's share/jupyter, and the server's config), made in `plain.root`; the variables to set. The
+    kernelspec is installed again with `--provider bwrap`: a class fails closed (a box that cannot start
+    is an error in the cell), where `auto` would run cells unisolated."""
+    subprocess.run([plain.python, "-m", "owsandbox.cli", "install", "--prefix", str(plain.root), "--provider", "bwrap"],
+                   env={**os.environ, "PYTHONPATH": str(plain.root / "site")}, check=True, capture_output=True)
+    spec = plain.root / "share" / "jupyter" / "kernels" / KERNEL_NAME
+    for path in (spec, *spec.iterdir()):
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    lab = plain.root / "share" / "jupyter" / "lab"
+    if not lab.exists():
+        _link_tree(Path(sys.prefix) / "share" / "jupyter" / "lab", lab)
+        settings = lab / "settings"
+        settings.mkdir(mode=0o755)
+        (settings / "overrides.json").write_text(json.dumps(LAB_OVERRIDES))
+        os.chmod(settings / "overrides.json", 0o644)
+    config = plain.root / "etc" / "jupyter"
+    config.mkdir(parents=True, exist_ok=True)
+    for folder in (config.parent, config):
+        os.chmod(folder, 0o755)
+    (config / "jupyter_server_config.py").write_text(SERVER_CONFIG.format(kernel=KERNEL_NAME))
+    os.chmod(config / "jupyter_server_config.py", 0o644)
+    return {**plain.env, "JUPYTER_CONFIG_PATH": str(config), "JUPYTERLAB_DIR": str(lab), "LANG": "C.UTF-8"}
+
+
+def prepare_student(student: Student) -> None:
+    """The student's system user, with an empty home that only they may enter (0700: their own server
+    follows links a box plants in the workspace, and reads as them what the home modes let them)."""
+    account = ensure_user(student.name)
+    home = Path(account.pw_dir)
+    for entry in home.iterdir():  # a fresh start: nothing left from an earlier run
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    os.chmod(home, 0o700)
+
+
+class Hub:
+    """One JupyterHub with its proxy, for `students`; `start()`, then `stop()` whatever happened."""
+
+    def __init__(self, students: list[Student], plain: PlainPython | None = None) -> None:
+        self.students = {s.name: s for s in students}
+        self.own_plain = plain is None
+        self.plain = plain or make_plain_python()
+        self.folder = Path(tempfile.mkdtemp(prefix="owsbx-hub-"))
+        self.state = self.folder / "state"  # root's alone: the students' boxes and accounts never read it
+        self.state.mkdir(mode=0o700)
+        self.public_port, self.hub_port, self.proxy_api_port = free_port(), free_port(), free_port()
+        self.url = f"http://127.0.0.1:{self.public_port}/"
+        self.ws_url = f"ws://127.0.0.1:{self.public_port}/"
+        self.admin_token = secrets.token_hex(32)
+        self.proxy_token_file = self.state / "proxy_auth_token"
+        self.db = self.state / "jupyterhub.sqlite"
+        self.cookie_secret_file = self.state / "jupyterhub_cookie_secret"
+        self.config_file = self.state / "jupyterhub_config.py"
+        self.log_path = self.state / "jupyterhub.log"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.processes = PinnedProcesses()  # everything seen under the hub and run by a student
+        self.final_log = ""  # the log's tail, kept when stop() removes the hub's folder
+
+    # -- files and process -----------------------------------------------------------------------
+
+    def secret_files(self) -> list[Path]:
+        return [self.db, self.cookie_secret_file, self.proxy_token_file, self.config_file, self.log_path]
+
+    def start(self) -> None:
+        for student in self.students.values():
+            prepare_student(student)
+        fd = os.open(self.proxy_token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+        self.config_file.write_text(CONFIG.format(
+            passwords={s.name: s.password for s in self.students.values()},
+            limits={s.name: s.limits for s in self.students.values()},
+            public_port=self.public_port, hub_port=self.hub_port, proxy_api_port=self.proxy_api_port,
+            proxy_token_file=str(self.proxy_token_file), proxy_pid_file=str(self.state / "proxy.pid"),
+            db=self.db, cookie_secret_file=str(self.cookie_secret_file), admin=ADMIN_SERVICE,
+            admin_token=self.admin_token, python=self.plain.python, environment=students_environment(self.plain),
+            spawn_seconds=SPAWN_SECONDS))
+        os.chmod(self.config_file, 0o600)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "JPY_", "OWSANDBOX_"))}
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(self.config_file)],
+                                            cwd=self.state, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                            stderr=subprocess.STDOUT, start_new_session=True)
+        self.processes.add_tree(self.process.pid)
+
+        def answering() -> bool:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise AssertionError(f"jupyterhub exited with status {self.process.returncode}:\n{self.log()}")
+            try:
+                return self.request("GET", "/hub/api/", token=self.admin_token)[0] == 200
+            except OSError:
+                return False
+
+        try:  # nothing announces it: the port is polled
+            wait_until(answering, HUB_START_SECONDS, "the hub to answer through its proxy", interval=0.1)
+        except WaitTimeout as exc:
+            raise AssertionError(f"{exc}\n{self.log()}") from None
+        self.remember_processes()
+
+    def log(self, tail: int = 8000) -> str:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return text[-tail:]
+
+    def remember_processes(self) -> None:
+        """Pin (by pidfd) the hub's process tree and every process of a student, as they are now."""
+        if self.process is not None:
+            self.processes.add_tree(self.process.pid)
+        for student in self.students.values():
+            for pid in processes_of(student.account.pw_uid):
+                self.processes.add_tree(pid)
+
+    def stop(self) -> dict[int, str]:
+        """Stop the hub (it stops every student's server, then its proxy); then whatever was seen still
+        running STOP_SECONDS later, or run by a student, is killed. What was left, by pid."""
+        left: dict[int, str] = {}
+        started = time.monotonic()
+        try:
+            self.remember_processes()
+            if self.process is not None and self.process.poll() is None:
+                self.process.terminate()
+                try:
+                    self.process.wait(STOP_SECONDS)
+                except subprocess.TimeoutExpired:
+                    self.process.kill()
+                    self.process.wait(10)
+            stopped = time.monotonic() - started
+            self.remember_processes()  # a student's process that appeared meanwhile
+            running = self.processes.still_running_after(STOP_SECONDS)
+            print(f"the hub stopped in {stopped:.1f} s, every process seen under it had ended "
+                  f"{time.monotonic() - started:.1f} s after the stop began")
+            left = {pid: self.processes.seen[pid] for pid in running}
+            self.processes.kill(running)
+        finally:
+            self.processes.close()
+            self.final_log = self.log()
+            shutil.rmtree(self.folder, ignore_errors=True)
+            if self.own_plain:
+                shutil.rmtree(self.plain.root, ignore_errors=True)
+        return left
+
+    # -- HTTP -------------------------------------------------------------------------------------
+
+    def request(self, method: str, path: str, body: Any = None, token: str | None = None,
+                timeout: float = 60) -> tuple[int, Any]:
+        """(status, JSON answer or text) of a request to the hub's URL."""
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.url + path.lstrip("/"), data=data, method=method)
+        if token:
+            request.add_header("Authorization", f"token {token}")
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as answer:
+                status, text = answer.status, answer.read().decode(errors="replace")
+        except urllib.error.HTTPError as error:
+            status, text = error.code, error.read().decode(errors="replace")
+        try:
+            return status, json.loads(text) if text else None
+        except ValueError:
+            return status, text
+
+    def login(self, student: Student, password: str | None = None) -> int:
+        """Log in at /hub/login as a browser's form would (its xsrf token and cookie included), following
+        the redirects (which start the student's server); the final HTTP status."""
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(CookieJar()))
+        with opener.open(self.url + "hub/login", timeout=30) as page:
+            form = page.read().decode()
+        xsrf = html.unescape(re.search(r'name="_xsrf"\s+value="([^"]+)"', form).group(1))  # type: ignore[union-attr]
+        fields = urllib.parse.urlencode({"username": student.name, "_xsrf": xsrf,
+                                         "password": student.password if password is None else password})
+        try:
+            with opener.open(self.url + "hub/login", fields.encode(), timeout=SPAWN_SECONDS) as answer:
+                answer.read()
+                return answer.status
+        except urllib.error.HTTPError as error:
+            return error.code
+
+    def wait_until_ready(self, user: str) -> None:
+        """Until the user's server is up: the hub's progress event stream says `ready` (an event)."""
+        request = urllib.request.Request(f"{self.url}hub/api/users/{user}/server/progress",
+                                         headers={"Authorization": f"token {self.admin_token}"})
+        with urllib.request.urlopen(request, timeout=SPAWN_SECONDS) as stream:
+            for line in stream:
+                if line.startswith(b"data:"):
+                    event = json.loads(line[5:])
+                    if event.get("failed"):
+                        raise AssertionError(f"{user}'s server failed to start: {event}\n{self.log()}")
+                    if event.get("ready"):
+                        return
+        raise AssertionError(f"{user}'s server is not starting (no progress)\n{self.log()}")
+
+    def log_in_and_run_a_cell(self, student: Student) -> tuple[str, HubKernel, float]:
+        """What a student does first: log in (the hub starts their server), open the sandbox kernel, run
+        a cell. Their token, the kernel, and the seconds from the login to the cell's result."""
+        started = time.monotonic()
+        assert self.login(student) == 200
+        self.wait_until_ready(student.name)
+        token = self.token_for(student.name)
+        kernel = HubKernel(self, student.name, token)
+        first = kernel.run("echo ready")
+        assert first.status == "ok" and first.text() == "ready\n", first.outputs
+        return token, kernel, time.monotonic() - started
+
+    def token_for(self, user: str) -> str:
+        """An API token of `user`'s, made by the course's admin service (the user's own permissions)."""
+        status, answer = self.request("POST", f"/hub/api/users/{user}/tokens",
+                                      {"note": "owsandbox tests", "expires_in": 3600}, token=self.admin_token)
+        assert status == 201, (status, answer)
+        return answer["token"]
+
+    def server_pid(self, user: str) -> int:
+        """The pid of `user`'s single-user server (found by its owner and command)."""
+        uid = self.students[user].account.pw_uid
+        found = [p for p in processes_of(uid) if "jupyterhub.singleuser" in command_line(p)]
+        assert len(found) == 1, found
+        return found[0]
+
+    def stop_server(self, user: str) -> None:
+        """DELETE the user's server with the admin token; return once the hub says it is stopped."""
+        status, answer = self.request("DELETE", f"/hub/api/users/{user}/server", token=self.admin_token)
+        assert status in (202, 204), (status, answer)
+
+        def stopped() -> bool:
+            model = self.request("GET", f"/hub/api/users/{user}", token=self.admin_token)[1]
+            return not model.get("servers") and model.get("pending") is None
+
+        wait_until(stopped, STOP_SECONDS, f"the hub to stop {user}'s server", interval=0.1)
