@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -72,3 +73,16 @@ def test_the_runner_the_host_runs_is_out_of_the_boxs_reach(tmp_path, monkeypatch
     planted.mkdir()
     (planted / name).write_bytes(b"#" * len(data))  # same name, same size, not the runner
     assert bundle.build_runner_zipapp(planted).read_bytes() == data
+
+
+def test_a_temporary_folder_too_long_for_sockets_is_passed_over(tmp_path, monkeypatch, capsys):
+    """A long TMPDIR (and no XDG_RUNTIME_DIR) once made every cell fail with 'AF_UNIX path too long'."""
+    from owsandbox.runner.providers import local
+
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setattr(local.tempfile, "gettempdir", lambda: str(deep))
+    root = local.runtime_root()
+    assert root == Path("/tmp") / f"owsandbox-{os.getuid()}"
+    assert "too long a path for the sandbox's sockets" in capsys.readouterr().err

@@ -70,12 +70,25 @@ class _Launcher:
 _LAUNCHER = _Launcher()
 
 
+UNIX_PATH_MAX = 107  # the longest path a Unix socket can have on Linux (108 bytes with the NUL)
+SOCKET_ROOM = 48  # what a sandbox adds to the runtime folder for its sockets: /KEY/run/runner.sock
+
+
 def runtime_root() -> Path:
-    """A private folder for the daemons of this user, checked before use (see privatedir)."""
+    """A private folder for the daemons of this user, checked before use (see privatedir). One whose
+    path leaves no room for the sockets in it (a long TMPDIR) is passed over, with a warning."""
     name = f"owsandbox-{os.getuid()}"
     candidates = [Path(os.environ["XDG_RUNTIME_DIR"]) / name] if os.environ.get("XDG_RUNTIME_DIR") else []
-    candidates += [Path(tempfile.gettempdir()) / name, Path.home() / ".cache" / "owsandbox" / "run"]
-    return first_private_folder(candidates)
+    candidates += [Path(tempfile.gettempdir()) / name, Path("/tmp") / name,
+                   Path.home() / ".cache" / "owsandbox" / "run"]
+    fitting = []
+    for candidate in dict.fromkeys(candidates):
+        if len(str(candidate)) + SOCKET_ROOM <= UNIX_PATH_MAX:
+            fitting.append(candidate)
+        else:
+            print(f"owsandbox: warning: not using {candidate}: too long a path for the sandbox's sockets "
+                  f"(at most {UNIX_PATH_MAX - SOCKET_ROOM} characters)", file=sys.stderr)
+    return first_private_folder(fitting)
 
 
 def sweep_dead_state(root: Path, keep: str) -> None:
