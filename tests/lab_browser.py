@@ -30,7 +30,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -76,10 +76,13 @@ def chromium_or_skip() -> str:
 
 
 class Lab:
-    """One `jupyter lab` server with its own folders; remembers (by pidfd) every process seen under it."""
+    """One `jupyter lab` server with its own folders; remembers (by pidfd) every process seen under it.
+    `args` are more command-line options for it, `env` more environment variables (e.g. a gateway's)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, args: Sequence[str] = (), env: Mapping[str, str] | None = None) -> None:
         self.folder = folder
+        self.args = list(args)
+        self.env = dict(env or {})
         self.root = folder / "root"
         self.runtime = folder / "runtime"
         self.token = secrets.token_hex(16)
@@ -107,12 +110,13 @@ class Lab:
             "JUPYTER_RUNTIME_DIR": str(self.runtime),
             "IPYTHONDIR": str(self.folder / "ipython"),
             "PYTHONUNBUFFERED": "1",
+            **self.env,
         }
         args = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
                 "--ServerApp.port=0", "--ServerApp.port_retries=0", f"--IdentityProvider.token={self.token}",
                 f"--ServerApp.root_dir={self.root}", "--ServerApp.allow_root=True",
                 "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-                "--LabApp.extension_manager=readonly"]
+                "--LabApp.extension_manager=readonly", *self.args]
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(args, cwd=self.root, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                             stderr=subprocess.STDOUT)
@@ -175,13 +179,15 @@ class Lab:
         return left
 
 
-def notebook_for_test_kernel(folder: Path, name: str, notebook: dict[str, Any]) -> dict[str, Any]:
-    """Write `notebook` as `folder/name` with the test kernel as its kernelspec; the notebook as written."""
+def notebook_for_test_kernel(folder: Path, name: str, notebook: dict[str, Any],
+                             kernel_name: str = KERNEL_NAME) -> dict[str, Any]:
+    """Write `notebook` as `folder/name` with a test kernel (by default `owsandbox-test`) as its kernelspec;
+    the notebook as written."""
     from jupyter_client.kernelspec import KernelSpecManager
 
-    spec = KernelSpecManager().get_kernel_spec(KERNEL_NAME)
+    spec = KernelSpecManager().get_kernel_spec(kernel_name)
     notebook = json.loads(json.dumps(notebook))
-    notebook.setdefault("metadata", {})["kernelspec"] = {"name": KERNEL_NAME, "display_name": spec.display_name,
+    notebook.setdefault("metadata", {})["kernelspec"] = {"name": kernel_name, "display_name": spec.display_name,
                                                          "language": spec.language}
     (folder / name).write_text(json.dumps(notebook, indent=1))
     return notebook
@@ -209,8 +215,10 @@ def run_all_cells(page: Any, count: int, display_name: str) -> None:
 
 
 @contextmanager
-def lab_in_chromium(folder: Path, screenshot_name: str = "jupyterlab.png") -> Iterator[tuple[Lab, Any]]:
-    """A started `Lab` in `folder` (its root folder made, empty) and a Chromium page that may reach only it.
+def lab_in_chromium(folder: Path, screenshot_name: str = "jupyterlab.png", lab_args: Sequence[str] = (),
+                    lab_env: Mapping[str, str] | None = None) -> Iterator[tuple[Lab, Any]]:
+    """A started `Lab` in `folder` (its root folder made, empty; `lab_args` and `lab_env` passed to it) and a
+    Chromium page that may reach only it.
 
     On the way out: a screenshot, the browser closed, the server stopped, what ran under it printed;
     then (unless the body failed) no process seen under the server may still have been running.
@@ -218,7 +226,7 @@ def lab_in_chromium(folder: Path, screenshot_name: str = "jupyterlab.png") -> It
     chromium = chromium_or_skip()
     from playwright.sync_api import sync_playwright
 
-    lab = Lab(folder)
+    lab = Lab(folder, lab_args, lab_env)
     lab.root.mkdir()
     screenshot = folder / screenshot_name
     started = time.monotonic()
