@@ -94,6 +94,20 @@ def test_a_workspace_of_the_whole_machine_is_refused(attacker_factory):
     assert "workspace cannot be /" in answer.get("error", ""), answer
 
 
+def test_a_workspace_that_holds_the_private_runtime_folder_is_refused(attacker_factory, owner):
+    """The runtime folder holds the sockets, the logs and the runner the host runs for every relay: a
+    box whose workspace held it (a notebook opened in /tmp, say) could make the host run its code."""
+    runtime = Path(tempfile.mkdtemp(prefix="owsbx-xdg-"))
+    os.chown(runtime, owner.pw_uid, owner.pw_gid)
+    os.chmod(runtime, 0o700)
+    try:
+        attacker = attacker_factory(XDG_RUNTIME_DIR=str(runtime))
+        answer = attacker.step(start={"cwd": str(runtime), "runner_path": attacker.runner})
+        assert f"the workspace {runtime} holds {runtime}/owsandbox-{owner.pw_uid}" in answer.get("error", ""), answer
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
+
+
 def test_other_sandboxes_and_the_runtime_folder_are_out_of_reach(attacker_factory, home: Path, who: str, owner):
     runtime = Path(tempfile.mkdtemp(prefix="owsbx-xdg-"))
     os.chown(runtime, owner.pw_uid, owner.pw_gid)

@@ -40,7 +40,7 @@ from ...logs import log_level_args
 from ..box.daemonctl import listen_unix, serving
 from ..box.procstat import pid_alive, start_time
 from ..limits import CgroupEnforcement, Enforcement, Limits, enforce, human_size
-from .local import _LAUNCHER, LocalProvider
+from .local import _LAUNCHER, LocalProvider, runtime_root
 
 NETWORK_ENV = "OWSANDBOX_NETWORK"
 LIMITS_ENV = "OWSANDBOX_LIMITS"
@@ -203,6 +203,12 @@ class BwrapProvider(LocalProvider):
                 raise WorkspaceRefused(
                     f"the workspace cannot be {folder}: a sandbox that may write there isolates nothing. Open the "
                     "notebook from a project folder, or set OWSANDBOX_WORKSPACE to one")
+        private = str(runtime_root())
+        if _inside(private, self.cwd):
+            raise WorkspaceRefused(
+                f"the workspace {self.cwd} holds {private}, the private folder of the sandboxes' sockets, logs and "
+                "the runner this machine runs for them: a sandbox that may write there could make this machine "
+                "run its code. Open the notebook from a project folder, or set OWSANDBOX_WORKSPACE to one")
 
     def hidden_in_workspace(self) -> list[str]:
         """Secrets of the home folder that the workspace (being it, or holding it) would show."""
