@@ -30,7 +30,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -160,23 +160,30 @@ class Lab:
     def stop(self) -> dict[int, str]:
         """Terminate the server (it shuts its kernels down), kill it if it lingers; the processes seen
         under it that were still running 15 s later (they are killed)."""
-        left: dict[int, str] = {}
-        try:
-            if self.process is not None:
-                if self.process.poll() is None:
-                    self.remember_processes()
-                    self.process.terminate()
-                    try:
-                        self.process.wait(30)
-                    except subprocess.TimeoutExpired:
-                        self.process.kill()
-                        self.process.wait(10)
-                running = self.processes.still_running_after(15)
-                left = {pid: self.processes.seen[pid] for pid in running}
-                self.processes.kill(running)
-        finally:
-            self.processes.close()
-        return left
+        return stop_watched(self.process, self.processes, self.remember_processes)
+
+
+def stop_watched(process: subprocess.Popen[bytes] | None, processes: PinnedProcesses,
+                 remember: Callable[[], object]) -> dict[int, str]:
+    """Stop a server whose processes are watched: `remember()` what runs now, terminate it (kill it
+    after 30 s), then the watched processes still running 15 s later, killed and returned by pid."""
+    left: dict[int, str] = {}
+    try:
+        if process is not None:
+            remember()
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(10)
+            running = processes.still_running_after(15)
+            left = {pid: processes.seen[pid] for pid in running}
+            processes.kill(running)
+    finally:
+        processes.close()
+    return left
 
 
 def notebook_for_test_kernel(folder: Path, name: str, notebook: dict[str, Any],

@@ -65,6 +65,7 @@ from .lab_browser import (
     lab_in_chromium,
     needs_linux_processes,
     notebook_for_test_kernel,
+    stop_watched,
 )
 from .processes import PinnedProcesses, command_line, descendants, wait_gone
 from .waiting import WaitTimeout, wait_until
@@ -221,23 +222,7 @@ class Gateway:
     def stop(self) -> dict[int, str]:
         """Terminate the gateway (it shuts its kernels down), kill it if it lingers; the processes seen
         under it that were still running 15 s later (they are killed)."""
-        left: dict[int, str] = {}
-        try:
-            if self.process is not None:
-                self.remember_processes()
-                if self.process.poll() is None:
-                    self.process.terminate()
-                    try:
-                        self.process.wait(30)
-                    except subprocess.TimeoutExpired:
-                        self.process.kill()
-                        self.process.wait(10)
-                running = self.processes.still_running_after(15)
-                left = {pid: self.processes.seen[pid] for pid in running}
-                self.processes.kill(running)
-        finally:
-            self.processes.close()
-        return left
+        return stop_watched(self.process, self.processes, self.remember_processes)
 
 
 @dataclass
