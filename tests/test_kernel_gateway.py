@@ -34,6 +34,7 @@ closes Chromium.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -409,6 +410,89 @@ def test_rest_and_websocket_clients_get_cells_stop_and_attach_updates(gateway: G
 
     assert gateway.request("DELETE", f"/api/kernels/{kernel['id']}")[0] == 204
     assert gateway.kernels() == []
+    wait_ended(sandbox)
+
+
+@pytest.fixture
+def open_gateway(tmp_path: Path) -> Iterator[Gateway]:
+    """A gateway without a token, for jupyter_server's gateway client: it sends the token on REST calls but
+    not on its kernel WebSocket (jupyter_server 2.21, `GatewayKernelClient.start_channels`), which a
+    gateway with a token refuses (401)."""
+    require_bwrap()
+    server = Gateway(tmp_path)
+    server.token = ""
+    try:
+        server.start()
+        yield server
+    finally:
+        left = server.stop()
+    assert not left, f"still running 15 s after the kernel gateway ended (now killed): {left}"
+
+
+@needs_linux_processes
+def test_a_jupyter_client_kernel_client_through_the_gateway_gets_attach_updates(open_gateway: Gateway) -> None:
+    """jupyter_client's AsyncKernelClient API (jupyter_server's GatewayKernelManager and GatewayKernelClient,
+    the gateway's REST and WebSocket underneath): cells, `%attach`'s display and its updates, interrupt,
+    shutdown."""
+    from jupyter_server.gateway.gateway_client import GatewayClient
+    from jupyter_server.gateway.managers import GatewayKernelManager
+
+    shutil.copy(ENGINE, open_gateway.root / ENGINE.name)
+    python = shlex.quote(os.path.realpath(sys.executable))
+    client_config = GatewayClient.instance()
+    client_config.url = open_gateway.url
+
+    async def converse() -> tuple[SandboxSeen, list[dict[str, Any]], dict[str, Any]]:
+        manager = GatewayKernelManager()
+        await manager.start_kernel(kernel_name=KERNEL)
+        client = manager.client()
+        await client.start_channels()
+        seen: list[dict[str, Any]] = []
+
+        async def run(code: str) -> dict[str, Any]:
+            msg_id = client.execute(code)
+            reply = await client.get_shell_msg(timeout=60)
+            assert reply["parent_header"]["msg_id"] == msg_id
+            while True:  # its output, up to its idle status
+                msg = await client.get_iopub_msg(timeout=30)
+                seen.append(msg)
+                if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle" \
+                        and msg["parent_header"].get("msg_id") == msg_id:
+                    return reply
+
+        try:
+            assert (await run("echo $(hostname)"))["content"]["status"] == "ok"
+            sandbox = open_gateway.sandbox_of(str(manager.kernel_id))
+            assert (await run(f"%attach --name echo -- {python} {ENGINE.name}"))["content"]["status"] == "ok"
+            assert (await run('%send {"id": "jc-1", "type": "echo", "text": "via jupyter_client"}'))[
+                "content"]["status"] == "ok"
+            while not any(m["msg_type"] == "update_display_data" and "via jupyter_client" in str(m["content"])
+                          for m in seen):  # the display is redrawn soon after the record came
+                seen.append(await client.get_iopub_msg(timeout=20))
+            msg_id = client.execute("sleep 600")
+            while not any(m["msg_type"] == "execute_input" and m["parent_header"].get("msg_id") == msg_id
+                          for m in seen):
+                seen.append(await client.get_iopub_msg(timeout=30))
+            await manager.interrupt_kernel()
+            stopped = await client.get_shell_msg(timeout=30)
+        finally:
+            client.stop_channels()
+            await manager.shutdown_kernel()
+        return sandbox, seen, stopped
+
+    try:
+        sandbox, seen, stopped = asyncio.run(converse())
+    finally:
+        GatewayClient.clear_instance()
+    texts = [m["content"]["text"] for m in seen if m["msg_type"] == "stream"]
+    assert texts[0] == "sandbox\n"
+    [shown] = [m for m in seen if m["msg_type"] == "display_data" and "display_id" in m["content"].get("transient", {})]
+    display_id = shown["content"]["transient"]["display_id"]
+    updates = [m for m in seen if m["msg_type"] == "update_display_data"
+               and m["content"]["transient"]["display_id"] == display_id]
+    assert any('"text": "via jupyter_client"' in m["content"]["data"]["text/plain"] for m in updates), updates
+    assert stopped["content"]["status"] == "error" and stopped["content"]["ename"] == "Interrupted"
+    assert open_gateway.kernels() == []
     wait_ended(sandbox)
 
 
