@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from owsandbox.runner.box.procstat import namespace_pids
+
+from ..processes import command_line
 from ..waiting import wait_until
 from .conftest import Attacker
 
@@ -241,6 +244,11 @@ def test_with_network_on_the_hosts_loopback_services_stay_out_of_reach(attacker_
         attacker = attacker_factory()
         attacker.start(home / "project", network=True)
         assert attacker.step(describe=True)["network"] == "outbound"
+        # The host's record of the box's init is the init itself (pid 1 of the box's namespace), though a
+        # plain user's bubblewrap runs inside pasta and reports the pid pasta's namespace gives it (once
+        # taken for the host's: pid 2, kthreadd, was what shutdown signalled).
+        init = attacker.step(state=True)["init_pid"]
+        assert namespace_pids(init)[-1] == 1 and command_line(init).startswith("bwrap"), (init, command_line(init))
         routes = attacker.run("cat /proc/net/route")["output"].splitlines()[1:]
         assert any(line.split()[1] == "00000000" for line in routes), routes  # a default route out
         port = server.getsockname()[1]

@@ -114,6 +114,19 @@ def session_members(sid: int) -> list[int]:
     return members("session", sid)
 
 
+def namespace_pids(pid: int) -> list[int]:
+    """The process's pid in each PID namespace it is in, the host's first (`NSpid` in its status); [] when
+    it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("NSpid:"):
+                    return [int(part) for part in line.split()[1:]]
+    except (OSError, ValueError):
+        pass
+    return []
+
+
 def descendants(root: int) -> list[int]:
     """Every process below `root` (zombies too: they are still someone's children)."""
     children: dict[int, list[int]] = {}

@@ -38,7 +38,7 @@ from typing import Any
 
 from ...logs import log_level_args
 from ..box.daemonctl import listen_unix, serving
-from ..box.procstat import pid_alive, start_time
+from ..box.procstat import descendants, namespace_pids, pid_alive, start_time
 from ..limits import CgroupEnforcement, Enforcement, Limits, enforce, human_size
 from .local import _LAUNCHER, LocalProvider, runtime_root
 
@@ -380,12 +380,27 @@ class BwrapProvider(LocalProvider):
                 break
             data += chunk
             try:
-                return int(json.loads(data)["child-pid"])
+                reported = int(json.loads(data)["child-pid"])
             except (ValueError, KeyError):
                 continue
+            return self._host_pid(reported)
         assert self.daemon is not None
         self.daemon.wait(5)
         raise RuntimeError(f"bubblewrap did not start the sandbox: {self._log_tail() or 'no message'}")
+
+    def _host_pid(self, reported: int) -> int:
+        """The host's pid of the sandbox's init. bubblewrap reports it as its own PID namespace sees it,
+        which is the host's only when nothing wraps bubblewrap: run inside pasta (a plain user with network
+        on) it is pasta's namespace, where the init may be pid 2, and the host's pid 2 is someone else.
+        So the init is found among what was started here: the process that is pid 1 of its namespace and
+        has `reported` one namespace up."""
+        assert self.daemon is not None
+        found = [(len(levels), pid) for pid in descendants(self.daemon.pid)
+                 if len(levels := namespace_pids(pid)) >= 2 and levels[-1] == 1 and levels[-2] == reported]
+        if found:
+            return min(found)[1]  # the outermost such namespace: the sandbox's own
+        raise RuntimeError(f"bubblewrap reported its sandbox's init as pid {reported} of its namespace, and no "
+                           f"process under pid {self.daemon.pid} is that one")
 
     def _network_wrapper(self) -> list[str]:
         """The command that gives the box outbound network without the host's loopback, run around
