@@ -107,7 +107,6 @@ class _Refused(Exception):
         self.error = error
 
 
-
 def probe_offset(since: int, tail: bytes | None) -> int:
     """Where a reattach that checks its cursor asks execd to replay from: before the tail, with room
     to find the tail again when the ring holds it elsewhere."""
@@ -124,6 +123,7 @@ def nearest(data: bytes, needle: bytes, around: int) -> int:
             best = end
         start = data.find(needle, start + 1)
     return best
+
 
 class ExecdJsonLineChannel:
     """One program's JSON-lines stdin/stdout over execd's PTY WebSocket (pipe mode unless `mode_pty`)."""
@@ -232,24 +232,35 @@ class ExecdJsonLineChannel:
         busy_until = loop.time() + BUSY_RETRY_SECONDS
         while True:
             try:
-                await self._attempt(since, takeover, since_tail if probe else None, busy_until)
-            except _Refused as refused:  # behind OpenSandbox's proxy: Close 1008 instead of an HTTP status
-                await self._release()
-                error = refused.error
-                if isinstance(error, ExecdAlreadyConnected) and loop.time() + BUSY_RETRY_PAUSE_SECONDS <= busy_until:
-                    log.info("the %s session is held by another client (1008 through a proxy); trying again",
-                             self.label)
-                    await asyncio.sleep(BUSY_RETRY_PAUSE_SECONDS)
-                    continue
-                raise error from None
-            break
+                await self._attempt(since, takeover, since_tail if probe else None)
+                break
+            except (ExecdAlreadyConnected, _Refused) as exc:
+                # 409 from execd, or Close 1008 from OpenSandbox's proxy in its place (then execd's
+                # answer, found from the session's status, is the error)
+                proxied = isinstance(exc, _Refused)
+                if proxied:
+                    await self._release()
+                error = exc.error if isinstance(exc, _Refused) else exc  # narrowed for the type checker
+                if not isinstance(error, ExecdAlreadyConnected):
+                    raise error from None
+                if loop.time() + BUSY_RETRY_PAUSE_SECONDS > busy_until:
+                    if proxied:
+                        raise error from None
+                    raise ExecdAlreadyConnected(
+                        error.method, error.path, error.status, error.body,
+                        f"another client still holds the {self.label} session after {BUSY_RETRY_SECONDS:g} s of "
+                        "retrying. Released execds (up to v1.0.18) cannot take a session over, and keep a client "
+                        "that vanished without closing attached for up to 60 s: try again in a minute") from None
+                log.info("the %s session is held by another client (%s); trying again", self.label,
+                         "1008 through a proxy" if proxied else "409")
+                await asyncio.sleep(BUSY_RETRY_PAUSE_SECONDS)
         if command is not None and self.is_connected:
             await self._send(encode_frame(STDIN, start_line(command)))
 
-    async def _attempt(self, since: int, takeover: bool, since_tail: bytes | None, busy_until: float) -> None:
+    async def _attempt(self, since: int, takeover: bool, since_tail: bytes | None) -> None:
         self._opening = True
         try:
-            ws = await self._open_retrying(probe_offset(since, since_tail), takeover, busy_until)
+            ws = await self._open(probe_offset(since, since_tail), takeover)
         finally:
             self._opening = False
         self._decoder.reset(since)
@@ -387,21 +398,6 @@ class ExecdJsonLineChannel:
             await ws.send(message)
         except ConnectionClosed as exc:
             raise ChannelDetached(f"the {self.label} channel was disconnected while sending") from exc
-
-    async def _open_retrying(self, since: int, takeover: bool, deadline: float) -> ClientConnection:
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                return await self._open(since, takeover)
-            except ExecdAlreadyConnected as exc:
-                if loop.time() + BUSY_RETRY_PAUSE_SECONDS > deadline:
-                    raise ExecdAlreadyConnected(
-                        exc.method, exc.path, exc.status, exc.body,
-                        f"another client still holds the {self.label} session after {BUSY_RETRY_SECONDS:g} s of "
-                        "retrying. Released execds (up to v1.0.18) cannot take a session over, and keep a client "
-                        "that vanished without closing attached for up to 60 s: try again in a minute") from None
-                log.info("the %s session is held by another client (409); trying again", self.label)
-                await asyncio.sleep(BUSY_RETRY_PAUSE_SECONDS)
 
     async def _open(self, since: int, takeover: bool) -> ClientConnection:
         assert self.session_id is not None
