@@ -137,13 +137,14 @@ class LocalProvider(Provider):
         self._lifecycle = threading.RLock()  # restart_daemon() and a reconnecting client may race
 
     def create(self) -> None:
+        root = runtime_root() if self.runner_path is None or self.key else Path()  # checked once: it may warn
         if self.runner_path is None:
             # In the private runtime folder, never under the home folder (~/.cache), which a workspace may be or
             # hold: the host runs this file for every relay, so a box that could rewrite it would run outside.
-            self.runner_path = str(build_runner_zipapp(runtime_root() / "runners"))
+            self.runner_path = str(build_runner_zipapp(root / "runners"))
         if self.key:
-            sweep_dead_state(runtime_root(), keep=self.key)
-            folder = runtime_root() / self.key
+            sweep_dead_state(root, keep=self.key)
+            folder = root / self.key
             folder.mkdir(mode=0o700, exist_ok=True)
             self.state_dir = str(folder)
         else:
