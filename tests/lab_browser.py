@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -184,6 +185,17 @@ def stop_watched(process: subprocess.Popen[bytes] | None, processes: PinnedProce
     finally:
         processes.close()
     return left
+
+
+def stop_from_toolbar(page: Any, cell: Any, timeout_ms: int = 5_000) -> float:
+    """Press ■ in the notebook's toolbar and wait until `cell` shows the kernel's `Interrupted` error;
+    the seconds from the press to that."""
+    from playwright.sync_api import expect
+
+    pressed = time.monotonic()
+    page.locator('.jp-NotebookPanel-toolbar [data-command="notebook:interrupt-kernel"]').click()
+    expect(cell.locator(ERROR)).to_have_text(re.compile(r"^Interrupted: "), timeout=timeout_ms)
+    return time.monotonic() - pressed
 
 
 def notebook_for_test_kernel(folder: Path, name: str, notebook: dict[str, Any],

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ from .lab_browser import (
     needs_linux_processes,
     notebook_for_test_kernel,
     run_all_cells,
+    stop_from_toolbar,
 )
 
 pytestmark = pytest.mark.slow
@@ -110,10 +110,7 @@ def stop_a_running_cell(page: Any, executed: int) -> None:
     expect(long_cell.locator(STDOUT)).to_have_text("started")
     expect(long_cell.locator(".jp-InputPrompt")).to_have_text("[*]:")
 
-    pressed = time.monotonic()
-    page.locator('.jp-NotebookPanel-toolbar [data-command="notebook:interrupt-kernel"]').click()
-    expect(long_cell.locator(ERROR)).to_have_text(re.compile(r"^Interrupted: "), timeout=INTERRUPT_MS)
-    print(f"Stop → Interrupted rendered in {time.monotonic() - pressed:.2f} s")
+    print(f"Stop → Interrupted rendered in {stop_from_toolbar(page, long_cell, INTERRUPT_MS):.2f} s")
     expect(long_cell.locator(".jp-InputPrompt")).to_have_text(f"[{executed + 1}]:")
 
     expect(cells).to_have_count(count + 2)
