@@ -39,13 +39,11 @@ import os
 import re
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -320,24 +318,19 @@ class LifecycleStandin:
         self._end(sandbox)
 
     def _end(self, sandbox: StandinSandbox) -> None:
+        """Close the box's stdin: it ends everything below it (a subreaper, its orphans too), then itself."""
         process = sandbox.process
         if process is None:
             return
-        for _ in range(100):  # what is killed leaves orphans to the box (a subreaper): again until none
-            below = [pid for pid in descendants(process.pid) if pid_alive(pid)]
-            if not below:
-                break
-            for pid in below:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            time.sleep(0.01)
-        process.kill()
-        process.wait(10)
-        for stream in (process.stdin, process.stdout):
-            if stream is not None:
-                stream.close()
+        if process.stdin is not None:
+            process.stdin.close()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+        if process.stdout is not None:
+            process.stdout.close()
 
     def _expire(self) -> None:
         while not self._stopping.wait(0.05):
