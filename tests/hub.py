@@ -27,7 +27,6 @@ import pwd
 import re
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -44,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from .plain_python import PlainPython, _link_tree, ensure_user, make_plain_python
+from .ports import free_port
 from .processes import PinnedProcesses, command_line, descendants, name
 from .waiting import WaitTimeout, wait_until
 
@@ -84,12 +84,6 @@ def class_of(count: int, prefix: str = "owsbx-hub-") -> list[Student]:
     names = [letters[i] if i < 26 else f"{letters[i // 26 - 1]}{letters[i % 26]}" for i in range(count)]
     return [Student(f"{prefix}{n}", secrets.token_urlsafe(12), f"memory=1G,pids={128 + 32 * (i % 4)}")
             for i, n in enumerate(names)]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def processes_of(uid: int) -> list[int]:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import getpass
 import os
-import socket
 import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from .ports import free_port
 
 SSHD = "/usr/sbin/sshd"
 
@@ -20,9 +21,7 @@ def loopback_sshd(folder: Path) -> Iterator[list[str]]:
     for name in ("host_key", "user_key"):
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(folder / name)], check=True)
     (folder / "authorized_keys").write_text((folder / "user_key.pub").read_text())
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     (folder / "sshd_config").write_text(
         f"Port {port}\nListenAddress 127.0.0.1\nHostKey {folder}/host_key\n"
         f"AuthorizedKeysFile {folder}/authorized_keys\nPermitRootLogin prohibit-password\n"

@@ -41,7 +41,6 @@ import re
 import secrets
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -68,6 +67,7 @@ from .lab_browser import (
     stop_from_toolbar,
     stop_watched,
 )
+from .ports import free_port
 from .processes import PinnedProcesses, command_line, descendants, wait_gone
 from .waiting import WaitTimeout, wait_until
 
@@ -76,13 +76,6 @@ ENGINE = Path(__file__).resolve().parents[1] / "notebooks" / "engines" / "echo_e
 GATEWAY_START_SECONDS = 60
 KERNEL_IDLE_MS = 60_000
 INTERRUPT_MS = 5_000
-
-
-def free_port() -> int:
-    """A loopback port nobody listens on now (the gateway cannot report a port the OS picked)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def processes_mentioning(text: str) -> list[int]:

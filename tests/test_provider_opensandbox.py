@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import sys
 import threading
 import time
@@ -38,6 +37,7 @@ from owsandbox.runner.wstransport import CLOSE_TIMEOUT_SECONDS, ExecdPipeTranspo
 
 from .conftest import DEFAULT_KERNEL_NAME
 from .kernel_session import KernelSession
+from .ports import free_port
 from .processes import wait_for_file
 from .test_runner_shells import run_in_background, wait_until_busy
 
@@ -172,9 +172,7 @@ def test_a_wrong_or_missing_token_fails_at_once_and_says_so(execd, workspace):
 
 
 def test_an_unreachable_url_fails_at_once_and_names_it(workspace):
-    with socket.socket() as probe:  # a port nobody listens on
-        probe.bind(("127.0.0.1", 0))
-        url = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    url = f"http://127.0.0.1:{free_port()}"  # a port nobody listens on
     provider = OpenSandboxProvider(url=url, headers={TOKEN_HEADER: "t"}, box_cwd=str(workspace))
     started = time.monotonic()
     with pytest.raises(BoxError, match="cannot reach execd at " + url) as err:
@@ -522,10 +520,7 @@ def test_a_reattach_that_cannot_learn_whether_the_program_runs_is_not_tried(open
     address = opensandbox_release_execd.address()
     endpoint = ExecdEndpoint(origin=address["url"], headers={TOKEN_HEADER: address["token"]})
     assert session_status(endpoint, "0123456789abcdef") is None
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]  # closed again below: nobody listens there
-    silent = ExecdEndpoint(origin=f"http://127.0.0.1:{port}", headers={TOKEN_HEADER: address["token"]})
+    silent = ExecdEndpoint(origin=f"http://127.0.0.1:{free_port()}", headers={TOKEN_HEADER: address["token"]})
     with pytest.raises(AttachFailed, match="could not ask execd whether session 01234567 still runs .* not attaching"):
         session_status(silent, "0123456789abcdef")
     wrong_token = ExecdEndpoint(origin=address["url"], headers={TOKEN_HEADER: "not-the-token"})

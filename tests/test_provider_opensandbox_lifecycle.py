@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import sys
 import time
 import urllib.error
@@ -32,6 +31,7 @@ from owsandbox.runner.workspace import RunnerWorkspace
 from .conftest import DEFAULT_KERNEL_NAME
 from .kernel_session import KernelSession
 from .lifecycle_standin import API_KEY_HEADER, INGRESS_HEADER, LifecycleStandin
+from .ports import free_port
 from .processes import wait_gone
 from .waiting import wait_until
 
@@ -86,9 +86,7 @@ def provider(server: LifecycleStandin | str, **options: Any) -> OpenSandboxLifec
 
 
 def closed_port_url() -> str:
-    with socket.socket() as probe:  # a port nobody listens on
-        probe.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{probe.getsockname()[1]}"
+    return f"http://127.0.0.1:{free_port()}"  # a port nobody listens on
 
 
 # -- through the kernel -----------------------------------------------------------------------------------
