@@ -34,14 +34,12 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-import uuid
-from collections import defaultdict
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from http.cookiejar import CookieJar
 from pathlib import Path
 from typing import Any
 
+from .kernel_ws import KernelWebSocket
 from .plain_python import PlainPython, _link_tree, ensure_user, make_plain_python
 from .ports import free_port
 from .processes import PinnedProcesses, command_line, descendants, name
@@ -163,117 +161,17 @@ def sandbox_of(kernel_id: str) -> SandboxFacts:
     return wait_until(find, 30, f"the bubblewrap sandbox of kernel {kernel_id}")
 
 
-@dataclass
-class Cell:
-    """One cell run through a kernel WebSocket: its reply and iopub outputs (msg_type, content), in order."""
-
-    reply: dict[str, Any]
-    outputs: list[tuple[str, dict[str, Any]]]
-    seconds: float
-
-    @property
-    def status(self) -> str:
-        return self.reply["status"]
-
-    def text(self, stream: str = "stdout") -> str:
-        return "".join(c["text"] for t, c in self.outputs if t == "stream" and c["name"] == stream)
-
-    def plain(self) -> str:
-        """The text/plain of every display (the kernel's notes and %sandbox tables included)."""
-        return "".join(c["data"].get("text/plain", "") for t, c in self.outputs
-                       if t in ("display_data", "update_display_data"))
-
-    @property
-    def error(self) -> dict[str, Any]:
-        errors = [c for t, c in self.outputs if t == "error"]
-        assert len(errors) == 1, self.outputs
-        return errors[0]
-
-
-class HubKernel:
+class HubKernel(KernelWebSocket):
     """A kernel in a student's server, started and driven through the hub's URL: REST to start and
-    delete it, its `/channels` WebSocket for cells (Jupyter's JSON WebSocket protocol)."""
+    delete it, its `/channels` WebSocket for cells."""
 
     def __init__(self, hub: Hub, user: str, token: str, kernel_name: str = KERNEL_NAME) -> None:
-        from websockets.sync.client import connect
-
-        self.hub, self.user, self.token = hub, user, token
+        self.hub, self.token = hub, token
         status, model = hub.request("POST", f"/user/{user}/api/kernels", {"name": kernel_name}, token=token)
         assert status == 201, (status, model)
         self.id: str = model["id"]
-        self.session = uuid.uuid4().hex
-        url = f"{hub.ws_url}user/{user}/api/kernels/{self.id}/channels?session_id={self.session}"
-        self._stack = ExitStack()  # connect() is a context manager (websockets 17 warns otherwise)
-        self.ws = self._stack.enter_context(connect(url, additional_headers={"Authorization": f"token {token}"},
-                                                    max_size=None, open_timeout=30))
-        self._iopub: dict[str, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
-        self._idle: set[str] = set()
-        self._replies: dict[str, dict[str, Any]] = {}
         self.closed = False
-        info = self._send("kernel_info_request", {})
-        self._read_until(lambda: info in self._replies, 60, "the kernel's kernel_info_reply")
-
-    def _send(self, msg_type: str, content: dict[str, Any], channel: str = "shell") -> str:
-        msg_id = uuid.uuid4().hex
-        header = {"msg_id": msg_id, "msg_type": msg_type, "username": self.user, "session": self.session,
-                  "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "version": "5.3"}
-        self.ws.send(json.dumps({"header": header, "parent_header": {}, "metadata": {}, "content": content,
-                                 "channel": channel, "buffers": []}))
-        return msg_id
-
-    def _read(self, timeout: float) -> bool:
-        """Read one message (False when none came within `timeout`) and file it under its request."""
-        try:
-            raw = self.ws.recv(timeout=timeout)
-        except TimeoutError:
-            return False
-        if isinstance(raw, bytes):
-            return True  # a message with binary buffers: none of the ones read here
-        msg = json.loads(raw)
-        parent = msg.get("parent_header", {}).get("msg_id")
-        kind = msg["header"]["msg_type"]
-        if msg["channel"] == "iopub":
-            if kind == "status" and msg["content"]["execution_state"] == "idle":
-                self._idle.add(parent)
-            elif kind not in ("status", "execute_input"):
-                self._iopub[parent].append((kind, msg["content"]))
-        elif msg["channel"] == "shell" and kind.endswith("_reply"):
-            self._replies[parent] = msg["content"]
-        return True
-
-    def send(self, code: str) -> str:
-        """Send a cell without waiting for it; its msg_id."""
-        return self._send("execute_request", {"code": code, "silent": False, "store_history": True,
-                                              "user_expressions": {}, "allow_stdin": False, "stop_on_error": False})
-
-    def collect(self, msg_id: str, timeout: float = 60) -> Cell:
-        """The cell `msg_id` once its kernel went idle after it and replied."""
-        started = time.monotonic()
-        self._read_until(lambda: msg_id in self._idle and msg_id in self._replies, timeout,
-                         f"cell {msg_id} of {self.user}'s kernel to finish")
-        return Cell(self._replies.pop(msg_id), self._iopub.pop(msg_id, []), time.monotonic() - started)
-
-    def wait_for_stdout(self, msg_id: str, text: str, timeout: float = 30) -> None:
-        """Until cell `msg_id` (still running) has printed `text` on stdout."""
-
-        def printed() -> bool:
-            return text in "".join(c["text"] for t, c in self._iopub[msg_id] if t == "stream" and c["name"] == "stdout")
-
-        self._read_until(printed, timeout, f"{text!r} from {self.user}'s cell")
-
-    def _read_until(self, done: Any, timeout: float, what: str) -> None:
-        """Read messages (each wait is on the socket, an event) until `done()`."""
-
-        def read_then_check() -> bool:
-            if done():
-                return True
-            self._read(0.5)
-            return done()
-
-        wait_until(read_then_check, timeout, what, interval=0)
-
-    def run(self, code: str, timeout: float = 60) -> Cell:
-        return self.collect(self.send(code), timeout)
+        super().__init__(f"{hub.ws_url}user/{user}/api/kernels/{self.id}/channels", token, user)
 
     def close(self, shutdown: bool = True) -> None:
         """Close the WebSocket and (with `shutdown`) shut the kernel down: its sandbox ends with it. Leave
@@ -283,7 +181,7 @@ class HubKernel:
             return
         self.closed = True
         try:
-            self._stack.close()
+            super().close()
         finally:
             if shutdown:
                 self.hub.request("DELETE", f"/user/{self.user}/api/kernels/{self.id}", token=self.token)

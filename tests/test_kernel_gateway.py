@@ -46,17 +46,15 @@ import sys
 import time
 import urllib.error
 import urllib.request
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from .conftest import DEFAULT_KERNEL_NAME, require_bwrap
+from .kernel_ws import KernelWebSocket
 from .lab_browser import (
     NOTE,
     STDOUT,
@@ -219,82 +217,6 @@ class Gateway:
         return stop_watched(self.process, self.processes, self.remember_processes)
 
 
-@dataclass
-class Cell:
-    reply: dict[str, Any]
-    outputs: list[dict[str, Any]] = field(default_factory=list)  # iopub messages of the cell, in order
-
-    def text(self) -> str:
-        return "".join(m["content"]["text"] for m in self.outputs
-                       if m["msg_type"] == "stream" and m["content"]["name"] == "stdout")
-
-    def of_type(self, msg_type: str) -> list[dict[str, Any]]:
-        return [m["content"] for m in self.outputs if m["msg_type"] == msg_type]
-
-
-class KernelChannels:
-    """A kernel's `/api/kernels/{id}/channels` WebSocket, spoken as a browser does: one JSON message a
-    frame, the channel named in it. Every message read is kept in `seen`, in order."""
-
-    def __init__(self, gateway: Gateway, kernel_id: str) -> None:
-        from websockets.sync.client import connect
-
-        self.session = uuid.uuid4().hex
-        self.seen: list[dict[str, Any]] = []
-        self._open = ExitStack()
-        url = f"ws://{gateway.url.removeprefix('http://')}/api/kernels/{kernel_id}/channels"
-        self.ws = self._open.enter_context(connect(url, additional_headers={"Authorization": f"token {gateway.token}"},
-                                                   proxy=None, open_timeout=30, max_size=None))
-
-    def send(self, code: str) -> str:
-        header = {"msg_id": uuid.uuid4().hex, "msg_type": "execute_request", "session": self.session,
-                  "username": "gateway-test", "date": datetime.now(timezone.utc).isoformat(), "version": "5.3"}
-        content = {"code": code, "silent": False, "store_history": True, "user_expressions": {},
-                   "allow_stdin": False, "stop_on_error": True}
-        self.ws.send(json.dumps({"header": header, "parent_header": {}, "metadata": {}, "content": content,
-                                 "channel": "shell", "buffers": []}))
-        return header["msg_id"]
-
-    def wait_for(self, wanted: Callable[[dict[str, Any]], bool], timeout: float, what: str) -> dict[str, Any]:
-        """Read until `wanted(message)`; that message (each one read is kept in `seen`)."""
-
-        def next_wanted() -> dict[str, Any] | None:
-            try:
-                msg = json.loads(self.ws.recv(timeout=0.2))  # blocks until a message comes
-            except TimeoutError:
-                return None
-            self.seen.append(msg)
-            return msg if wanted(msg) else None
-
-        return wait_until(next_wanted, timeout, what, interval=0)
-
-    def collect(self, msg_id: str, timeout: float = 60) -> Cell:
-        """The cell's outputs until its reply and its idle status have both come."""
-        cell = Cell(reply={})
-        idle = False
-
-        def done(msg: dict[str, Any]) -> bool:
-            nonlocal idle
-            if msg["parent_header"].get("msg_id") != msg_id:
-                return False
-            if msg["msg_type"] == "execute_reply":
-                cell.reply = msg
-            elif msg["msg_type"] == "status":
-                idle = idle or msg["content"]["execution_state"] == "idle"
-            elif msg["msg_type"] != "execute_input":
-                cell.outputs.append(msg)
-            return bool(cell.reply) and idle
-
-        self.wait_for(done, timeout, f"the reply to {msg_id}")
-        return cell
-
-    def run(self, code: str, timeout: float = 60) -> Cell:
-        return self.collect(self.send(code), timeout)
-
-    def close(self) -> None:
-        self._open.close()
-
-
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     require_bwrap()
@@ -356,11 +278,12 @@ def test_rest_and_websocket_clients_get_cells_stop_and_attach_updates(gateway: G
     asked = time.monotonic()
     status, kernel = gateway.request("POST", "/api/kernels", {})  # no name: the gateway's default kernel
     assert status == 201 and kernel["name"] == KERNEL, (status, kernel)
-    channels = KernelChannels(gateway, kernel["id"])
+    channels = KernelWebSocket(f"ws://{gateway.url.removeprefix('http://')}/api/kernels/{kernel['id']}/channels",
+                               gateway.token)
     try:
         first = channels.run("echo first-result from $(hostname)")
         answered = time.monotonic() - asked
-        assert first.reply["content"]["status"] == "ok" and first.text() == "first-result from sandbox\n"
+        assert first.status == "ok" and first.text() == "first-result from sandbox\n"
         print(f"gateway kernel start request → first cell's result: {answered:.2f} s")
         sandbox = gateway.sandbox_of(kernel["id"])  # keyed by the gateway's kernel id
         assert sandbox.daemon()
@@ -373,13 +296,13 @@ def test_rest_and_websocket_clients_get_cells_stop_and_attach_updates(gateway: G
         assert gateway.request("POST", f"/api/kernels/{kernel['id']}/interrupt")[0] == 204
         stopped = channels.collect(msg_id, timeout=INTERRUPT_MS / 1000)
         print(f"REST interrupt → execute_reply through the gateway: {(time.monotonic() - pressed) * 1000:.0f} ms")
-        assert stopped.reply["content"]["status"] == "error" and stopped.reply["content"]["ename"] == "Interrupted"
+        assert stopped.status == "error" and stopped.reply["ename"] == "Interrupted"
         assert channels.run("echo after-stop").text() == "after-stop\n"
 
         # %attach: its display, then updates of that same display, reach the WebSocket client.
         python = shlex.quote(os.path.realpath(sys.executable))  # the daemon's own Python, mounted in the box
         attached = channels.run(f"%attach --name echo -- {python} {ENGINE.name}")
-        assert attached.reply["content"]["status"] == "ok", attached.outputs
+        assert attached.status == "ok", attached.outputs
         assert "attached to #1 echo" in attached.text()
         [shown] = attached.of_type("display_data")
         display_id = shown["transient"]["display_id"]
