@@ -42,7 +42,7 @@ from typing import Any
 from .kernel_ws import KernelWebSocket
 from .plain_python import PlainPython, _link_tree, ensure_user, make_plain_python
 from .ports import free_port
-from .processes import PinnedProcesses, command_line, descendants, name
+from .processes import PinnedProcesses, command_line, descendants, name, stop_watched
 from .waiting import WaitTimeout, wait_until
 
 KERNEL_NAME = "owsandbox"  # as `owsandbox install` names it
@@ -398,7 +398,7 @@ class Hub:
 
     def remember_processes(self) -> None:
         """Pin (by pidfd) the hub's process tree and every process of a student, as they are now."""
-        if self.process is not None:
+        if self.process is not None and self.process.poll() is None:  # a reaped pid may be someone else's now
             self.processes.add_tree(self.process.pid)
         for student in self.students.values():
             for pid in processes_of(student.account.pw_uid):
@@ -407,26 +407,12 @@ class Hub:
     def stop(self) -> dict[int, str]:
         """Stop the hub (it stops every student's server, then its proxy); then whatever was seen still
         running STOP_SECONDS later, or run by a student, is killed. What was left, by pid."""
-        left: dict[int, str] = {}
         started = time.monotonic()
         try:
-            self.remember_processes()
-            if self.process is not None and self.process.poll() is None:
-                self.process.terminate()
-                try:
-                    self.process.wait(STOP_SECONDS)
-                except subprocess.TimeoutExpired:
-                    self.process.kill()
-                    self.process.wait(10)
-            stopped = time.monotonic() - started
-            self.remember_processes()  # a student's process that appeared meanwhile
-            running = self.processes.still_running_after(STOP_SECONDS)
-            print(f"the hub stopped in {stopped:.1f} s, every process seen under it had ended "
-                  f"{time.monotonic() - started:.1f} s after the stop began")
-            left = {pid: self.processes.seen[pid] for pid in running}
-            self.processes.kill(running)
+            left = stop_watched(self.process, self.processes, self.remember_processes, settle=STOP_SECONDS)
+            print(f"every process seen under the hub had ended, or was killed, {time.monotonic() - started:.1f} s "
+                  "after the stop began")
         finally:
-            self.processes.close()
             self.final_log = self.log()
             shutil.rmtree(self.folder, ignore_errors=True)
             if self.own_plain:

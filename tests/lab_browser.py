@@ -31,7 +31,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,7 @@ from typing import Any
 import pytest
 
 from .conftest import KERNEL_NAME
-from .processes import PinnedProcesses
+from .processes import PinnedProcesses, stop_watched
 from .waiting import WaitTimeout, wait_until
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -154,37 +154,14 @@ class Lab:
 
     def remember_processes(self) -> dict[int, str]:
         """The server and everything under it now (kernels, sandbox daemons, shells), pinned by pidfd."""
-        if self.process is None:
-            return {}
+        if self.process is None or self.process.poll() is not None:  # a reaped pid may be someone else's now
+            return dict(self.processes.seen)
         return self.processes.add_tree(self.process.pid)
 
     def stop(self) -> dict[int, str]:
         """Terminate the server (it shuts its kernels down), kill it if it lingers; the processes seen
         under it that were still running 15 s later (they are killed)."""
         return stop_watched(self.process, self.processes, self.remember_processes)
-
-
-def stop_watched(process: subprocess.Popen[bytes] | None, processes: PinnedProcesses,
-                 remember: Callable[[], object]) -> dict[int, str]:
-    """Stop a server whose processes are watched: `remember()` what runs now, terminate it (kill it
-    after 30 s), then the watched processes still running 15 s later, killed and returned by pid."""
-    left: dict[int, str] = {}
-    try:
-        if process is not None:
-            remember()
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(10)
-            running = processes.still_running_after(15)
-            left = {pid: processes.seen[pid] for pid in running}
-            processes.kill(running)
-    finally:
-        processes.close()
-    return left
 
 
 def stop_from_toolbar(page: Any, cell: Any, timeout_ms: int = 5_000) -> float:

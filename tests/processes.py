@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import select
 import signal
+import subprocess
 import time
+from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
 
@@ -99,3 +101,28 @@ class PinnedProcesses:
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
+
+
+def stop_watched(process: subprocess.Popen[bytes] | None, processes: PinnedProcesses,
+                 remember: Callable[[], object], settle: float = 15) -> dict[int, str]:
+    """Stop a server whose processes are watched: `remember()` what runs now, terminate it (kill it
+    after 30 s), `remember()` again (what appeared meanwhile), then the watched processes still
+    running `settle` s later, killed and returned by pid."""
+    left: dict[int, str] = {}
+    try:
+        if process is not None:
+            remember()
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(10)
+            remember()
+            running = processes.still_running_after(settle)
+            left = {pid: processes.seen[pid] for pid in running}
+            processes.kill(running)
+    finally:
+        processes.close()
+    return left

@@ -63,10 +63,9 @@ from .lab_browser import (
     needs_linux_processes,
     notebook_for_test_kernel,
     stop_from_toolbar,
-    stop_watched,
 )
 from .ports import free_port
-from .processes import PinnedProcesses, command_line, descendants, wait_gone
+from .processes import PinnedProcesses, command_line, descendants, stop_watched, wait_gone
 from .waiting import WaitTimeout, wait_until
 
 KERNEL = DEFAULT_KERNEL_NAME  # bubblewrap: a private /tmp, its own pid namespace, a state folder named by the key
