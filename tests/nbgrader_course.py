@@ -29,6 +29,8 @@ from pathlib import Path
 import nbformat
 from nbformat import NotebookNode
 
+from .plain_python import as_user
+
 HERE = Path(__file__).resolve().parent / "nbgrader"
 ASSIGNMENT = "lesson1"
 KERNEL = "owsandbox"  # the name in the lesson's metadata; each grader's JUPYTER_PATH finds its own spec by it
@@ -51,8 +53,7 @@ class Grader:
         """`nbgrader ARGS` in the course folder (nbgrader takes the folder it runs in as the course's root)."""
         argv = [self.python, "-m", "nbgrader", *args]
         if self.user is not None:
-            runuser = shutil.which("runuser") or "/usr/sbin/runuser"
-            argv = [runuser, "-u", self.user, "--", "env", "-i", *[f"{k}={v}" for k, v in self.env.items()], *argv]
+            argv = as_user(self.user, argv, self.env, clear_env=True)
         return subprocess.run(argv, cwd=course, env=self.env, capture_output=True, text=True, timeout=timeout)
 
 

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +46,15 @@ def ensure_user(name: str) -> pwd.struct_passwd:
     except KeyError:
         subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", name], check=True)
         return pwd.getpwnam(name)
+
+
+def as_user(user: str, argv: list[str], env: Mapping[str, str] | None = None, clear_env: bool = False) -> list[str]:
+    """`argv` run as `user` (we are root) through runuser, with `env` set in its environment (and only
+    that with `clear_env`): runuser itself keeps most of ours."""
+    runuser = shutil.which("runuser") or "/usr/sbin/runuser"
+    settings = [f"{key}={value}" for key, value in (env or {}).items()]
+    return [runuser, "-u", user, "--", *(["env", *(["-i"] if clear_env else []), *settings] if env or clear_env
+                                         else []), *argv]
 
 
 def _system_python() -> str:

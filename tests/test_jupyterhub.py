@@ -38,6 +38,7 @@ from .hub import (
     processes_of,
     sandbox_of,
 )
+from .plain_python import as_user
 from .processes import PinnedProcesses, command_line, descendants, pid_alive
 
 
@@ -220,9 +221,8 @@ def test_outside_the_box_a_reaches_nothing_of_bs_through_accounts_links_or_the_h
     secret = secrets.token_hex(8)
     assert b.run(f"echo {secret} > diary-b.txt").status == "ok"
     b_runtime = sandbox_of(b.id).runtime_root
-    runuser = shutil.which("runuser") or "/usr/sbin/runuser"
     for path in (classroom.b.home / "diary-b.txt", b_runtime):
-        tried = subprocess.run([runuser, "-u", classroom.a.name, "--", "ls", str(path)], capture_output=True)
+        tried = subprocess.run(as_user(classroom.a.name, ["ls", str(path)]), capture_output=True)
         assert tried.returncode != 0 and secret.encode() not in tried.stdout, path
     links = {"peek-diary": classroom.b.home / "diary-b.txt", "peek-run": Path(b_runtime), "peek-db": hub.db,
              "peek-cookie": hub.cookie_secret_file}

@@ -33,6 +33,7 @@ from . import test_runner_terminal as terminal
 from .conftest import DEFAULT_KERNEL_NAME, running
 from .containers import IMAGE, MARKER
 from .kernel_session import KernelSession
+from .plain_python import as_user
 from .waiting import wait_until
 
 # The first test may build the image with debootstrap (about a minute); later runs find it.
@@ -416,19 +417,18 @@ def _rootless_run(podman, debian_image: str, user, base: Path) -> None:
     env = {"HOME": user.pw_dir, "XDG_RUNTIME_DIR": str(runtime), "PATH": "/usr/local/bin:/usr/bin:/bin",
            "PYTHONPATH": str(code), "LANG": "C.UTF-8"}
 
-    def as_user(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        runuser = shutil.which("runuser") or "/usr/sbin/runuser"
-        return subprocess.run([runuser, "-u", ROOTLESS_USER, "--", "env", *[f"{k}={v}" for k, v in env.items()],
-                               *argv], capture_output=True, text=True, timeout=timeout, cwd="/")
+    def run_as_user(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(as_user(ROOTLESS_USER, list(argv), env), capture_output=True, text=True,
+                              timeout=timeout, cwd="/")
 
-    if as_user("podman", "image", "exists", debian_image).returncode != 0:  # the user's own image store
+    if run_as_user("podman", "image", "exists", debian_image).returncode != 0:  # the user's own image store
         archive = base / "image.tar"
         podman.run("save", "--quiet", "--output", str(archive), debian_image, timeout=600)
         os.chmod(archive, 0o644)
-        loaded = as_user("podman", "load", "--quiet", "--input", str(archive), timeout=600)
+        loaded = run_as_user("podman", "load", "--quiet", "--input", str(archive), timeout=600)
         assert loaded.returncode == 0, loaded.stderr
         archive.unlink()
-    ran = as_user("/usr/bin/python3", "-c", ROOTLESS_SCRIPT, str(folder), debian_image)
+    ran = run_as_user("/usr/bin/python3", "-c", ROOTLESS_SCRIPT, str(folder), debian_image)
     assert ran.returncode == 0, ran.stderr
     found = json.loads(ran.stdout.splitlines()[-1])
     assert found["output"] == f"{IMAGE}\n0\nCapEff:\t0000000000000000\n"

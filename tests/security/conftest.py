@@ -24,6 +24,7 @@ import pytest
 from owsandbox.runner.bundle import build_runner_zipapp
 
 from ..conftest import require_bwrap
+from ..plain_python import as_user
 
 PROJECT = Path(__file__).resolve().parents[2]
 PLAIN_USER = "owsbx-attacker"
@@ -69,8 +70,7 @@ class Attacker:
         full_env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "PYTHONPATH": str(code),
                     "LANG": "C.UTF-8", **env}
         if who == "user" and os.getuid() == 0:
-            runuser = shutil.which("runuser") or "/usr/sbin/runuser"
-            argv = [runuser, "-u", PLAIN_USER, "--", "env", *[f"{k}={v}" for k, v in full_env.items()], *argv]
+            argv = as_user(PLAIN_USER, argv, full_env)
         self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                         env=full_env, cwd="/", start_new_session=True)
         self.runner = str(next((code / "dist").glob("runner-*.pyz")))
