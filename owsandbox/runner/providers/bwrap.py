@@ -40,6 +40,7 @@ from ...logs import log_level_args
 from ..box.daemonctl import listen_unix, serving
 from ..box.procstat import descendants, namespace_pids, pid_alive, start_time
 from ..limits import CgroupEnforcement, Enforcement, Limits, enforce, human_size
+from ..seccomp import UnsupportedArchitecture, box_policy, compile_filter, native_arch, refused_syscalls
 from .local import _LAUNCHER, LocalProvider, runtime_root
 
 NETWORK_ENV = "OWSANDBOX_NETWORK"
@@ -190,6 +191,7 @@ class BwrapProvider(LocalProvider):
         self.env_names = passed_env_names()
         self.enforcer: Enforcement | None = None
         self.network_mode = "none"
+        self.seccomp_state = "not started"
         self._init_start: str | None = None
         self._pasta: str | None = None  # the pasta program, when the box is to have a network
         self._pasta_pid: int | None = None
@@ -319,6 +321,7 @@ class BwrapProvider(LocalProvider):
         self.daemon_info, self.daemon_pid, self._init_start = info, pid, started
         self.enforcer = CgroupEnforcement.adopt(self.limits, info.get("limits", {}))
         self.network_mode = info.get("network_mode", "none")
+        self.seccomp_state = info.get("seccomp", "unknown (the sandbox was started by an older version)")
         self._pasta_pid, self._pasta_start = info.get("pasta_pid"), info.get("pasta_start")
         return True
 
@@ -331,6 +334,7 @@ class BwrapProvider(LocalProvider):
         info_read, info_write = os.pipe()
         log = self._open_log()
         self.enforcer = enforce(self.limits)
+        seccomp = self._seccomp_pipe()
         wrapper = self._network_wrapper()
         # With pasta, the daemon's parent can outlive a killed kernel: it leaves when no client is left.
         linger = self.key or self.network_mode == "pasta"
@@ -341,14 +345,16 @@ class BwrapProvider(LocalProvider):
         serve = ["serve", "--socket", f"{BOX_RUN}/run/runner.sock", "--listen-fd", str(listener.fileno()),
                  "--execd-fd", str(execd.fileno()), "--end-namespace", "--cwd", self.cwd, *lifetime, *log_level_args(),
                  *self.daemon_args]
-        argv = [*wrapper, *box, "--info-fd", str(info_write), "--", os.path.realpath(self.python), "-S",
+        filtered = ["--seccomp", str(seccomp)] if seccomp is not None else []
+        argv = [*wrapper, *box, *filtered, "--info-fd", str(info_write), "--", os.path.realpath(self.python), "-S",
                 BOX_RUNNER, *serve]
         try:
             # bwrap's own environment is the box's too: its --clearenv only clears what its child gets, and
             # the box's pid 1 (bwrap's init, never exec'd) would show the kernel's in /proc/1/environ.
             self.daemon = _LAUNCHER.spawn(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
                                           env=self.box_env(), start_new_session=True,
-                                          pass_fds=(listener.fileno(), execd.fileno(), info_write),
+                                          pass_fds=(listener.fileno(), execd.fileno(), info_write,
+                                                    *([seccomp] if seccomp is not None else [])),
                                           preexec_fn=self.enforcer.preexec)
         except BaseException:
             self.enforcer.remove()
@@ -356,6 +362,8 @@ class BwrapProvider(LocalProvider):
         finally:
             os.close(log)
             os.close(info_write)
+            if seccomp is not None:
+                os.close(seccomp)
             listener.close()  # the daemon holds them now; a dead daemon must not look alive
             execd.close()
         try:
@@ -368,8 +376,36 @@ class BwrapProvider(LocalProvider):
             self._attach_network()
         record = {**self.daemon_info, "init_pid": self.daemon_pid, "init_start": self._init_start,
                   "pasta_pid": self._pasta_pid, "pasta_start": self._pasta_start,
-                  "limits": self.enforcer.record(), "network_mode": self.network_mode}
+                  "limits": self.enforcer.record(), "network_mode": self.network_mode, "seccomp": self.seccomp_state}
         Path(self.state_dir, "daemon.json").write_text(json.dumps(record))
+
+    def _seccomp_pipe(self) -> int | None:
+        """The read end of a pipe holding the box's system-call filter, for `bwrap --seccomp FD`; None
+        (and `%sandbox` says why) where this bubblewrap or this machine's architecture cannot have it."""
+        assert self.enforcer is not None
+        if "--seccomp" not in bwrap_options():
+            self.seccomp_state = "off: this bubblewrap has no --seccomp"
+            return None
+        try:
+            arch = native_arch()
+        except UnsupportedArchitecture as exc:
+            self.seccomp_state = f"off: {exc}"
+            return None
+        memory_by_rlimits = self.enforcer.kind == "rlimits"
+        rules = box_policy(memory_by_rlimits=memory_by_rlimits)
+        program = compile_filter(rules, arch)
+        self.seccomp_state = (
+            f"on ({len(refused_syscalls(rules, arch))} system calls refused, in whole or for some arguments: the "
+            "kernel keyrings, io_uring, bpf, perf events, userfaultfd, modules, the clock, mounts, new user "
+            "namespaces, pidfd_getfd and process_vm_*, terminal input injection, and setting a setuid or setgid "
+            "mode" + ("; memfd_create and SysV shared memory too, as memory is bounded by rlimits" if memory_by_rlimits
+                      else "") + ")")
+        read, write = os.pipe()
+        try:
+            os.write(write, program)  # at most 32 KiB (4096 instructions): always fits a pipe's buffer
+        finally:
+            os.close(write)
+        return read
 
     def _init_pid(self, info_fd: int) -> int | None:
         """The host pid of the sandbox's PID-namespace init, from bubblewrap's --info-fd."""
@@ -490,6 +526,7 @@ class BwrapProvider(LocalProvider):
         return {**super().describe(), "network": network, "network note": how, "mounts": dict(self.mounts()),
                 "limits": self.limits.describe(),
                 "limits enforced by": self.enforcer.describe() if self.enforcer else "not started",
+                "seccomp": self.seccomp_state,
                 "environment": ", ".join(env), "privileges": "none (user namespace, every capability dropped"
                 + ("" if "--disable-userns" in bwrap_options() else
                    "; this bubblewrap (before 0.8) cannot forbid further user namespaces") + ")",
