@@ -222,12 +222,14 @@ def pytest_configure(config: pytest.Config) -> None:
     import sys
     import tempfile
 
+    from owsandbox.kernelspec import kernel_argv
+
     root = Path(tempfile.mkdtemp(prefix="owsandbox-kernelspec-"))
     for name, env in ((KERNEL_NAME, {"OWSANDBOX_PROVIDER": "local"}), (DEFAULT_KERNEL_NAME, {})):
         spec = root / "kernels" / name
         spec.mkdir(parents=True)
         spec.joinpath("kernel.json").write_text(json.dumps({
-            "argv": [sys.executable, "-m", "owsandbox.kernel", "-f", "{connection_file}"],
+            "argv": kernel_argv(sys.executable),
             "display_name": f"Sandbox ({name})", "language": "bash", "interrupt_mode": "message", "env": env,
         }))
     os.environ["JUPYTER_PATH"] = str(root) + (os.pathsep + os.environ["JUPYTER_PATH"] if os.environ.get("JUPYTER_PATH")

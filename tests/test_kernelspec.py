@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from owsandbox import kernelspec
-from owsandbox.kernelspec import DISPLAY_NAME, KERNEL_NAME, LOGOS, RESOURCES, kernel_dict
+from owsandbox.kernelspec import DISPLAY_NAME, KERNEL_BOOT, KERNEL_NAME, LOGOS, RESOURCES, kernel_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 STATIC_SPEC = ROOT / "share" / "jupyter" / "kernels" / KERNEL_NAME
@@ -49,7 +49,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_kernel_dict_defaults_and_env() -> None:
     spec = kernel_dict()
     assert spec == {
-        "argv": ["python", "-m", "owsandbox.kernel", "-f", "{connection_file}"],
+        "argv": ["python", "-c", KERNEL_BOOT, "-f", "{connection_file}"],
         "display_name": DISPLAY_NAME,
         "language": "bash",
         "interrupt_mode": "message",
@@ -232,7 +232,7 @@ def test_static_spec_launches_this_python(monkeypatch: pytest.MonkeyPatch) -> No
     manager = KernelManager(kernel_name=KERNEL_NAME)
     assert manager.kernel_spec.resource_dir == str(STATIC_SPEC)
     cmd = manager.format_kernel_cmd()
-    assert cmd[:3] == [sys.executable, "-m", "owsandbox.kernel"]
+    assert cmd[:3] == [sys.executable, "-c", KERNEL_BOOT]
 
 
 def test_wheel_ships_the_kernelspec(tmp_path: Path) -> None:

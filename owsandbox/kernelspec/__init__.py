@@ -25,6 +25,19 @@ from typing import Any
 KERNEL_NAME = "owsandbox"
 DISPLAY_NAME = "Sandbox (bash)"
 KERNEL_MODULE = "owsandbox.kernel"
+# How Jupyter starts the kernel. Not `python -m owsandbox.kernel`: `-m` (and `-c`) put the current
+# folder first on sys.path, and the kernel starts in the notebook's folder, which the sandbox writes: a
+# cell could leave an `ipykernel.py` (or any module the kernel imports later) there, and the next start
+# or restart would run it on this machine. So the path's empty entries go before anything is imported
+# (`sys` is built in); `-P` would do the same, but only from Python 3.11 and the interpreter here is the
+# Jupyter server's.
+KERNEL_BOOT = f"import sys; sys.path[:] = [p for p in sys.path if p]; from {KERNEL_MODULE}.__main__ import main; main()"
+
+
+def kernel_argv(executable: str = "python") -> list[str]:
+    """The kernelspec's argv: `executable` started on the kernel without the current folder on its path."""
+    return [executable, "-c", KERNEL_BOOT, "-f", "{connection_file}"]
+
 RESOURCES = Path(__file__).parent / "resources"
 LOGOS = ("logo-32x32.png", "logo-64x64.png", "logo-svg.svg")
 
@@ -78,7 +91,7 @@ def kernel_dict(
         Limits.parse(limits)  # a wrong limit fails here, at install, not at the first cell
         kernel_env["OWSANDBOX_LIMITS"] = ",".join(limits)
     spec: dict[str, Any] = {
-        "argv": [executable, "-m", KERNEL_MODULE, "-f", "{connection_file}"],
+        "argv": kernel_argv(executable),
         "display_name": display_name or DISPLAY_NAME,
         "language": "bash",
         "interrupt_mode": "message",
@@ -148,7 +161,8 @@ def _owsandbox_specs(specs: dict[str, str]) -> dict[str, str]:
             spec = json.loads((Path(folder) / "kernel.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if KERNEL_MODULE in spec.get("argv", []) or "owsandbox" in (spec.get("metadata") or {}):
+        argv = [str(word) for word in spec.get("argv", [])]
+        if any(KERNEL_MODULE in word for word in argv) or "owsandbox" in (spec.get("metadata") or {}):
             found[spec_name] = folder
     return found
 
