@@ -20,6 +20,7 @@ Chromium); benchmarks/hub_memory.py measures it.
 
 from __future__ import annotations
 
+import glob
 import html
 import json
 import os
@@ -151,11 +152,11 @@ def sandbox_of(kernel_id: str) -> SandboxFacts:
         outer = [p for p in below if name(p) == "bwrap" and "--info-fd" in command_line(p)]
         for bwrap in outer:
             inner = [p for p in descendants(bwrap) if name(p) == "bwrap"]
-            argv = command_line(bwrap).split()
-            binds = [argv[i + 1] for i, arg in enumerate(argv[:-2]) if arg == "--bind" and argv[i + 2] ==
-                     "/run/owsandbox/run"]
-            if inner and binds:
-                return SandboxFacts(kernel, bwrap, inner[0], os.path.dirname(binds[0]), [bwrap, *descendants(bwrap)])
+            # the host's state folder of a keyed sandbox: KEY in this user's private runtime folder
+            states = [path for root in ("/tmp", "/var/tmp") for path in
+                      glob.glob(f"{root}/owsandbox-*/kernel-{kernel_id}") if os.path.isdir(path)]
+            if inner and len(states) == 1:
+                return SandboxFacts(kernel, bwrap, inner[0], states[0], [bwrap, *descendants(bwrap)])
         return None
 
     return wait_until(find, 30, f"the bubblewrap sandbox of kernel {kernel_id}")

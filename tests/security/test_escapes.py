@@ -86,9 +86,9 @@ def test_a_workspace_that_is_home_still_hides_its_secrets(attacker_factory, home
     assert attacker.run(f"echo evil > {home}/.ssh/authorized_keys")["exit_code"] != 0
     assert attacker.run(f"echo evil >> {home}/.bashrc")["exit_code"] != 0
     assert (home / ".bashrc").read_text() == "# the user's own\n"
-    assert attacker.run(f"echo mine > {home}/notes.txt")["exit_code"] == 0  # the workspace itself is writable
+    assert attacker.run(f"echo mine > {home}/project/notes.txt")["exit_code"] == 0  # the workspace is writable
     mounts = attacker.step(describe=True)["mounts"]
-    assert mounts[f"{home}/.ssh"] == "hidden" and mounts[str(home)].startswith("read-write")
+    assert mounts[f"{home}/.ssh"].startswith("hidden") and mounts[str(home)].startswith("top level read-only")
 
 
 def test_a_workspace_of_the_whole_machine_is_refused(attacker_factory):
@@ -97,16 +97,25 @@ def test_a_workspace_of_the_whole_machine_is_refused(attacker_factory):
     assert "workspace cannot be /" in answer.get("error", ""), answer
 
 
-def test_a_workspace_that_holds_the_private_runtime_folder_is_refused(attacker_factory, owner):
+def test_a_workspace_that_holds_the_private_runtime_folder_moves_it_and_hides_it(attacker_factory, owner):
     """The runtime folder holds the sockets, the logs and the runner the host runs for every relay: a
-    box whose workspace held it (a notebook opened in /tmp, say) could make the host run its code."""
+    box whose workspace held it (a notebook opened in /tmp, say) could make the host run its code. The
+    sandbox's state goes elsewhere, and the folder shows empty and read-only in the box."""
     runtime = Path(tempfile.mkdtemp(prefix="owsbx-xdg-"))
     os.chown(runtime, owner.pw_uid, owner.pw_gid)
     os.chmod(runtime, 0o700)
+    private = runtime / f"owsandbox-{owner.pw_uid}"
+    private.mkdir(mode=0o700)
+    (private / "runners").mkdir()
+    for folder in (private, private / "runners"):
+        os.chown(folder, owner.pw_uid, owner.pw_gid)
     try:
         attacker = attacker_factory(XDG_RUNTIME_DIR=str(runtime))
-        answer = attacker.step(start={"cwd": str(runtime), "runner_path": attacker.runner})
-        assert f"the workspace {runtime} holds {runtime}/owsandbox-{owner.pw_uid}" in answer.get("error", ""), answer
+        attacker.start(runtime)
+        assert not attacker.step(state=True)["state_dir"].startswith(str(runtime))
+        assert attacker.run(f"ls -A {private}")["output"] == ""
+        assert attacker.run(f"touch {private}/runners/runner-x.pyz")["exit_code"] != 0
+        assert list((private / "runners").iterdir()) == []
     finally:
         shutil.rmtree(runtime, ignore_errors=True)
 

@@ -41,7 +41,8 @@ from ..box.daemonctl import listen_unix, serving
 from ..box.procstat import descendants, namespace_pids, pid_alive, start_time
 from ..limits import CgroupEnforcement, Enforcement, Limits, enforce, human_size
 from ..seccomp import UnsupportedArchitecture, box_policy, compile_filter, native_arch, refused_syscalls
-from .local import _LAUNCHER, LocalProvider, runtime_root
+from .guard import Guard, box_made_environments, guard_workspace, note_box_made_environments
+from .local import _LAUNCHER, LocalProvider, runtime_candidates, runtime_root
 
 NETWORK_ENV = "OWSANDBOX_NETWORK"
 LIMITS_ENV = "OWSANDBOX_LIMITS"
@@ -49,10 +50,6 @@ PASS_ENV = "OWSANDBOX_ENV"
 ALLOWED_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "COLORTERM", "USER", "LOGNAME")
 BOX_RUN = "/run/owsandbox"  # where the daemon keeps its own files, inside the box
 BOX_RUNNER = f"{BOX_RUN}/runner.pyz"
-# Inside a home folder that the workspace is (or holds): what must stay hidden.
-HOME_SECRETS = (".ssh", ".aws", ".gnupg", ".config", ".local/share/jupyter", ".docker", ".kube", ".azure",
-                ".netrc", ".git-credentials", ".pypirc", ".npmrc", ".pgpass", ".bashrc", ".bash_profile",
-                ".bash_login", ".bash_logout", ".profile", ".bash_history", ".zshrc", ".zprofile", ".python_history")
 SYSTEM_FOLDERS = ("/", "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/proc", "/sys", "/dev", "/boot", "/run",
                   "/var")
 # /proc files that write to the whole machine, or tell of it, for a process the host counts as root:
@@ -190,6 +187,7 @@ class BwrapProvider(LocalProvider):
         self.home = os.path.realpath(os.path.expanduser("~"))
         self.env_names = passed_env_names()
         self.enforcer: Enforcement | None = None
+        self.guard: Guard | None = None
         self.network_mode = "none"
         self.seccomp_state = "not started"
         self._init_start: str | None = None
@@ -205,19 +203,24 @@ class BwrapProvider(LocalProvider):
                 raise WorkspaceRefused(
                     f"the workspace cannot be {folder}: a sandbox that may write there isolates nothing. Open the "
                     "notebook from a project folder, or set OWSANDBOX_WORKSPACE to one")
-        private = str(runtime_root())
+        private = str(runtime_root(avoid=self.cwd))
         if _inside(private, self.cwd):
             raise WorkspaceRefused(
                 f"the workspace {self.cwd} holds {private}, the private folder of the sandboxes' sockets, logs and "
                 "the runner this machine runs for them: a sandbox that may write there could make this machine "
                 "run its code. Open the notebook from a project folder, or set OWSANDBOX_WORKSPACE to one")
 
+    def workspace_guard(self) -> Guard:
+        """What of the workspace the box may not change or see (see guard.py), found once per start."""
+        if self.guard is None:
+            private = runtime_root(avoid=self.cwd)
+            self.guard = guard_workspace(self.cwd, self.home, [str(p) for p in runtime_candidates()],
+                                         box_made_environments(private, self.cwd))
+        return self.guard
+
     def hidden_in_workspace(self) -> list[str]:
-        """Secrets of the home folder that the workspace (being it, or holding it) would show."""
-        if not _inside(self.home, self.cwd):
-            return []
-        paths = [os.path.join(self.home, name) for name in HOME_SECRETS]
-        return [path for path in paths if os.path.lexists(path)]
+        """What the workspace shows that must stay hidden: the home's dot entries, sockets, private state."""
+        return self.workspace_guard().hidden
 
     def box_env(self) -> dict[str, str]:
         env = {name: os.environ[name] for name in ALLOWED_ENV if name in os.environ}
@@ -242,20 +245,18 @@ class BwrapProvider(LocalProvider):
         shm = f"private, at most {human_size(self.limits.shm)}" if sized else size
         found += [("/proc", "own (PID namespace)"), ("/dev", "minimal"), ("/dev/shm", shm), ("/tmp", size),
                   ("/var/tmp", size), ("/run", size),
-                  (f"{BOX_RUN}/run", "read-write (the daemon's logs and %attach cursors)"),
+                  (f"{BOX_RUN}/run", "the daemon's logs and %attach cursors (in /run)"),
                   (self.home, "private (empty home)"),
                   (self.cwd, "read-write (the workspace)")]
         prefix = self._python_prefix()
         if prefix:
             found.append((prefix, "read-only (the Python that runs the sandbox's daemon)"))
-        found += [(f, "hidden") for f in self.hidden_in_workspace()]
+        guard = self.workspace_guard()
+        if guard.home_top:
+            found.append((guard.home_top, "top level read-only: nothing new can be made there"))
+        found += [(f, f"read-only ({guard.why[f]})") for f in guard.read_only]
+        found += [(f, f"hidden ({guard.why[f]})") for f in guard.hidden]
         return found
-
-    def box_folder(self) -> str:
-        assert self.state_dir
-        folder = os.path.join(self.state_dir, "box")
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        return folder
 
     def _python_prefix(self) -> str | None:
         python = os.path.realpath(self.python)
@@ -283,17 +284,31 @@ class BwrapProvider(LocalProvider):
                  "--size", size, "--tmpfs", "/run", "--dir", BOX_RUN]
         assert self.runner_path
         assert self.state_dir
-        # The daemon's own folder (output logs, %attach cursors) is on disk, in a folder the host makes
-        # and only ever removes: it is the one host folder the box writes, and the host reads nothing in it.
-        args += ["--ro-bind", self.runner_path, BOX_RUNNER, "--bind", self.box_folder(), f"{BOX_RUN}/run"]
+        # The daemon's own folder (output logs, %attach cursors) is in the box's /run, so it has /run's size;
+        # the host reads nothing in it.
+        args += ["--ro-bind", self.runner_path, BOX_RUNNER, "--dir", f"{BOX_RUN}/run"]
         if not _inside(self.home, self.cwd):
             args += ["--size", size, "--tmpfs", self.home]
         args += ["--bind", self.cwd, self.cwd]
+        guard = self.workspace_guard()
+        if guard.home_top:
+            args += ["--ro-bind", guard.home_top, guard.home_top]
+            for path in guard.home_writable:
+                args += ["--bind", path, path]
+        for path in guard.read_only:
+            args += ["--ro-bind", path, path]
+        hidden_folders = []
+        for path in guard.hidden:
+            if os.path.isdir(path) and not os.path.islink(path):
+                args += ["--tmpfs", path]  # made read-only below, once what must show inside it is bound
+                hidden_folders.append(path)
+            else:
+                args += ["--ro-bind", "/dev/null", path]
         prefix = self._python_prefix()
         if prefix:  # after home: a Python installed under the home folder stays visible, read-only
             args += ["--ro-bind", prefix, prefix]
-        for path in self.hidden_in_workspace():
-            args += _masked(path)
+        for path in hidden_folders:
+            args += ["--remount-ro", path]
         args += ["--remount-ro", "/", "--chdir", self.cwd, "--clearenv"]
         for name, value in self.box_env().items():
             args += ["--setenv", name, value]
@@ -308,7 +323,21 @@ class BwrapProvider(LocalProvider):
         if problem is not None:
             raise RuntimeError(problem)
         self.check_workspace()
+        self.guard = None  # scanned again: the workspace may have changed since the last start
         super().create()
+
+    def destroy(self) -> None:
+        super().destroy()
+        self._note_box_made()
+
+    def _note_box_made(self) -> None:
+        """Environments that appeared in the workspace while the box ran were made by it: note them, so
+        the next sandbox leaves them writable (a venv made in a cell keeps taking `pip install`)."""
+        if self.guard is not None:
+            try:
+                note_box_made_environments(runtime_root(avoid=self.cwd), self.guard)
+            except OSError:
+                pass
 
     def _adopt_running_daemon(self) -> bool:
         assert self.state_dir
@@ -530,7 +559,8 @@ class BwrapProvider(LocalProvider):
                 "environment": ", ".join(env), "privileges": "none (user namespace, every capability dropped"
                 + ("" if "--disable-userns" in bwrap_options() else
                    "; this bubblewrap (before 0.8) cannot forbid further user namespaces") + ")",
-                "pid namespace": "own", "dies with": "the kernel" if not self.key else "its last client (linger)"}
+                "pid namespace": "own", "workspace guard": self.workspace_guard().summary(),
+                "dies with": "the kernel" if not self.key else "its last client (linger)"}
 
 
 def auto_provider(cwd: str | os.PathLike[str] | None = None, **options: Any) -> LocalProvider:

@@ -46,9 +46,10 @@ from typing import Any
 
 from ..limits import CGROUP_ROOT, CgroupEnforcement, Limits, human_size
 from .boxed import BoxError
-from .bwrap import HOME_SECRETS, LIMITS_ENV, NETWORK_ENV, SYSTEM_FOLDERS, WorkspaceRefused, passed_env_names
+from .bwrap import LIMITS_ENV, NETWORK_ENV, SYSTEM_FOLDERS, WorkspaceRefused, passed_env_names
 from .exec import ExecProvider, stdin_program
-from .local import runtime_root
+from .guard import Guard, guard_workspace, inside
+from .local import runtime_candidates, runtime_root
 
 IMAGE_ENV = "OWSANDBOX_IMAGE"
 ENGINE_ENV = "OWSANDBOX_ENGINE"
@@ -190,6 +191,7 @@ class ContainerProvider(ExecProvider):
         options = options if options is not None else os.environ.get(OPTIONS_ENV, "")
         self.options = shlex.split(options) if isinstance(options, str) else list(options)
         self.home = os.path.realpath(os.path.expanduser("~"))
+        self.guard: Guard | None = None
         # The engine's own settings, given to the kernel (`install --env CONTAINERS_CONF=...`), are not the box's.
         self.env_names = [name for name in passed_env_names() if name not in ENGINE_SETTINGS]
         self.container_id = ""
@@ -240,13 +242,22 @@ class ContainerProvider(ExecProvider):
                 "the notebook from a project folder, or set OWSANDBOX_WORKSPACE to one")
         if "," in self.host_cwd:
             raise WorkspaceRefused(f"the workspace {self.host_cwd} has a comma, which a container mount cannot name")
+        private = str(runtime_root(avoid=self.host_cwd))
+        if inside(private, self.host_cwd):
+            raise WorkspaceRefused(
+                f"the workspace {self.host_cwd} holds {private}, this machine's private folder of the containers' "
+                "leases and logs: a container that may write there could keep itself alive. Open the notebook "
+                "from a project folder, or set OWSANDBOX_WORKSPACE to one")
+
+    def workspace_guard(self) -> Guard:
+        """What of the workspace the box may not change or see (see guard.py), found once per start."""
+        if self.guard is None:
+            self.guard = guard_workspace(self.host_cwd, self.home, [str(p) for p in runtime_candidates()])
+        return self.guard
 
     def hidden_in_workspace(self) -> list[str]:
-        """Secrets of the home folder that the workspace (being it, or holding it) would show."""
-        inside = self.home == self.host_cwd or self.home.startswith(self.host_cwd.rstrip("/") + "/")
-        if not inside:
-            return []
-        return [path for path in (os.path.join(self.home, name) for name in HOME_SECRETS) if os.path.lexists(path)]
+        """What the workspace shows that must stay hidden: the home's dot entries, sockets, private state."""
+        return self.workspace_guard().hidden
 
     def _in_box(self, host_path: str) -> str:
         return self.workspace.rstrip("/") + host_path[len(self.host_cwd.rstrip("/")):]
@@ -288,6 +299,14 @@ class ContainerProvider(ExecProvider):
             args += ["--tmpfs", f"{OTHER_HOME}:{tmpfs},exec,mode=1777", "--env", f"HOME={OTHER_HOME}"]
         args += ["--mount", f"type=bind,source={self.host_cwd},destination={self.workspace}",
                  "--workdir", self.workspace]
+        guard = self.workspace_guard()
+        if guard.home_top:  # nested binds: engines mount them after the workspace, parents first
+            args += ["--mount", f"type=bind,source={guard.home_top},destination={self._in_box(guard.home_top)},"
+                     "readonly"]
+            for path in guard.home_writable:
+                args += ["--mount", f"type=bind,source={path},destination={self._in_box(path)}"]
+        for path in guard.read_only:
+            args += ["--mount", f"type=bind,source={path},destination={self._in_box(path)},readonly"]
         for path in self.hidden_in_workspace():  # binds (not tmpfs), which engines mount after the workspace's
             source = self._empty_folder() if os.path.isdir(path) else "/dev/null"
             args += ["--mount", f"type=bind,source={source},destination={self._in_box(path)},readonly"]
@@ -483,7 +502,8 @@ class ContainerProvider(ExecProvider):
         with self._lifecycle:
             self._use_engine()
             self.check_workspace()
-            self.state_dir = runtime_root() / self.container
+            self.guard = None  # scanned again: the workspace may have changed since the last start
+            self.state_dir = runtime_root(avoid=self.host_cwd) / self.container
             self.state_dir.mkdir(mode=0o700, exist_ok=True)
             try:
                 self._renew_lease()
@@ -609,7 +629,9 @@ class ContainerProvider(ExecProvider):
         if not self.writable_root:
             home = "/root" if self._runs_as_root() else OTHER_HOME
             mounts[home] = f"private (empty home), at most {human_size(self.limits.tmp)}"
-        mounts.update({self._in_box(path): "hidden" for path in self.hidden_in_workspace()})
+        guard = self.workspace_guard()
+        mounts.update({self._in_box(path): f"read-only ({guard.why[path]})" for path in guard.read_only})
+        mounts.update({self._in_box(path): f"hidden ({guard.why[path]})" for path in guard.hidden})
         return {"provider": self.name, "enforcement": self.enforcement, "engine": f"{self.engine_name} ({self.engine})",
                 "image": self.image, "image id": self.image_id, "container": self.container,
                 "container id": self.container_id, "made by": "this kernel" if self.created_now else

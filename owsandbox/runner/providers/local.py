@@ -28,7 +28,7 @@ from ..box.daemonctl import serving
 from ..box.procstat import descendants, pid_alive, session_members
 from ..box.shellregistry import read_pids
 from ..bundle import build_runner_zipapp
-from ..privatedir import first_private_folder
+from ..privatedir import UnsafeFolder, first_private_folder
 from ..transport import PipeTransport
 from .base import Provider
 
@@ -74,20 +74,32 @@ UNIX_PATH_MAX = 107  # the longest path a Unix socket can have on Linux (108 byt
 SOCKET_ROOM = 48  # what a sandbox adds to the runtime folder for its sockets: /KEY/run/runner.sock
 
 
-def runtime_root() -> Path:
-    """A private folder for the daemons of this user, checked before use (see privatedir). One whose
-    path leaves no room for the sockets in it (a long TMPDIR) is passed over, with a warning."""
+def runtime_candidates() -> list[Path]:
+    """Where this user's private runtime folder may be, in the order tried."""
     name = f"owsandbox-{os.getuid()}"
     candidates = [Path(os.environ["XDG_RUNTIME_DIR"]) / name] if os.environ.get("XDG_RUNTIME_DIR") else []
     candidates += [Path(tempfile.gettempdir()) / name, Path("/tmp") / name,
-                   Path.home() / ".cache" / "owsandbox" / "run"]
+                   Path.home() / ".cache" / "owsandbox" / "run", Path("/var/tmp") / name]
+    return list(dict.fromkeys(candidates))
+
+
+def runtime_root(avoid: str | None = None) -> Path:
+    """A private folder for the daemons of this user, checked before use (see privatedir). One whose
+    path leaves no room for the sockets in it (a long TMPDIR) is passed over, with a warning; so is one
+    inside `avoid`, a sandbox's workspace (a notebook opened in /tmp itself): the box could write there."""
     fitting = []
-    for candidate in dict.fromkeys(candidates):
+    candidates = runtime_candidates()
+    for candidate in candidates:
+        if avoid and (str(candidate) == avoid or str(candidate).startswith(avoid.rstrip("/") + "/")):
+            continue
         if len(str(candidate)) + SOCKET_ROOM <= UNIX_PATH_MAX:
             fitting.append(candidate)
         else:
             print(f"owsandbox: warning: not using {candidate}: too long a path for the sandbox's sockets "
                   f"(at most {UNIX_PATH_MAX - SOCKET_ROOM} characters)", file=sys.stderr)
+    if not fitting:
+        raise UnsafeFolder("no private folder for the sandboxes' state outside the workspace " + (avoid or "")
+                           + ": " + ", ".join(map(str, candidates)) + " are all in it")
     return first_private_folder(fitting)
 
 
@@ -137,7 +149,8 @@ class LocalProvider(Provider):
         self._lifecycle = threading.RLock()  # restart_daemon() and a reconnecting client may race
 
     def create(self) -> None:
-        root = runtime_root() if self.runner_path is None or self.key else Path()  # checked once: it may warn
+        # checked once: it may warn
+        root = runtime_root(avoid=self.cwd) if self.runner_path is None or self.key else Path()
         if self.runner_path is None:
             # In the private runtime folder, never under the home folder (~/.cache), which a workspace may be or
             # hold: the host runs this file for every relay, so a box that could rewrite it would run outside.
@@ -148,7 +161,10 @@ class LocalProvider(Provider):
             folder.mkdir(mode=0o700, exist_ok=True)
             self.state_dir = str(folder)
         else:
-            self.state_dir = tempfile.mkdtemp(prefix="owsandbox-")
+            temporary = os.path.realpath(tempfile.gettempdir())  # not in the workspace (a notebook in /tmp)
+            inside = temporary == self.cwd or temporary.startswith(self.cwd.rstrip("/") + "/")
+            self.state_dir = tempfile.mkdtemp(prefix="owsandbox-", dir=str(runtime_root(avoid=self.cwd))
+                                              if inside else None)
         self.socket_path = os.path.join(self.state_dir, "run", "runner.sock")
         if self.key and self._adopt_running_daemon():
             self.reused = True
