@@ -144,7 +144,9 @@ class OutputRecord:
     """The command's output as kept for its result, with memory bounded by `limit` characters.
 
     Up to `limit` characters everything is kept. Past it, the first and last `limit // 2` are kept,
-    and the whole output (raw bytes) goes to a log file opened by `open_log()`.
+    and the whole output (raw bytes) goes to a log file opened by `open_log()`. The log's folder has a
+    size (the box's /run): when it is full the log stops there, the record says so, and the command and
+    its shell go on.
     """
 
     MAX_SEGMENTS = 4096
@@ -164,6 +166,7 @@ class OutputRecord:
         self._tail_chars = 0
         self.omitted = 0
         self.tail_chars = 0  # of a truncated record: how much of its end is the output's last characters
+        self.log_error: str | None = None  # why the log stopped before the output's end
 
     @property
     def truncated(self) -> bool:
@@ -173,7 +176,10 @@ class OutputRecord:
         self.output_bytes += len(raw)
         self.total_chars += len(text)
         if self._log is not None:
-            self._log.write(raw)
+            self._write_log(raw)
+            self._keep_tail(text)
+            return
+        if self.log_path is not None:  # the log stopped (full): only the tail is kept now
             self._keep_tail(text)
             return
         assert self._raw is not None
@@ -208,10 +214,23 @@ class OutputRecord:
     def _spill(self) -> None:
         self.log_path, self._log = self._open_log()
         assert self._raw is not None
-        for chunk in self._raw:
-            self._log.write(chunk)
-        self._raw = None
+        raw, self._raw = self._raw, None
         self.segments = None
+        for chunk in raw:
+            self._write_log(chunk)
+
+    def _write_log(self, raw: bytes) -> None:
+        if self._log is None:
+            return
+        try:
+            self._log.write(raw)
+        except OSError as exc:
+            self.log_error = exc.strerror or str(exc)
+            try:
+                self._log.close()
+            except OSError:
+                pass
+            self._log = None
 
     def _keep_tail(self, text: str) -> None:
         if not text:
@@ -227,7 +246,10 @@ class OutputRecord:
     def finish(self) -> str:
         """The record's text; closes the log."""
         if self._log is not None:
-            self._log.close()
+            try:
+                self._log.close()
+            except OSError as exc:
+                self.log_error = exc.strerror or str(exc)
             self._log = None
         if self.log_path is None:
             return "".join(self._parts)
@@ -237,5 +259,7 @@ class OutputRecord:
             self.omitted += len(tail) - half
             tail = tail[len(tail) - half :]
         self.tail_chars = len(tail)
-        notice = (f"\n[... {self.omitted} characters omitted; the whole output is in {self.log_path} ...]\n")
+        kept = (f"the whole output is in {self.log_path}" if self.log_error is None else
+                f"{self.log_path} holds the output only up to where writing it failed ({self.log_error})")
+        notice = f"\n[... {self.omitted} characters omitted; {kept} ...]\n"
         return "".join(self._parts) + notice + tail
