@@ -517,7 +517,7 @@ def fake_kernel(stdin_pair, monkeypatch):
     kernel = kernel_module.OwSandboxKernel(session=session)
     kernel.stdin = StdinChannel(session, lambda: router)
     sent: list[tuple[float, str, dict[str, Any]]] = []
-    kernel._send = lambda parent, msg_type, content: sent.append((time.monotonic(), msg_type, content))  # type: ignore[method-assign]
+    kernel._send_raw = lambda parent, msg_type, content: sent.append((time.monotonic(), msg_type, content))  # type: ignore[method-assign]
 
     def run(script: Any, code: str = "cell", allow_stdin: bool = True) -> tuple[FakeBox, str | None]:
         box = FakeBox(script)

@@ -1,6 +1,7 @@
 """What an attached program shows: one display in the output area of the cell that attached it (a
 header with its state and cursor, its latest records, a line counting the earlier ones), updated at
-most a few times a second however fast records arrive; and the words of `%attach --list`.
+most a few times a second however fast records arrive, and counted against that cell's output limit
+as the one display it is (kernel/budget.py); and the words of `%attach --list`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ if TYPE_CHECKING:
     from .attach_loop import AttachLoop
 
 SHOW_RECORDS = 20  # in the live display
+RECORD_CHARS = 1000  # of one record in the live display (%records prints it whole)
 RENDER_SECONDS = 0.2  # the live display is updated at most this often
 
 
@@ -22,10 +24,18 @@ def bundle(program: Program) -> dict[str, Any]:
     header = (f"{program.describe()} [{program.state}] session {program.session_id[:8]}, cursor "
               f"{program.cursor}, {program.seen} records" + (f" — {program.command}" if program.command else ""))
     recent = list(program.records)[-SHOW_RECORDS:]
-    lines = [json.dumps(record, ensure_ascii=False) for _, record in recent]
+    lines = [_shortened(json.dumps(record, ensure_ascii=False), program.number) for _, record in recent]
     if program.seen > len(recent):
         lines.insert(0, f"… {program.seen - len(recent)} earlier records (%records {program.number})")
     return {"text/plain": header + "\n" + "\n".join(lines)}
+
+
+def _shortened(line: str, number: int) -> str:
+    """A record's line cut to RECORD_CHARS: the view is a window on the latest records, kept small so that
+    its frames fit the cell's output limit however long the program's records are."""
+    if len(line) <= RECORD_CHARS:
+        return line
+    return f"{line[:RECORD_CHARS]}… ({len(line)} characters; %records {number} prints it whole)"
 
 
 class LiveDisplay:

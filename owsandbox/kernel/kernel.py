@@ -29,15 +29,16 @@ from ipykernel.kernelbase import Kernel
 
 from .. import __version__
 from ..runner.box import protocol as P
-from . import magics
+from . import box_text, magics
 from .attach import AttachManager
+from .budget import Withheld
 from .completion import CompletionContext, complete, inspect_word
 from .errors import CellError, UsageError, runner_error_name
 from .hints import network_hint
 from .limits import named_limit
 from .magic_table import MagicTable, all_magics
 from .magics import RunOnShell, terminal_settings
-from .notes import note_content
+from .outbox import Outbox
 from .output import DEFAULT_OUTPUT_LIMIT, CellOutput, Display, InputWanted, Notice, Stream
 from .sandbox import Sandbox, SandboxUnavailable
 from .stdin import CellPrompts, StdinChannel
@@ -46,6 +47,7 @@ log = logging.getLogger(__name__)
 
 _LEAVE = re.compile(r"\s*(exit|logout)(\s+0)?\s*;?\s*\Z")  # a cell that only leaves the shell
 BATCH_SECONDS = 0.03  # live output is gathered this long before it goes out as one message
+ERROR_CHARS = 10_000  # of an error's message (it may quote the box); the cell's one error is never withheld
 RED, RESET = "\x1b[31m", "\x1b[0m"
 
 
@@ -67,6 +69,7 @@ class OwSandboxKernel(Kernel):
         self.sandbox = Sandbox(key=self._kernel_key())
         self.sandbox.start_in_background()
         self.settings: dict[str, Any] = {"shell": "main", "timeout": None, "output_limit": DEFAULT_OUTPUT_LIMIT}
+        self.outbox = Outbox(lambda *message: self._send_raw(*message), lambda: self.settings["output_limit"])
         self.magics: MagicTable = all_magics()
         self._running: dict[str, str] = {}  # shell → the call id of the cell running on it
         self._running_lock = threading.Lock()
@@ -95,7 +98,9 @@ class OwSandboxKernel(Kernel):
 
     def _attach_display(self, parent: dict[str, Any], data: dict[str, Any], display_id: str, update: bool) -> None:
         self._send(parent, "update_display_data" if update else "display_data",
-                   {"data": data, "metadata": {}, "transient": {"display_id": display_id}})
+                   {"data": data, "metadata": {}, "transient": {"display_id": display_id}},
+                   Withheld("the live view of an attached program", "%records prints its records"),
+                   frame_of=display_id)
 
     def _runner_call(self, method: str, params: dict[str, Any], timeout: float = 30.0) -> Any:
         return self.sandbox.client.call(method, params, timeout=timeout)
@@ -128,20 +133,27 @@ class OwSandboxKernel(Kernel):
 
     # -- sending ----------------------------------------------------------------------------
 
-    def _send(self, parent: dict[str, Any], msg_type: str, content: dict[str, Any]) -> None:
-        """Send on iopub with an explicit parent: safe from any thread."""
+    def _send(self, parent: dict[str, Any], msg_type: str, content: dict[str, Any], withheld: Withheld | None = None,
+              frame_of: str | None = None, counted: bool = False) -> None:
+        """Send on iopub with an explicit parent, safe from any thread, through the outbox (outbox.py):
+        box text filtered, and counted against the cell's output limit."""
+        self.outbox.send(parent, msg_type, content, withheld, frame_of, counted)
+
+    def _send_raw(self, parent: dict[str, Any], msg_type: str, content: dict[str, Any]) -> None:
         self.session.send(self.iopub_socket, msg_type, content, parent=parent, ident=self._topic(msg_type))
 
-    def _stream(self, parent: dict[str, Any], text: str, name: str = "stdout") -> None:
+    def _stream(self, parent: dict[str, Any], text: str, name: str = "stdout", withheld: Withheld | None = None,
+                counted: bool = False) -> None:
         if text:
-            self._send(parent, "stream", {"name": name, "text": text})
+            self._send(parent, "stream", {"name": name, "text": text}, withheld, counted=counted)
 
-    def _note(self, parent: dict[str, Any], text: str) -> None:
+    def _note(self, parent: dict[str, Any], text: str, counted: bool = False) -> None:
         """A note of the kernel's own (see notes.py): plain and dimmed, not on stderr."""
-        if text.strip("\n"):
-            self._send(parent, "display_data", note_content(text))
+        self.outbox.note(parent, text, counted)
 
     def _error_reply(self, parent: dict[str, Any], ename: str, evalue: str) -> dict[str, Any]:
+        if len(evalue) > ERROR_CHARS:
+            evalue = evalue[:ERROR_CHARS] + f"… ({len(evalue) - ERROR_CHARS} more characters)"
         traceback = [f"{RED}{ename}{RESET}: {evalue}"]
         self._send(parent, "error", {"ename": ename, "evalue": evalue, "traceback": traceback})
         return {"status": "error", "execution_count": self.execution_count, "ename": ename, "evalue": evalue,
@@ -152,6 +164,14 @@ class OwSandboxKernel(Kernel):
     async def do_execute(self, code: str, silent: bool, store_history: bool = True,
                          user_expressions: dict[str, Any] | None = None, allow_stdin: bool = False) -> dict[str, Any]:
         parent = self.get_parent("shell")
+        try:
+            reply = await self._execute(parent, code, store_history, allow_stdin)
+        finally:
+            self.outbox.end_cell(parent)
+        return box_text.clean("execute_reply", reply)
+
+    async def _execute(self, parent: dict[str, Any], code: str, store_history: bool,
+                       allow_stdin: bool) -> dict[str, Any]:
         stdin = _CellStdin(allow_stdin, self._parent_ident["shell"])  # where an input_request goes
         ok = {"status": "ok", "execution_count": self.execution_count, "payload": [], "user_expressions": {}}
         if store_history:
@@ -211,6 +231,7 @@ class OwSandboxKernel(Kernel):
         for name, args in parsed.lines:
             found = self.magics.find("line", name)
             await loop.run_in_executor(None, found.run, context, args, "")
+            self.outbox.budget(context.parent).limit = self.settings["output_limit"]  # %output limit, at once
         if parsed.rest.strip():
             return RunOnShell(self.settings["shell"], parsed.rest)
         return None
@@ -225,7 +246,7 @@ class OwSandboxKernel(Kernel):
         client = workspace.client
         wake = asyncio.Event()
         setup = terminal_settings(self.settings, shell)
-        output = CellOutput(self.settings["output_limit"], terminal=setup.terminal)
+        output = CellOutput(terminal=setup.terminal, budget=self.outbox.budget(parent))
         stdin = stdin or _CellStdin(False, b"")
         prompts = self._prompts(parent, shell, stdin, client)
 
@@ -329,9 +350,9 @@ class OwSandboxKernel(Kernel):
                 if prompts is not None:  # after the command ended, nothing reads an answer
                     prompts.wanted(event.prompt, event.password)
             elif isinstance(event, Stream):
-                self._stream(parent, event.text, event.name)
+                self._stream(parent, event.text, event.name, counted=True)
             elif isinstance(event, Notice):
-                self._note(parent, event.text)
+                self._note(parent, event.text, counted=True)
             elif isinstance(event, Display):
                 await asyncio.get_running_loop().run_in_executor(None, self._display_file, parent, event, shell)
 
@@ -347,7 +368,9 @@ class OwSandboxKernel(Kernel):
         update = display_id is not None and display_id in self._displays
         if display_id is not None:
             self._displays.add(display_id)
-        context.display(bundle, display_id=display_id, update=update)
+        context.display(bundle, display_id=display_id, update=update,
+                        withheld=Withheld(f"the display of {event.path}",
+                                          "show it in a cell of its own, or raise %output limit"))
 
     # -- Stop -------------------------------------------------------------------------------
 
@@ -407,7 +430,8 @@ class OwSandboxKernel(Kernel):
         except (SandboxUnavailable, P.RunnerError, TimeoutError) as exc:
             log.debug("completion failed: %s", exc)
             matches, start, end = [], cursor_pos, cursor_pos
-        return {"status": "ok", "matches": matches, "cursor_start": start, "cursor_end": end, "metadata": {}}
+        return {"status": "ok", "matches": box_text.clean_matches(matches), "cursor_start": start, "cursor_end": end,
+                "metadata": {}}
 
     async def do_inspect(self, code: str, cursor_pos: int, detail_level: int = 0,
                          omit_sections: Any = ()) -> dict[str, Any]:
@@ -418,7 +442,7 @@ class OwSandboxKernel(Kernel):
             log.debug("inspection failed: %s", exc)
             text = ""
         data = {"text/plain": text} if text else {}
-        return {"status": "ok", "found": bool(text), "data": data, "metadata": {}}
+        return box_text.clean("inspect_reply", {"status": "ok", "found": bool(text), "data": data, "metadata": {}})
 
     # -- history (the console's up-arrow, %history-like clients) -----------------------------
 
@@ -503,19 +527,19 @@ class _Context:
             params = {key: value for key, value in params.items() if key != "shell"}
         return client.call(method, params, timeout=timeout)
 
-    def stream(self, text: str, name: str = "stdout") -> None:
-        self.kernel._stream(self.parent, text, name)
+    def stream(self, text: str, name: str = "stdout", withheld: Withheld | None = None) -> None:
+        self.kernel._stream(self.parent, text, name, withheld)
 
     def note(self, text: str) -> None:
         """A line of the kernel's own (a paging footer, a hint): dimmed, not on stderr."""
         self.kernel._note(self.parent, text)
 
     def display(self, data: dict[str, Any], metadata: dict[str, Any] | None = None,
-                display_id: str | None = None, update: bool = False) -> None:
+                display_id: str | None = None, update: bool = False, withheld: Withheld | None = None) -> None:
         content: dict[str, Any] = {"data": data, "metadata": metadata or {}}
         if display_id is not None:
             content["transient"] = {"display_id": display_id}
-        self.kernel._send(self.parent, "update_display_data" if update else "display_data", content)
+        self.kernel._send(self.parent, "update_display_data" if update else "display_data", content, withheld)
 
     @property
     def attach(self) -> AttachManager:
@@ -532,8 +556,9 @@ class _Context:
     def clear(self) -> None:
         self.kernel._send(self.parent, "clear_output", {"wait": False})
 
-    def page(self, text: str) -> None:
-        self.payloads.append({"source": "page", "data": {"text/plain": text}, "start": 0})
+    def page(self, text: str, withheld: Withheld | None = None) -> None:
+        shown = self.kernel.outbox.page(self.parent, text, withheld or Withheld())
+        self.payloads.append({"source": "page", "data": {"text/plain": shown}, "start": 0})
 
     def describe_sandbox(self) -> dict[str, Any]:
         timeout = self.settings["timeout"]

@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..runner.box import protocol as P
 from . import untrusted
+from .budget import Withheld
 from .errors import UsageError
+from .terminal_text import shown_text
 
 if TYPE_CHECKING:
     from .magic_table import MagicTable
@@ -45,15 +47,16 @@ class MagicContext(Protocol):
     magics: MagicTable  # every magic the kernel knows (for %magics)
 
     def call(self, method: str, params: dict[str, Any], timeout: float = 60.0) -> Any: ...
-    def stream(self, text: str, name: str = "stdout") -> None: ...
+    # `withheld`: what an output is and how else to see it, said in its place past the output limit
+    def stream(self, text: str, name: str = "stdout", withheld: Withheld | None = None) -> None: ...
     def note(self, text: str) -> None: ...
     def display(self, data: dict[str, Any], metadata: dict[str, Any] | None = None,
-                display_id: str | None = None, update: bool = False) -> None: ...
+                display_id: str | None = None, update: bool = False, withheld: Withheld | None = None) -> None: ...
     def describe_sandbox(self) -> dict[str, Any]: ...
     def shell_folder(self) -> str: ...
     def result(self, text: str) -> None: ...
     def clear(self) -> None: ...
-    def page(self, text: str) -> None: ...
+    def page(self, text: str, withheld: Withheld | None = None) -> None: ...
 
 
 # -- parsing ------------------------------------------------------------------------------------
@@ -168,23 +171,29 @@ def _span(text: str, what: str) -> tuple[int, int | None]:
     return first, last
 
 
-def _table(headers: list[str], rows: list[list[Any]]) -> str:
+def _table(headers: list[str], rows: list[list[str]]) -> str:
     head = "".join(f"<th style='text-align:left'>{html.escape(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td style='text-align:left'>{html.escape(str(c))}</td>" for c in row) + "</tr>"
+    body = "".join("<tr>" + "".join(f"<td style='text-align:left'>{html.escape(c)}</td>" for c in row) + "</tr>"
                    for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _text_table(headers: list[str], rows: list[list[Any]]) -> str:
-    cells = [headers] + [[str(c) for c in row] for row in rows]
+def _text_table(headers: list[str], rows: list[list[str]]) -> str:
+    cells = [headers] + rows
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     return "".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n" for row in cells)
 
 
 def show_table(ctx: MagicContext, headers: list[str], rows: list[list[Any]], footer: str = "") -> None:
+    """A table as text and HTML; its cells (names, folders, lines of files: the box's words) are text
+    for a terminal (terminal_text.shown_text) and escaped for the page."""
+    headers = [shown_text(str(h)) for h in headers]
+    rows = [[shown_text(str(c)) for c in row] for row in rows]
+    footer = shown_text(footer)
     text = _text_table(headers, rows) + footer
     ctx.display({"text/plain": text, "text/html": _table(headers, rows) + (f"<p>{html.escape(footer)}</p>"
-                                                                           if footer else "")})
+                                                                           if footer else "")},
+                withheld=Withheld("the table", "ask for fewer rows (a narrower path or pattern, --max)"))
 
 
 def _size(n: Any) -> str:
@@ -244,9 +253,12 @@ def _allowed(mime: str) -> str:
 
 def rich_bundle(data: bytes, mime: str, path: str) -> dict[str, Any]:
     """A display_data bundle for a file's bytes from the sandbox, made safe to show (untrusted.py):
-    only allowed types, HTML in a frame that runs no script, Markdown without raw HTML."""
+    only allowed types, HTML in a frame that runs no script, Markdown without raw HTML, and no
+    terminal controls in any text (taken out before the rest is made safe, so that what is checked
+    is what is shown)."""
     mime = _allowed(mime)
-    text = data.decode("utf-8", "replace")
+    text = shown_text(data.decode("utf-8", "replace"))
+    path = shown_text(path)
     if mime.startswith("image/") and mime != "image/svg+xml":
         return {mime: base64.b64encode(data).decode("ascii"), "text/plain": f"<{mime} image: {path}>"}
     if mime == "application/json":
@@ -281,18 +293,20 @@ def _read(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
     mime = mime_for(args.path)
     shell = _shell(ctx)
     if mime != "text/plain" and not (args.lines or args.bytes or args.text):
-        ctx.display(rich_bundle(read_whole(ctx, args.path, shell), mime, args.path))
+        ctx.display(rich_bundle(read_whole(ctx, args.path, shell), mime, args.path),
+                    withheld=Withheld(args.path, "read it in a cell of its own, or raise %output limit"))
         return
     if args.bytes:
         offset, limit = _span(args.bytes, "--bytes")
         page = ctx.call("fs.read", {"path": args.path, "shell": shell, "offset_bytes": offset,
                                     "limit_bytes": limit if limit is not None else 4096})
         data = base64.b64decode(page["data_b64"])
-        try:
-            ctx.stream(data.decode("utf-8"))
-        except UnicodeDecodeError:
-            ctx.stream(_hexdump(data, offset))
         end = offset + page["length"]
+        withheld = Withheld(f"bytes {offset}-{end} of {args.path}", "ask for fewer with --bytes OFFSET:LIMIT")
+        try:
+            ctx.stream(data.decode("utf-8"), withheld=withheld)
+        except UnicodeDecodeError:
+            ctx.stream(_hexdump(data, offset), withheld=withheld)
         more = "" if page["eof"] else f"; next: %read {shlex.quote(args.path)} --bytes {end}:{limit or 4096}"
         ctx.note(f"[bytes {offset}-{end} of {page['total_bytes']}{more}]")
         return
@@ -301,7 +315,9 @@ def _read(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
         raise UsageError(f"--lines wants 1 <= A <= B, not {args.lines}")
     count = (last - first + 1) if last is not None else 200
     page = ctx.call("fs.read", {"path": args.path, "shell": shell, "offset_line": first, "limit_lines": count})
-    ctx.stream(page["text"] if page["text"].endswith("\n") or not page["text"] else page["text"] + "\n")
+    ctx.stream(page["text"] if page["text"].endswith("\n") or not page["text"] else page["text"] + "\n",
+               withheld=Withheld(f"lines {page['start_line']}-{page['end_line']} of {args.path}",
+                                 "ask for fewer with --lines A:B, or part of a long line with --bytes"))
     if not page["eof"] or first > 1:
         size = page["end_line"] - page["start_line"] + 1
         more = "" if page["eof"] else \
@@ -563,7 +579,8 @@ def _stderr(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
        lambda p: p.add_argument("path"))
 def _page(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
     data = read_whole(ctx, args.path, _shell(ctx))
-    ctx.page(data.decode("utf-8", "replace"))
+    ctx.page(data.decode("utf-8", "replace"),
+             Withheld(args.path, f"%read {shlex.quote(args.path)} --lines A:B pages the rest"))
 
 
 @magic("clear", "line", "Clear this cell's output so far (a cell that redraws a progress report, say).")

@@ -3,7 +3,8 @@
 The live view can miss frames (a cut pipe); the record cannot. `CellOutput` tracks how much of the
 command's combined output the notebook has shown (frames carry character offsets) and, when the
 result comes, shows the rest from the record, split back into stdout and stderr by the record's
-`segments`. Past the cell's output limit it stops showing and says where the whole output is kept.
+`segments`. Past the cell's output limit (what the cell's budget has room for, budget.py) it stops
+showing and says where the whole output is kept.
 `display` records (the shell recognises `owdisplay` lines) become display requests. Pure: fed frames
 and results, it returns events.
 
@@ -24,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .budget import OutputBudget
 from .terminal_text import TerminalText, plain
 
 DEFAULT_OUTPUT_LIMIT = 4_000_000  # characters shown per cell
@@ -65,10 +67,15 @@ class CellOutput:
     """Thread-safe: frames come from the runner's pump thread, events are taken by the cell's loop."""
 
     def __init__(self, limit: int = DEFAULT_OUTPUT_LIMIT, terminal: bool = False,
-                 clock: Callable[[], float] = time.monotonic, hold_seconds: float = HOLD_SECONDS) -> None:
-        self.limit = limit
+                 clock: Callable[[], float] = time.monotonic, hold_seconds: float = HOLD_SECONDS,
+                 budget: OutputBudget | None = None) -> None:
+        # The cell's budget (budget.py): what the cell showed before the command, and the displays the
+        # command asks for, leave less room for its text.
+        self.budget = budget if budget is not None else OutputBudget(limit)
+        self.limit = self.budget.limit
         self.shown = 0  # characters of the combined output accounted for, from the start
-        self.displayed = 0  # characters actually sent to the notebook
+        self.displayed = 0  # characters of it actually sent to the notebook
+        self.withheld = 0  # characters of it not sent, past the limit
         self.gap = False
         self.limited = False
         self._events: list[Event] = []
@@ -110,6 +117,8 @@ class CellOutput:
             elif len(output) > self.shown:
                 self._show("stdout", output[self.shown :])
                 self.shown = len(output)
+            if self.limited and not result.get("truncated"):
+                self._finish_withheld(output)
             self._release()
             self._expected = ""
             if self._filters is not None:
@@ -162,14 +171,29 @@ class CellOutput:
             self._events.append(Stream("stdout", TerminalText().feed(text) if self._filters is not None else text))
         self.shown = total
 
+    def _finish_withheld(self, output: str) -> None:
+        """Cut at the limit though the sandbox kept every character (the cell's other outputs took the
+        room): no log holds the rest, so say so, and show the end as a cut output does."""
+        self._release()
+        self._events.append(Notice(f"[{self.withheld} characters of this command's output were not shown: the "
+                                   "cell's outputs reached its limit; raise %output limit, or send the output "
+                                   "to a file]\n"))
+        tail = min(self.withheld, TAIL_CHARS, len(output))
+        if tail > 0:
+            self._events.append(Notice(f"[the last {tail} characters:]\n"))
+            text = output[len(output) - tail :]
+            self._events.append(Stream("stdout", TerminalText().feed(text) if self._filters is not None else text))
+
     # -- showing ----------------------------------------------------------------------------
 
     def _show(self, stream: str, text: str) -> None:
         if self.limited or not text:
+            self.withheld += len(text)
             return
-        room = self.limit - self.displayed
+        room = self.budget.room()
         if len(text) > room:
             self._emit(stream, text[:room])
+            self.withheld += len(text) - room
             self._stop_at_limit()
             return
         self._emit(stream, text)
@@ -178,10 +202,11 @@ class CellOutput:
         self.limited = True
         self._release()
         self._events.append(Notice(f"\n[output limit of {self.limit} characters reached (%output limit); "
-                                   "the rest is kept in a log in the sandbox, named when the command ends]\n"))
+                                   "where the rest is follows when the command ends]\n"))
 
     def _emit(self, stream: str, text: str) -> None:
         self.displayed += len(text)
+        self.budget.charge(len(text))
         if stream == "note":  # the runner's own words (see shells.py `_note`), not the program's
             self._release()
             self._events.append(Notice(text))

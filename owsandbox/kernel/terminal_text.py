@@ -156,6 +156,15 @@ class TerminalText:
         return all(c.isdigit() or c in ";:" for c in self._seq)
 
 
+def shown_text(text: str) -> str:
+    """`text` from the box as a terminal may be given it: colours (SGR), `\\r`, `\\n` and `\\t` kept, every
+    other control and sequence dropped (an unfinished one at the end too). The one filter for whatever
+    the kernel shows of the box outside a command's own output (file names, file text, folders, error
+    messages, completions): there a window title, the clipboard (OSC 52) or a cleared screen would be
+    the box's doing, and even a backspace could rewrite what the user reads."""
+    return TerminalText().feed(text).replace("\b", "")
+
+
 def plain(text: str) -> str:
     """`text` with every sequence and control dropped but line breaks and tabs, colours too: for a
     prompt, which JupyterLab and the console show as plain text."""

@@ -42,7 +42,7 @@ from owsandbox.kernel import completeness
 from owsandbox.kernel.attach_magics import _headers, _parse_records, _split_number
 from owsandbox.kernel.magic_table import all_magics
 from owsandbox.kernel.magics import UsageError, _span, parse_cell
-from owsandbox.kernel.output import CellOutput, Display, Notice, Stream
+from owsandbox.kernel.output import TAIL_CHARS, CellOutput, Display, Notice, Stream
 from owsandbox.runner.box import protocol as P
 from owsandbox.runner.box import wsframes as W
 from owsandbox.runner.box.output import MARKER_START, LiveBatcher, MarkerScanner, OutputRecord, StreamDecoder
@@ -345,8 +345,11 @@ def test_past_the_cell_limit_exactly_the_first_characters_show_and_one_notice(ad
     assert not any(isinstance(e, Display) for e in events)
     if len(whole) <= limit:
         assert shown == whole and not notices
-    else:
-        assert shown == whole[:limit] and len(notices) == 1 and "output limit" in notices[0].text
+    else:  # the record kept every character (no log): the end is shown after the notices, as for a cut output
+        rest = len(whole) - limit
+        assert shown == whole[:limit] + whole[len(whole) - min(rest, TAIL_CHARS) :]
+        assert "output limit" in notices[0].text, notices
+        assert f"{rest} characters of this command's output were not shown" in notices[1].text, notices
 
 
 # ── execd frames (RFC 6455) ─────────────────────────────────────────────────────────────────────
