@@ -53,9 +53,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"owsandbox tour: no notebook at {args.notebook}; give the path of one", file=sys.stderr)
         return 2
     notebook = nbformat.read(args.notebook, as_version=4)
-    with tempfile.TemporaryDirectory(prefix="owsandbox-tour-") as workdir:
-        # Over IPC (Unix sockets in the private work folder): no TCP port is opened on this machine.
-        manager = KernelManager(kernel_name=args.kernel, transport="ipc", ip=os.path.join(workdir, "kernel"))
+    with tempfile.TemporaryDirectory(prefix="owsandbox-tour-") as workdir, \
+            tempfile.TemporaryDirectory(prefix="owsandbox-tour-kernel-") as sockets:
+        # Over IPC (Unix sockets in a private folder of their own, not the workspace the sandbox writes):
+        # no TCP port is opened on this machine.
+        manager = KernelManager(kernel_name=args.kernel, transport="ipc", ip=os.path.join(sockets, "kernel"))
         client = NotebookClient(notebook, km=manager, kernel_name=args.kernel, timeout=args.timeout,
                                 resources={"metadata": {"path": workdir}})
         failed: CellExecutionError | None = None

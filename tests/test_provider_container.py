@@ -118,6 +118,7 @@ def test_the_box_is_the_image_with_the_workspace_and_nothing_of_the_host(engine,
     (home / ".ssh").mkdir(parents=True)
     (home / ".ssh" / "id_ed25519").write_text("PRIVATE KEY\n")
     (home / ".bashrc").write_text("# the user's own\n")
+    (home / "project").mkdir()
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("GREETING", "hello")  # passed on purpose, by name
     monkeypatch.setenv("OWSANDBOX_ENV", "GREETING,CONTAINERS_CONF")  # the engine's setting stays out
@@ -134,8 +135,11 @@ def test_the_box_is_the_image_with_the_workspace_and_nothing_of_the_host(engine,
             return ran["output"]
 
         assert workspace.cwd == "/workspace"
-        assert out(f"cat {MARKER}; pwd; echo made > made.txt") == f"{IMAGE}\n/workspace\n"
-        assert (home / "made.txt").read_text() == "made\n"
+        assert out(f"cat {MARKER}; pwd; echo made > project/made.txt") == f"{IMAGE}\n/workspace\n"
+        assert (home / "project" / "made.txt").read_text() == "made\n"
+        # nothing new at the home's top level: a ~/.local or ~/bin made now would be loaded by the host
+        assert "Read-only file system" in out("mkdir .local 2>&1; touch bin 2>&1")
+        assert not (home / ".local").exists() and not (home / "bin").exists()
         assert out(f"test -e {Path(__file__).parent} && echo host-visible || echo hidden") == "hidden\n"
         assert out("ls -A .ssh; cat .bashrc; echo end") == "end\n"
         assert "Read-only file system" in out("touch /usr/owsbx-x /etc/owsbx-x 2>&1")
@@ -156,7 +160,7 @@ def test_the_box_is_the_image_with_the_workspace_and_nothing_of_the_host(engine,
         assert len(info["image id"]) >= 12 and info["container id"] and info["container"] == provider.container
         assert info["limits"]["memory"] == "512 MiB" and info["limits"]["cpu"] == "1"
         assert "confirmed" in info["limits enforced by"] and info["network"].startswith("none")
-        assert info["mounts"]["/workspace/.ssh"] == "hidden"
+        assert info["mounts"]["/workspace/.ssh"].startswith("hidden")
         assert provider.headline() == ["podman container", f"image {debian_image}",
                                        f"writes to {home} (as /workspace)", "no network", "512 MiB, 256 processes"]
         labels = json.loads(engine.run("inspect", "--format", "{{json .Config.Labels}}", provider.container).stdout)
