@@ -12,6 +12,7 @@ import inspect
 import json
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -169,6 +170,20 @@ def test_the_box_is_the_image_with_the_workspace_and_nothing_of_the_host(engine,
     finally:
         workspace.close()
     assert labelled(engine, "owsandbox.key=kernel-box-facts") == []
+
+
+def test_what_the_host_loads_in_the_workspace_is_read_only_in_the_container(engine, debian_image, workspace):
+    """The same guard as bubblewrap's: a Python environment's site-packages, git's hooks and config."""
+    (workspace / ".venv" / "lib").mkdir(parents=True)
+    (workspace / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    subprocess.run(["git", "init", "-q", str(workspace / "repo")], check=True)
+    provider = ContainerProvider(workspace, image=debian_image, engine="podman")
+    with running(provider) as (_, client):
+        ran = RunnerExecutor(client).run("touch .venv/lib/zz.pth 2>&1; touch repo/.git/hooks/pre-commit 2>&1; "
+                                         "echo '[core]' >> repo/.git/config 2>&1; touch repo/mine && echo ok")
+        assert ran["output"].count("Read-only file system") == 3 and ran["output"].endswith("ok\n"), ran
+    assert not (workspace / ".venv" / "lib" / "zz.pth").exists()
+    assert provider.describe()["mounts"]["/workspace/.venv"] == "read-only (a Python environment)"
 
 
 def test_a_container_user_writes_the_workspace_as_that_user(engine, debian_image, workspace, monkeypatch):

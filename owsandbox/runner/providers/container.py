@@ -297,12 +297,14 @@ class ContainerProvider(ExecProvider):
             args += ["--tmpfs", f"/root:{tmpfs},exec,mode=700"]  # a private home, as bwrap gives
         elif not self.writable_root:  # another user's home may not be there, or is read-only: one of its own
             args += ["--tmpfs", f"{OTHER_HOME}:{tmpfs},exec,mode=1777", "--env", f"HOME={OTHER_HOME}"]
-        args += ["--mount", f"type=bind,source={self.host_cwd},destination={self.workspace}",
-                 "--workdir", self.workspace]
         guard = self.workspace_guard()
+        top_read_only = ",readonly" if guard.home_top == self.host_cwd else ""  # the home is the workspace
+        args += ["--mount", f"type=bind,source={self.host_cwd},destination={self.workspace}{top_read_only}",
+                 "--workdir", self.workspace]
         if guard.home_top:  # nested binds: engines mount them after the workspace, parents first
-            args += ["--mount", f"type=bind,source={guard.home_top},destination={self._in_box(guard.home_top)},"
-                     "readonly"]
+            if not top_read_only:
+                args += ["--mount", f"type=bind,source={guard.home_top},destination={self._in_box(guard.home_top)},"
+                         "readonly"]
             for path in guard.home_writable:
                 args += ["--mount", f"type=bind,source={path},destination={self._in_box(path)}"]
         for path in guard.read_only:
