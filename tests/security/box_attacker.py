@@ -10,6 +10,8 @@ Steps (one JSON object a line; one JSON answer a line):
     {"counters": true}              the limit counters
     {"state": true}                 the host-side facts: state folder, init pid, its pid namespace
     {"restart": true}               kill and restart the daemon as a sandbox restart does
+    {"host": "COMMAND"}             run a command on the host, as this script's user and in its session
+                                    (its keyrings): exit_code, output
     {"close": true}                 end the sandbox, then this script
     {"release": true}               leave the sandbox lingering (a kernel restart), then end this script
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 
 
@@ -53,6 +56,9 @@ def main() -> int:
                 pid = provider.daemon_pid
                 answer = {"state_dir": provider.state_dir, "init_pid": pid,
                           "pidns": os.readlink(f"/proc/{pid}/ns/pid") if pid else None}
+            elif "host" in step:
+                done = subprocess.run(["bash", "-c", step["host"]], capture_output=True, text=True, timeout=60)
+                answer = {"exit_code": done.returncode, "output": done.stdout + done.stderr}
             elif "restart" in step:
                 assert workspace is not None
                 workspace.provider.restart_daemon()

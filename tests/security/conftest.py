@@ -62,11 +62,11 @@ def readable_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class Attacker:
     """One sandbox, started by `who`, and the code run in it. Answers are JSON from box_attacker."""
 
-    def __init__(self, who: str, code: Path, home: Path, env: dict[str, str]) -> None:
+    def __init__(self, who: str, code: Path, home: Path, env: dict[str, str], wrapper: tuple[str, ...] = ()) -> None:
         self.who = who
         self.home = home
         python = SYSTEM_PYTHON if os.path.exists(SYSTEM_PYTHON) else shutil.which("python3") or "python3"
-        argv = [python, "-B", str(code / "box_attacker.py")]
+        argv = [*wrapper, python, "-B", str(code / "box_attacker.py")]  # wrapper: run as `who`, around it
         full_env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "PYTHONPATH": str(code),
                     "LANG": "C.UTF-8", **env}
         if who == "user" and os.getuid() == 0:
@@ -144,8 +144,8 @@ def home(owner: pwd.struct_passwd) -> Iterator[Path]:
 def attacker_factory(who: str, readable_copy: Path, home: Path) -> Iterator[Any]:
     made: list[Attacker] = []
 
-    def make(**env: str) -> Attacker:
-        attacker = Attacker(who, readable_copy, home, env)
+    def make(wrapper: tuple[str, ...] = (), **env: str) -> Attacker:
+        attacker = Attacker(who, readable_copy, home, env, wrapper)
         made.append(attacker)
         return attacker
 
