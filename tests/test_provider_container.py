@@ -186,6 +186,21 @@ def test_what_the_host_loads_in_the_workspace_is_read_only_in_the_container(engi
     assert provider.describe()["mounts"]["/workspace/.venv"] == "read-only (a Python environment)"
 
 
+def test_a_workspace_that_holds_the_private_folder_cannot_reach_the_lease(engine, debian_image, workspace,
+                                                                          monkeypatch):
+    """A notebook in /tmp, or TMPDIR in the workspace: the lease that decides the container's life, and
+    its log, go where the workspace does not reach, and the folder in the workspace shows empty."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(workspace))
+    private = workspace / f"owsandbox-{os.getuid()}"
+    provider = ContainerProvider(workspace, image=debian_image, engine="podman")
+    with running(provider) as (_, client):
+        assert provider.state_dir is not None and not str(provider.state_dir).startswith(str(workspace))
+        ran = RunnerExecutor(client).run(f"ls -A /workspace/{private.name} 2>&1; touch -d 2030-01-01 "
+                                         f"/workspace/{private.name}/{provider.container}/lease 2>&1; echo end")
+        assert ran["output"].endswith("end\n") and provider.container not in ran["output"].split("touch")[0], ran
+    assert not (private / provider.container).exists()
+
+
 def test_a_container_user_writes_the_workspace_as_that_user(engine, debian_image, workspace, monkeypatch):
     """OWSANDBOX_CONTAINER_USER, as for a rootful engine run by a plain user (the Docker recipe): what a
     cell writes is that user's, and the user gets a private home of its own under the read-only root."""
