@@ -100,14 +100,15 @@ class OutputBudget:
             return False
 
     def summary(self) -> str | None:
-        """The cell's last note: what was withheld after the first note, if anything was."""
+        """The cell's last note: what was withheld after the first note (or without one: the kernel's
+        own notes past their allowance), if anything was."""
         with self._lock:
             if not self.withheld_after_note:
                 return None
             count, chars = self.withheld_after_note, self.withheld_chars
             self.withheld_after_note = self.withheld_chars = 0
-        outputs = "output" if count == 1 else "outputs"
-        return f"[past the output limit, {count} more {outputs} ({chars} characters) were not shown]"
+        outputs = ("more " if self.noted else "") + ("output" if count == 1 else "outputs")
+        return f"[past the output limit, {count} {outputs} ({chars} characters) were not shown]"
 
     def _first_note(self, said: str, withheld: Withheld, size: int) -> str | None:
         if self.noted:
