@@ -26,6 +26,7 @@ from typing import Any
 from . import protocol as P
 from .dispatch import Dispatcher
 from .execd import ExecdServer
+from .hardening import keep_to_itself, make_undumpable
 from .outbox import Records
 from .server import Connection, SocketServer
 from .shellregistry import ShellRegistry
@@ -153,6 +154,13 @@ def serve(socket_path: str, cwd: str | None, exit_with_parent: bool, log_dir: st
           max_frame_bytes: int = P.DEFAULT_MAX_FRAME_BYTES, output_limit: int = DEFAULT_OUTPUT_LIMIT,
           linger: float = 0, listen_fd: int | None = None, execd_fd: int | None = None,
           end_namespace: bool = False) -> int:
+    # Before anything else: out of reach of the cells (/proc/<pid>/fd, ptrace, pidfd_getfd), and the
+    # host's sockets kept from every process the daemon starts.
+    not_guarded = make_undumpable()
+    if not_guarded:
+        log.warning("the daemon could not make itself non-dumpable (%s): same-user processes can reach its files",
+                    not_guarded)
+    keep_to_itself(listen_fd, execd_fd)
     daemon = Daemon(socket_path, cwd, log_dir, max_frame_bytes, output_limit, listen_fd, execd_fd)
     daemon.listen()
     threading.Thread(target=_bash_version, name="bash-version", daemon=True).start()  # for hello, ahead of it

@@ -40,6 +40,7 @@ from ...logs import log_level_args
 from ..box.daemonctl import listen_unix, serving
 from ..box.procstat import descendants, namespace_pids, pid_alive, start_time
 from ..limits import CgroupEnforcement, Enforcement, Limits, enforce, human_size
+from ..logpump import LogPump
 from ..seccomp import UnsupportedArchitecture, box_policy, compile_filter, native_arch, refused_syscalls
 from .guard import Guard, box_made_environments, guard_workspace, note_box_made_environments
 from .local import _LAUNCHER, LocalProvider, runtime_candidates, runtime_root
@@ -190,6 +191,7 @@ class BwrapProvider(LocalProvider):
         self.guard: Guard | None = None
         self.network_mode = "none"
         self.seccomp_state = "not started"
+        self._log_pump: LogPump | None = None
         self._init_start: str | None = None
         self._pasta: str | None = None  # the pasta program, when the box is to have a network
         self._pasta_pid: int | None = None
@@ -361,7 +363,10 @@ class BwrapProvider(LocalProvider):
         listener = _listening_socket(self.socket_path)
         execd = _listening_socket(str(run / "execd.sock"))
         info_read, info_write = os.pipe()
-        log = self._open_log()
+        # bubblewrap's and the daemon's stderr is a pipe that the host copies into its own log: a host file
+        # held by bubblewrap's init (the box's pid 1) would be writable from the box through /proc/1/fd/2.
+        log_read, log = os.pipe()
+        self._log_pump = LogPump(log_read, os.path.join(self.state_dir, "daemon.log")).start()
         self.enforcer = enforce(self.limits)
         seccomp = self._seccomp_pipe()
         wrapper = self._network_wrapper()
@@ -435,6 +440,11 @@ class BwrapProvider(LocalProvider):
         finally:
             os.close(write)
         return read
+
+    def _log_tail(self) -> str:
+        if self._log_pump is not None:
+            self._log_pump.settle(2.0)  # the box has ended: what it wrote last is on its way to the file
+        return super()._log_tail()
 
     def _init_pid(self, info_fd: int) -> int | None:
         """The host pid of the sandbox's PID-namespace init, from bubblewrap's --info-fd."""
