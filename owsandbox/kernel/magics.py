@@ -273,7 +273,11 @@ def rich_bundle(data: bytes, mime: str, path: str) -> dict[str, Any]:
                 "text/plain": f"<{mime}: {path}>"}
     if mime == "text/markdown":
         return {mime: untrusted.markdown_text(text), "text/plain": text}
-    return {mime: untrusted.svg_image(text), "text/plain": f"<{mime}: {path}>"}
+    try:
+        return {mime: untrusted.svg_image(text), "text/plain": f"<{mime}: {path}>"}
+    except untrusted.RefusedSvg as exc:
+        raise UsageError(f"{path} is not shown as SVG: {exc}; %read {shlex.quote(path)} --text shows its "
+                         "text") from None
 
 
 # -- the magics ---------------------------------------------------------------------------------

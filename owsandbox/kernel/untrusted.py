@@ -25,10 +25,11 @@ So, of what comes from the box:
   fences longer than any backtick run inside, spans as `<code>` with every punctuation character an
   entity. Link, image and reference targets whose scheme is not http, https or mailto
   (javascript:, vbscript:, data:, ...) get a `#` in front, which makes them harmless fragments;
-* image/svg+xml is sent as it is: JupyterLab shows SVG as `<img src="data:image/svg+xml,...">`
-  (`renderSVG` in @jupyterlab/rendermime, checked in the JupyterLab 4.6 bundle this project tests
-  with), and an SVG shown as an image runs no script and loads nothing. Raster images are sent as
-  base64 and shown as images too.
+* image/svg+xml is written anew from what draws (svg.py): no script, event handler, foreign
+  object, link or reference out of the document is left. JupyterLab shows SVG as
+  `<img src="data:image/svg+xml,...">` (`renderSVG` in @jupyterlab/rendermime), where nothing of it
+  would run anyway, but the classic Notebook and other front ends put it into the page as markup.
+  Raster images are sent as base64 and shown as images.
 
 HTML the kernel makes itself (the `%ls` and `%shells` tables) escapes every value it shows and is
 not framed.
@@ -39,6 +40,10 @@ from __future__ import annotations
 import html
 import re
 import string
+
+from .svg import RefusedSvg, sanitised
+
+__all__ = ["ALLOWED_TYPES", "RefusedSvg", "RefusedType", "check_type", "html_frame", "markdown_text", "svg_image"]
 
 ALLOWED_TYPES: tuple[str, ...] = (
     "image/png", "image/jpeg", "image/gif", "image/webp", "image/bmp", "image/svg+xml",
@@ -127,8 +132,8 @@ def _pre_lines(document: str) -> int:
 # -- SVG ----------------------------------------------------------------------------------------
 
 def svg_image(svg: str) -> str:
-    """`svg` as it is: JupyterLab shows image/svg+xml as an <img> (data: URL), where no script of it runs."""
-    return svg
+    """`svg` with only what draws (svg.py): safe inline in a page too; RefusedSvg when it cannot be made so."""
+    return sanitised(svg)
 
 
 # -- Markdown -----------------------------------------------------------------------------------

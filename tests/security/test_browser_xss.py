@@ -15,7 +15,8 @@ though the very same request made from the page by the test does (`canary.txt`: 
 request would have worked had it run); no element of the outputs has an `on*` attribute and no
 link is `javascript:`; and what is harmless still shows: the HTML's table inside its sandboxed
 frame, the Markdown's code block with `<img ...>` as text, the SVG as an image, and the refusals
-naming the type.
+naming the type. Last, every SVG attack, as the kernel sends it, is put inline in a page (as the
+classic Notebook shows SVG) and provoked: nothing runs, nothing loads.
 """
 
 from __future__ import annotations
@@ -25,12 +26,16 @@ from pathlib import Path
 
 import pytest
 
+from owsandbox.kernel.svg import sanitised
+
 from ..lab_browser import (
+    CHROMIUM_ARGS,
     HTML,
     MARKDOWN,
     NOTE,
     STDERR,
     SVG,
+    chromium_or_skip,
     code_cell,
     lab_in_chromium,
     needs_linux_processes,
@@ -38,6 +43,7 @@ from ..lab_browser import (
     run_all_cells,
 )
 from ..waiting import wait_until
+from .test_svg import ATTACKS as SVG_ATTACKS
 from .test_untrusted_output import HTML_ATTACKS, MARKDOWN_ATTACKS
 
 pytestmark = pytest.mark.slow
@@ -158,6 +164,58 @@ def test_box_output_runs_no_script_in_jupyterlab(tmp_path: Path) -> None:
         wait_until((lab.root / "canary.txt").exists, 10, "the canary PUT to make its file", interval=0.05)
         assert not (lab.root / "pwned.txt").exists(), "a script from the sandbox wrote pwned.txt"
         lab.remember_processes()
+
+
+# Fire every event a handler could wait for at every element of the SVGs, then click each link as a user would.
+PROVOKE = """() => {
+  for (const element of document.querySelectorAll('svg, svg *')) {
+    for (const type of ['load', 'click', 'mouseover', 'mouseenter', 'mousedown', 'focus', 'activate', 'begin']) {
+      element.dispatchEvent(new MouseEvent(type, {bubbles: true, cancelable: true, view: window}));
+    }
+  }
+}"""
+
+
+def _svg_page_in_chromium(svgs: list[str]) -> tuple[int, list[str], list[str]]:
+    """The SVGs inline in one page (as the classic Notebook shows image/svg+xml), provoked: how often the
+    attack's code ran, the dialogs raised, and the requests made (all aborted)."""
+    chromium = chromium_or_skip()
+    from playwright.sync_api import Error as PlaywrightError
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            requests: list[str] = []
+            dialogs: list[str] = []
+            page.route("**/*", lambda route: (requests.append(route.request.url), route.abort()))
+            page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+            page.set_content("<!DOCTYPE html><html><body>" + "".join(f"<div>{svg}</div>" for svg in svgs)
+                             + "</body></html>")
+            page.evaluate(PROVOKE)
+            for link in page.locator("svg a").all():
+                try:
+                    link.click(force=True, no_wait_after=True, timeout=2000)
+                except PlaywrightError:  # nothing of it is drawn where a user could click
+                    pass
+            page.wait_for_timeout(500)  # let the animations that begin at once (0.1 s long) run to their end
+            page.evaluate(PROVOKE)
+            return int(page.evaluate("window.__owned || 0")), dialogs, requests
+        finally:
+            browser.close()
+
+
+@pytest.mark.timeout(120)
+def test_sanitised_svg_inline_in_a_page_runs_no_script_and_loads_nothing() -> None:
+    """The classic Notebook and other front ends put image/svg+xml into the page as markup. Every SVG
+    attack of test_svg.py, as the kernel sends it, inline in one Chromium page with its events fired and
+    its links clicked: nothing runs and nothing is fetched. The same page with the attacks as the box
+    wrote them runs them, so the page would have shown an attack that worked."""
+    owned, dialogs, requests = _svg_page_in_chromium([sanitised(svg) for svg in SVG_ATTACKS.values()])
+    assert (owned, dialogs, requests) == (0, [], [])
+    owned, _, requests = _svg_page_in_chromium(list(SVG_ATTACKS.values()))
+    assert owned > 0 and any("evil.example" in url for url in requests), (owned, requests)
 
 
 def _starts(prefix: str):
