@@ -15,8 +15,8 @@ from owsandbox.runner.providers.local import descendants, pid_alive
 
 from .waiting import WaitTimeout, wait_until
 
-__all__ = ["PinnedProcesses", "children", "command_line", "descendants", "name", "pid_alive", "wait_for_file",
-           "wait_gone"]
+__all__ = ["PinnedProcesses", "children", "command_line", "connected_to", "descendants", "name", "pid_alive",
+           "wait_for_file", "wait_gone"]
 
 
 def _stat_ppid(pid: str) -> int | None:
@@ -25,6 +25,30 @@ def _stat_ppid(pid: str) -> int | None:
             return int(f.read().rsplit(")", 1)[1].split()[1])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def connected_to(pid: int, port: int) -> bool:
+    """Whether process `pid` holds an established TCP connection to `port` (read from /proc): a client
+    that does not say when it has subscribed (jupyter console's IOPub) is seen to have done so."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()  # sl local remote state ... inode (field 9)
+            if (int(fields[2].rsplit(":", 1)[1], 16) == port and fields[3] == "01"  # ESTABLISHED
+                    and fields[9] in inodes):
+                return True
+    return False
 
 
 def children(pid: int) -> list[int]:

@@ -31,7 +31,7 @@ import pexpect
 import pytest
 
 from .conftest import KERNEL_NAME
-from .processes import PinnedProcesses, command_line, descendants
+from .processes import PinnedProcesses, command_line, connected_to, descendants
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not hasattr(os, "pidfd_open") or not os.path.isdir("/proc"),
@@ -106,29 +106,8 @@ class Console:
         return None
 
     def _connected_to(self, port: int | None) -> bool:
-        """Whether the console has an established TCP connection to `port` (read from /proc)."""
-        if port is None:
-            return False
-        pid = self.child.pid
-        inodes = set()
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            try:
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if target.startswith("socket:["):
-                inodes.add(target[8:-1])
-        for table in ("tcp", "tcp6"):
-            try:
-                lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
-            except OSError:
-                continue
-            for line in lines:
-                fields = line.split()  # sl local remote state ... inode (field 9)
-                if (int(fields[2].rsplit(":", 1)[1], 16) == port and fields[3] == "01"  # ESTABLISHED
-                        and fields[9] in inodes):
-                    return True
-        return False
+        """Whether the console has an established TCP connection to `port`."""
+        return port is not None and connected_to(self.child.pid, port)
 
     def prompt(self) -> str:
         return spelled(f"In [{self.count}]: ")
