@@ -16,6 +16,7 @@ from typing import Any
 
 from ..runner.box import protocol as P
 from ..runner.client import RunnerClient
+from ..runner.limits import LimitTooSmall
 from ..runner.providers import bwrap_problem, enforcement_of, resolve
 from ..runner.workspace import DEFAULT_PROVIDER, PROVIDER_ENV, RunnerWorkspace
 
@@ -69,7 +70,8 @@ class Sandbox:
             if workspace.provider.reused:
                 self._fresh_shells(workspace)
         except (P.RunnerError, OSError, RuntimeError, ValueError) as exc:
-            self._error = f"the {self.provider_name} sandbox could not start: {exc}"
+            named = f"{type(exc).__name__}: " if isinstance(exc, LimitTooSmall) else ""
+            self._error = f"the {self.provider_name} sandbox could not start: {named}{exc}"
             log.error("%s", self._error)
         else:
             if self._closed:

@@ -256,9 +256,46 @@ def _rmdir(folder: Path) -> None:
         pass
 
 
+class LimitTooSmall(ValueError):
+    """A limit that leaves the sandbox no room to start; the message names it and the least that works."""
+
+
+# The least memory a sandbox starts in and runs a shell, a small program and a few more shells, by
+# enforcement. Found by trying (bubblewrap, x86_64, Python 3.11): the daemon, bash and `python3 -c`
+# ran in 40 MiB of address space under rlimits (not 32) and in 24 MiB charged to a cgroup (not 16);
+# each further shell adds about 2 MiB of address space (two threads).
+MIN_MEMORY = {"rlimits": 64 << 20, "cgroup": 32 << 20}
+# What a process that ran out of memory as it started says (the dynamic loader, Python, glibc's threads).
+_STARVED = ("MemoryError", "can't start new thread", "failed to map segment", "Cannot allocate memory",
+            "cannot allocate memory")
+
+
+def check_room(limits: Limits, kind: str) -> None:
+    """Refuse, before anything starts, a memory limit under which the sandbox could not run a cell."""
+    floor = MIN_MEMORY.get(kind, 0)
+    if limits.memory < floor:
+        raise LimitTooSmall(f"memory={human_size(limits.memory)} leaves no room for the sandbox's daemon and shell "
+                            f"under {kind} (at least {human_size(floor)}); set a larger one with "
+                            "OWSANDBOX_LIMITS=memory=... or --limit memory=...")
+
+
+def starved(log_tail: str, counters: dict[str, int]) -> bool:
+    """Whether a sandbox that did not start ran out of memory: an OOM kill counted by its cgroup, or
+    the words of a process refused memory in what it wrote."""
+    return counters.get("oom_kills", 0) > 0 or any(word in log_tail for word in _STARVED)
+
+
+def too_small(limits: Limits, kind: str, failure: str) -> LimitTooSmall:
+    """The error for a sandbox found starved as it started (`failure`: what it said)."""
+    return LimitTooSmall(f"memory={human_size(limits.memory)} was too small for the sandbox's daemon under {kind}: it "
+                         f"ran out of memory as it started ({failure.strip()[-500:]}). Set a larger one with "
+                         "OWSANDBOX_LIMITS=memory=... or --limit memory=...")
+
+
 def enforce(limits: Limits) -> Enforcement:
     """A cgroup where one can be made, else rlimits."""
     return CgroupEnforcement.make(limits) or Enforcement(limits)
 
 
-__all__ = ["Enforcement", "CgroupEnforcement", "Limits", "enforce", "human_size", "parse_size"]
+__all__ = ["MIN_MEMORY", "Enforcement", "CgroupEnforcement", "LimitTooSmall", "Limits", "check_room", "enforce",
+           "human_size", "parse_size", "starved", "too_small"]

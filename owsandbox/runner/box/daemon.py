@@ -26,6 +26,7 @@ from typing import Any
 from . import protocol as P
 from .dispatch import Dispatcher
 from .execd import ExecdServer
+from .footprint import keep_address_space_small
 from .hardening import keep_to_itself, make_undumpable
 from .outbox import Records
 from .server import Connection, SocketServer
@@ -161,6 +162,7 @@ def serve(socket_path: str, cwd: str | None, exit_with_parent: bool, log_dir: st
         log.warning("the daemon could not make itself non-dumpable (%s): same-user processes can reach its files",
                     not_guarded)
     keep_to_itself(listen_fd, execd_fd)
+    keep_address_space_small()  # under rlimits, the memory limit bounds the daemon's address space too
     daemon = Daemon(socket_path, cwd, log_dir, max_frame_bytes, output_limit, listen_fd, execd_fd)
     daemon.listen()
     threading.Thread(target=_bash_version, name="bash-version", daemon=True).start()  # for hello, ahead of it

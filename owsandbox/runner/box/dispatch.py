@@ -100,7 +100,13 @@ class Dispatcher:
             return
         if method == "shell.run" and self._try_run_inline(request_id, raw_params):
             return
-        threading.Thread(target=self._run_handler, args=(request_id, handler, raw_params), daemon=True).start()
+        try:
+            threading.Thread(target=self._run_handler, args=(request_id, handler, raw_params), daemon=True).start()
+        except RuntimeError as exc:  # the connection's reader must live on, and the request be answered
+            log.error("request %s: no thread to run it: %s", request_id, exc)
+            self._answer(request_id, err=P.RunnerError(
+                P.INTERNAL_ERROR, f"the sandbox's daemon could not start a thread for this request ({exc}): its "
+                "memory limit leaves it no room; restart the kernel with a larger one"))
 
     def _notification(self, method: str, raw_params: dict[str, Any]) -> None:
         if method == "session.ack":

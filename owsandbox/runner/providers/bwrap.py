@@ -39,7 +39,7 @@ from typing import Any
 from ...logs import log_level_args
 from ..box.daemonctl import listen_unix, serving
 from ..box.procstat import descendants, namespace_pids, pid_alive, start_time
-from ..limits import CgroupEnforcement, Enforcement, Limits, enforce, human_size
+from ..limits import CgroupEnforcement, Enforcement, Limits, check_room, enforce, human_size, starved, too_small
 from ..logpump import LogPump
 from ..seccomp import UnsupportedArchitecture, box_policy, compile_filter, native_arch, refused_syscalls
 from .guard import Guard, box_made_environments, guard_workspace, note_box_made_environments
@@ -192,6 +192,7 @@ class BwrapProvider(LocalProvider):
         self.network_mode = "none"
         self.seccomp_state = "not started"
         self._log_pump: LogPump | None = None
+        self._last_counters: dict[str, int] = {}  # the limit counters of the sandbox last stopped
         self._init_start: str | None = None
         self._pasta: str | None = None  # the pasta program, when the box is to have a network
         self._pasta_pid: int | None = None
@@ -358,6 +359,12 @@ class BwrapProvider(LocalProvider):
 
     def _start_daemon(self) -> None:
         assert self.state_dir and self.runner_path
+        self.enforcer, self._last_counters = enforce(self.limits), {}
+        try:
+            check_room(self.limits, self.enforcer.kind)
+        except BaseException:
+            self.enforcer.remove()
+            raise
         run = Path(self.state_dir, "run")
         run.mkdir(mode=0o700, exist_ok=True)
         listener = _listening_socket(self.socket_path)
@@ -367,7 +374,6 @@ class BwrapProvider(LocalProvider):
         # held by bubblewrap's init (the box's pid 1) would be writable from the box through /proc/1/fd/2.
         log_read, log = os.pipe()
         self._log_pump = LogPump(log_read, os.path.join(self.state_dir, "daemon.log")).start()
-        self.enforcer = enforce(self.limits)
         seccomp = self._seccomp_pipe()
         wrapper = self._network_wrapper()
         # With pasta, the daemon's parent can outlive a killed kernel: it leaves when no client is left.
@@ -401,11 +407,17 @@ class BwrapProvider(LocalProvider):
             listener.close()  # the daemon holds them now; a dead daemon must not look alive
             execd.close()
         try:
-            self.daemon_pid = self._init_pid(info_read)
-        finally:
-            os.close(info_read)
-        self._init_start = start_time(self.daemon_pid) if self.daemon_pid else None
-        self.daemon_info = self._await_ready()
+            try:
+                self.daemon_pid = self._init_pid(info_read)
+            finally:
+                os.close(info_read)
+            self._init_start = start_time(self.daemon_pid) if self.daemon_pid else None
+            self.daemon_info = self._await_ready()
+        except RuntimeError as exc:
+            # Said by what it left, not guessed from the number: an OOM kill, or a process refused memory.
+            if starved(str(exc), self._last_counters or self.enforcer.counters()):
+                raise too_small(self.limits, self.enforcer.kind, str(exc)) from exc
+            raise
         if self.network_mode == "pasta" and not wrapper:
             self._attach_network()
         record = {**self.daemon_info, "init_pid": self.daemon_pid, "init_start": self._init_start,
@@ -532,6 +544,7 @@ class BwrapProvider(LocalProvider):
         if _same_process(pasta, self._pasta_start):
             os.kill(pasta, signal.SIGKILL)
         if self.enforcer is not None:
+            self._last_counters = self.enforcer.counters()
             self.enforcer.remove()
 
     def open_runner(self):  # type: ignore[no-untyped-def]

@@ -1,0 +1,98 @@
+"""Memory limits that hold: memory a cell never maps (a memfd, SysV shared memory) stays under the
+limit, a limit too small to start the sandbox is named at start instead of leaving every cell to
+wait, and a small one that leaves room runs cells. As root (a cgroup) and as a plain user (rlimits)."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from owsandbox.runner import limits as L
+from owsandbox.runner.providers import bwrap
+from owsandbox.runner.workspace import RunnerWorkspace
+
+from ..conftest import require_bwrap
+from .test_syscalls import python_in_box
+
+HOLD = """
+import ctypes, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+try:
+    fd = os.memfd_create("hold")
+except OSError as exc:
+    print(json.dumps({"memfd": exc.errno}), flush=True)
+else:
+    chunk, held = b"x" * (32 << 20), 0
+    for _ in range(48):
+        os.write(fd, chunk)
+        held += len(chunk)
+        print(json.dumps({"held": held}), flush=True)
+ctypes.set_errno(0)
+print(json.dumps({"shmget": [libc.shmget(0, 3 << 29, 0o1600), ctypes.get_errno()]}), flush=True)
+"""
+
+
+def test_memory_never_mapped_stays_under_the_limit(attacker_factory, home: Path, who: str):
+    """48 writes of 32 MiB into a memfd held 1.5 GiB under memory=1G where rlimits bound the address
+    space only: there memfd_create and shmget are refused; a cgroup counts the pages and stops them."""
+    attacker = attacker_factory()
+    attacker.start(home / "project", limits=["memory=1G"])
+    enforced = attacker.step(describe=True)["limits enforced by"]
+    done = attacker.run(python_in_box(HOLD), timeout=120)
+    said = [json.loads(line) for line in done["output"].splitlines() if line.startswith("{")]
+    held = max([s.get("held", 0) for s in said] or [0])
+    assert held < 1 << 30, (held, done)
+    if enforced.startswith("rlimits"):
+        assert {"memfd": 1} in said and {"shmget": [-1, 1]} in said, said
+        assert "memfd_create and SysV shared memory" in attacker.step(describe=True)["seccomp"]
+    else:
+        assert done["exit_code"] != 0 and done["counters_after"]["oom_kills"] > done["counters_before"]["oom_kills"]
+    assert attacker.run("echo fine")["output"] == "fine\n"
+
+
+def test_a_limit_too_small_to_start_is_named_at_start(attacker_factory, home: Path, who: str):
+    attacker = attacker_factory()
+    answer = attacker.step(start={"cwd": str(home / "project"), "runner_path": attacker.runner,
+                                  "limits": ["memory=16M"]})
+    kind = "cgroup" if who == "root" else "rlimits"
+    floor = L.human_size(L.MIN_MEMORY[kind])
+    assert answer.get("error", "").startswith(
+        f"LimitTooSmall: memory=16 MiB leaves no room for the sandbox's daemon and shell under {kind} "
+        f"(at least {floor})"), answer
+
+
+def test_a_small_limit_with_room_runs_cells_on_several_shells(attacker_factory, home: Path):
+    """As a plain user, memory=256M once ran no cell at all: the daemon's threads reserved more
+    address space (malloc arenas, 8 MiB stacks) than the limit, and the first cell waited forever."""
+    attacker = attacker_factory()
+    attacker.start(home / "project", limits=["memory=256M"])
+    assert attacker.run("echo hi")["output"] == "hi\n"
+    assert attacker.run("python3 -c 'print(sum(range(10**6)))'")["output"] == "499999500000\n"
+    many = attacker.run("for i in $(seq 8); do (sleep 0.2; echo $i) & done; wait; echo all")
+    assert many["output"].endswith("all\n"), many
+
+
+@pytest.mark.parametrize("enforcement", ["cgroup", "rlimits"])
+def test_a_sandbox_starved_as_it_starts_is_named_by_what_it_left(monkeypatch, enforcement: str):
+    """Above the floor (lowered here to see it), the daemon runs out of memory as it starts: the error is
+    LimitTooSmall, from the OOM kill counted by the cgroup or the words of a process refused memory."""
+    require_bwrap()
+    if enforcement == "cgroup" and L.CgroupEnforcement.make(L.Limits()) is None:
+        pytest.skip("no cgroup can be made here")
+    monkeypatch.setattr(bwrap, "check_room", lambda limits, kind: None)
+    if enforcement == "rlimits":
+        monkeypatch.setattr(bwrap, "enforce", L.Enforcement)
+    with tempfile.TemporaryDirectory() as folder:
+        with pytest.raises(L.LimitTooSmall, match=f"memory=8 MiB was too small for the sandbox's daemon under "
+                                                  f"{enforcement}: it ran out of memory as it started"):
+            RunnerWorkspace(bwrap.BwrapProvider(cwd=folder, limits=["memory=8M"]), folder)
+
+
+def test_what_counts_as_starved():
+    assert L.starved("", {"oom_kills": 1})
+    assert L.starved("python3.11: error while loading shared libraries: libm.so.6: failed to map segment", {})
+    assert L.starved("RuntimeError: can't start new thread", {})
+    assert not L.starved("bwrap: Can't mount proc on /newroot/proc: Operation not permitted", {"oom_kills": 0})
