@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +18,73 @@ from owsandbox.runner.client import RunnerClient
 from owsandbox.runner.providers.bwrap import BwrapProvider
 from owsandbox.runner.providers.exec import ExecProvider
 from owsandbox.runner.providers.local import LocalProvider
+
+UNIT_RULE = "a unit test must start no process and open no socket"
+
+
+class ImpureUnitTest(RuntimeError):
+    """A test marked `unit` started a process or opened a socket."""
+
+
+def _unit_refusals() -> list[tuple[Any, str, str]]:
+    """(owner, attribute, what it is) for every way a test could start a process or open a socket."""
+    import _posixsubprocess
+    import multiprocessing.process
+    import pty
+    import socket
+    import subprocess
+
+    found: list[tuple[Any, str, str]] = [
+        (subprocess.Popen, "__init__", "subprocess.Popen"),
+        (_posixsubprocess, "fork_exec", "_posixsubprocess.fork_exec"),
+        (pty, "fork", "pty.fork"), (socket.socket, "__init__", "socket.socket"),
+        (multiprocessing.process.BaseProcess, "start", "multiprocessing start"),
+    ]
+    found += [(os, name, f"os.{name}") for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system")
+              if hasattr(os, name)]
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _unit_purity(request: pytest.FixtureRequest) -> Iterator[None]:
+    """For a test marked `unit`: every process start and socket (a socketpair too) fails with UNIT_RULE,
+    from its function-scoped fixtures to their teardown; a refusal the code under test swallowed still
+    fails the test. Temporary files and threads are fine."""
+    if request.node.get_closest_marker("unit") is None:
+        yield
+        return
+    refused: list[str] = []
+
+    def refusal(what: str) -> Any:
+        def refuse(*args: Any, **kwargs: Any) -> Any:
+            message = f"{request.node.nodeid}: {UNIT_RULE} ({what} was called)"
+            refused.append(message)
+            raise ImpureUnitTest(message)
+        return refuse
+
+    def zmq_refusal(original: Any, what: str) -> Any:
+        def bind_or_connect(self: Any, address: str, *args: Any, **kwargs: Any) -> Any:
+            if str(address).startswith("inproc://"):
+                return original(self, address, *args, **kwargs)
+            return refusal(f"{what} {address}")()
+        return bind_or_connect
+
+    with pytest.MonkeyPatch.context() as patch:
+        for owner, name, what in _unit_refusals():
+            patch.setattr(owner, name, refusal(what))
+        zmq = sys.modules.get("zmq")
+        if zmq is not None:  # a zmq socket in process (inproc://) is fine
+            for name in ("bind", "connect"):
+                patch.setattr(zmq.Socket, name, zmq_refusal(getattr(zmq.Socket, name), f"zmq {name}"))
+        yield
+    if refused:
+        pytest.fail(refused[0], pytrace=False)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    both = [item.nodeid for item in items if item.get_closest_marker("unit") and item.get_closest_marker("system")]
+    if both:
+        raise pytest.UsageError(f"marked both unit and system: {', '.join(both)}")
 
 
 @pytest.fixture(scope="session")
