@@ -46,6 +46,7 @@ def run(args: dict[str, Any], stdin: bytes = b"", modules: str | None = None) ->
     return done.returncode, [json.loads(line) for line in output.splitlines() if line.startswith("{")], output
 
 
+@pytest.mark.unit
 def test_the_program_sent_is_the_module_file():
     assert bootstrap_source() == Path(bootstrap.__file__).read_text(encoding="utf-8")
     assert bootstrap.PACKAGE == bundle.PACKAGE  # the zipapp's package, where it finds daemonctl

@@ -227,6 +227,7 @@ def masked(opcode: int, payload: bytes) -> bytes:
 # -- the replay ring, alone ----------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_the_ring_keeps_the_last_bytes_and_says_where_they_start():
     ring = ReplayRing(10)
     assert ring.read_from(0) == (0, b"")

@@ -51,29 +51,35 @@ def write_lines(path: Path, count: int) -> bytes:
 # ---------------------------------------------------------------- paths
 
 
+@pytest.mark.unit
 def test_relative_path_resolves_against_base(tmp_path: Path) -> None:
     assert resolve_path("a/../b/c.txt", str(tmp_path)) == str(tmp_path / "b" / "c.txt")
 
 
+@pytest.mark.unit
 def test_absolute_path_ignores_base(tmp_path: Path) -> None:
     assert resolve_path(str(tmp_path / "x"), "/somewhere/else") == str(tmp_path / "x")
 
 
+@pytest.mark.unit
 def test_tilde_expands_to_home_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert resolve_path("~/notes.txt", "/base") == str(tmp_path / "home" / "notes.txt")
 
 
+@pytest.mark.unit
 def test_handlers_table_names_every_method() -> None:
     assert HANDLERS == {"fs.read": fs_read, "fs.write": fs_write, "fs.stat": fs_stat, "fs.list": fs_list,
                         "fs.search": fs_search, "fs.mkdir": fs_mkdir, "fs.remove": fs_remove}
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("handler", [fs_read, fs_write, fs_stat, fs_mkdir, fs_remove])
 def test_missing_path_param_is_named(tmp_path: Path, handler: Any) -> None:
     assert "'path'" in fails(INVALID_PARAMS, handler, {"text": "x"}, tmp_path)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("value", [5, "", "a\0b"])
 def test_bad_path_value_is_named(tmp_path: Path, value: Any) -> None:
     assert "'path'" in fails(INVALID_PARAMS, fs_stat, {"path": value}, tmp_path)
@@ -82,6 +88,7 @@ def test_bad_path_value_is_named(tmp_path: Path, value: Any) -> None:
 # ---------------------------------------------------------------- fs.read by lines
 
 
+@pytest.mark.unit
 def test_read_returns_small_file_with_counts(tmp_path: Path) -> None:
     (tmp_path / "f.txt").write_bytes(b"one\ntwo\nthree\n")
     page = fs_read({"path": "f.txt"}, str(tmp_path))
@@ -89,6 +96,7 @@ def test_read_returns_small_file_with_counts(tmp_path: Path) -> None:
                     "end_line": 3, "total_lines": 3, "total_bytes": 14, "eof": True}
 
 
+@pytest.mark.unit
 def test_read_keeps_crlf_line_ends_exactly(tmp_path: Path) -> None:
     (tmp_path / "dos.txt").write_bytes(b"a\r\nb\r\n\r\nc\r\n")
     page = fs_read({"path": "dos.txt"}, str(tmp_path))
@@ -96,12 +104,14 @@ def test_read_keeps_crlf_line_ends_exactly(tmp_path: Path) -> None:
     assert page["total_lines"] == 4
 
 
+@pytest.mark.unit
 def test_read_counts_last_line_without_newline(tmp_path: Path) -> None:
     (tmp_path / "f.txt").write_bytes(b"one\ntwo")
     page = fs_read({"path": "f.txt"}, str(tmp_path))
     assert (page["text"], page["end_line"], page["total_lines"], page["eof"]) == ("one\ntwo", 2, 2, True)
 
 
+@pytest.mark.unit
 def test_read_of_empty_file_returns_no_lines(tmp_path: Path) -> None:
     (tmp_path / "empty").write_bytes(b"")
     page = fs_read({"path": "empty"}, str(tmp_path))
@@ -109,6 +119,7 @@ def test_read_of_empty_file_returns_no_lines(tmp_path: Path) -> None:
     assert (page["total_lines"], page["total_bytes"], page["eof"]) == (0, 0, True)
 
 
+@pytest.mark.unit
 def test_read_pages_through_lines(tmp_path: Path) -> None:
     write_lines(tmp_path / "f.txt", 5)
     first = fs_read({"path": "f.txt", "offset_line": 2, "limit_lines": 2}, str(tmp_path))
@@ -118,12 +129,14 @@ def test_read_pages_through_lines(tmp_path: Path) -> None:
     assert (rest["text"], rest["end_line"], rest["eof"]) == ("line 4\nline 5\n", 5, True)
 
 
+@pytest.mark.unit
 def test_read_page_ending_on_last_line_reports_eof(tmp_path: Path) -> None:
     write_lines(tmp_path / "f.txt", 4)
     page = fs_read({"path": "f.txt", "offset_line": 3, "limit_lines": 2}, str(tmp_path))
     assert (page["end_line"], page["eof"]) == (4, True)
 
 
+@pytest.mark.unit
 def test_read_past_the_end_returns_nothing(tmp_path: Path) -> None:
     write_lines(tmp_path / "f.txt", 3)
     page = fs_read({"path": "f.txt", "offset_line": 10}, str(tmp_path))
@@ -131,12 +144,14 @@ def test_read_past_the_end_returns_nothing(tmp_path: Path) -> None:
     assert (page["total_lines"], page["eof"]) == (3, True)
 
 
+@pytest.mark.unit
 def test_read_with_zero_limit_only_counts(tmp_path: Path) -> None:
     write_lines(tmp_path / "f.txt", 7)
     page = fs_read({"path": "f.txt", "limit_lines": 0}, str(tmp_path))
     assert (page["text"], page["end_line"], page["total_lines"], page["eof"]) == ("", 0, 7, False)
 
 
+@pytest.mark.unit
 def test_read_default_page_is_2000_lines(tmp_path: Path) -> None:
     write_lines(tmp_path / "f.txt", 2500)
     page = fs_read({"path": "f.txt"}, str(tmp_path))
@@ -144,12 +159,14 @@ def test_read_default_page_is_2000_lines(tmp_path: Path) -> None:
     assert page["text"].endswith("line 2000\n")
 
 
+@pytest.mark.unit
 def test_read_replaces_invalid_utf8_instead_of_failing(tmp_path: Path) -> None:
     (tmp_path / "bin.txt").write_bytes(b"ok \xff\xfe end\n\xc3\xa9\n")
     page = fs_read({"path": "bin.txt"}, str(tmp_path))
     assert page["text"] == "ok \ufffd\ufffd end\n\u00e9\n"
 
 
+@pytest.mark.unit
 def test_read_offsets_agree_with_splitlines_across_chunk_boundaries(tmp_path: Path) -> None:
     lines = [b"%d:%s\n" % (n, b"x" * (n % 97)) for n in range(60000)]
     lines[1234] = b"crlf line\r\n"
@@ -160,6 +177,7 @@ def test_read_offsets_agree_with_splitlines_across_chunk_boundaries(tmp_path: Pa
         assert page["total_lines"] == 60000
 
 
+@pytest.mark.unit
 def test_read_page_stops_before_line_that_would_exceed_cap(tmp_path: Path) -> None:
     line = b"y" * (400 * 1024 - 1) + b"\n"
     (tmp_path / "f.txt").write_bytes(line * 3)
@@ -168,6 +186,7 @@ def test_read_page_stops_before_line_that_would_exceed_cap(tmp_path: Path) -> No
     assert len(page["text"]) == 2 * len(line)
 
 
+@pytest.mark.unit
 def test_read_page_may_fill_cap_exactly(tmp_path: Path) -> None:
     half = b"z" * (PAGE_CAP_BYTES // 2 - 1) + b"\n"
     (tmp_path / "f.txt").write_bytes(half * 2 + b"more\n")
@@ -175,6 +194,7 @@ def test_read_page_may_fill_cap_exactly(tmp_path: Path) -> None:
     assert (len(page["text"]), page["end_line"], page["eof"]) == (PAGE_CAP_BYTES, 2, False)
 
 
+@pytest.mark.unit
 def test_read_cuts_single_line_longer_than_cap(tmp_path: Path) -> None:
     (tmp_path / "f.txt").write_bytes(b"q" * (2 * MIB) + b"\nnext\n")
     page = fs_read({"path": "f.txt"}, str(tmp_path))
@@ -182,6 +202,7 @@ def test_read_cuts_single_line_longer_than_cap(tmp_path: Path) -> None:
     assert (page["start_line"], page["end_line"], page["total_lines"], page["eof"]) == (1, 1, 2, False)
 
 
+@pytest.mark.unit
 def test_read_first_page_of_large_file_streams(tmp_path: Path) -> None:
     big = tmp_path / "big.log"
     chunk = b"".join(b"%07d some log text for the line\n" % n for n in range(100000))
@@ -203,6 +224,7 @@ def test_read_first_page_of_large_file_streams(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- fs.read by bytes
 
 
+@pytest.mark.unit
 def test_read_bytes_page(tmp_path: Path) -> None:
     (tmp_path / "f.bin").write_bytes(b"0123456789")
     page = fs_read({"path": "f.bin", "offset_bytes": 3, "limit_bytes": 4}, str(tmp_path))
@@ -211,18 +233,21 @@ def test_read_bytes_page(tmp_path: Path) -> None:
                     "length": 4, "total_bytes": 10, "eof": False}
 
 
+@pytest.mark.unit
 def test_read_bytes_last_page_reports_eof(tmp_path: Path) -> None:
     (tmp_path / "f.bin").write_bytes(b"0123456789")
     page = fs_read({"path": "f.bin", "offset_bytes": 8, "limit_bytes": 100}, str(tmp_path))
     assert (base64.b64decode(page["data_b64"]), page["length"], page["eof"]) == (b"89", 2, True)
 
 
+@pytest.mark.unit
 def test_read_bytes_with_only_offset_reads_from_there(tmp_path: Path) -> None:
     (tmp_path / "f.bin").write_bytes(b"abcdef")
     page = fs_read({"path": "f.bin", "offset_bytes": 4}, str(tmp_path))
     assert (base64.b64decode(page["data_b64"]), page["eof"]) == (b"ef", True)
 
 
+@pytest.mark.unit
 def test_read_bytes_returns_raw_non_utf8_bytes(tmp_path: Path) -> None:
     raw = bytes(range(256))
     (tmp_path / "f.bin").write_bytes(raw)
@@ -230,6 +255,7 @@ def test_read_bytes_returns_raw_non_utf8_bytes(tmp_path: Path) -> None:
     assert base64.b64decode(page["data_b64"]) == raw
 
 
+@pytest.mark.unit
 def test_read_bytes_page_is_capped_at_one_mib(tmp_path: Path) -> None:
     (tmp_path / "f.bin").write_bytes(os.urandom(PAGE_CAP_BYTES + 5000))
     page = fs_read({"path": "f.bin", "limit_bytes": 5 * MIB}, str(tmp_path))
@@ -237,12 +263,14 @@ def test_read_bytes_page_is_capped_at_one_mib(tmp_path: Path) -> None:
     assert len(base64.b64decode(page["data_b64"])) == PAGE_CAP_BYTES
 
 
+@pytest.mark.unit
 def test_read_rejects_line_and_byte_paging_together(tmp_path: Path) -> None:
     (tmp_path / "f").write_bytes(b"x")
     message = fails(INVALID_PARAMS, fs_read, {"path": "f", "offset_line": 1, "limit_bytes": 3}, tmp_path)
     assert "offset_line" in message and "limit_bytes" in message
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("name", "value"), [
     ("offset_line", 0), ("offset_line", 1.5), ("offset_line", "2"), ("limit_lines", -1),
     ("limit_lines", True), ("offset_bytes", -1), ("limit_bytes", "10"), ("limit_bytes", -3),
@@ -252,21 +280,25 @@ def test_read_bad_paging_param_is_named(tmp_path: Path, name: str, value: Any) -
     assert f"'{name}'" in fails(INVALID_PARAMS, fs_read, {"path": "f", name: value}, tmp_path)
 
 
+@pytest.mark.unit
 def test_read_missing_file_names_it(tmp_path: Path) -> None:
     message = fails(FS_ERROR, fs_read, {"path": "nope.txt"}, tmp_path)
     assert message == f"no such file: {tmp_path / 'nope.txt'}"
 
 
+@pytest.mark.unit
 def test_read_of_folder_says_it_is_a_folder(tmp_path: Path) -> None:
     message = fails(FS_ERROR, fs_read, {"path": "."}, tmp_path)
     assert message == f"'{tmp_path}' is a folder, not a file"
 
 
+@pytest.mark.unit
 def test_read_below_a_file_is_an_fs_error(tmp_path: Path) -> None:
     (tmp_path / "f").write_bytes(b"x")
     assert str(tmp_path / "f" / "g") in fails(FS_ERROR, fs_read, {"path": "f/g"}, tmp_path)
 
 
+@pytest.mark.unit
 def test_read_of_fifo_fails_instead_of_blocking(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "pipe")
     assert "not a regular file" in fails(FS_ERROR, fs_read, {"path": "pipe"}, tmp_path)
@@ -329,6 +361,7 @@ def test_read_unreadable_file_says_permission_denied(open_folder: Path) -> None:
 # ---------------------------------------------------------------- fs.write
 
 
+@pytest.mark.unit
 def test_write_creates_file_and_reports_hash(tmp_path: Path) -> None:
     answer = fs_write({"path": "new.txt", "text": "héllo\n"}, str(tmp_path))
     data = "héllo\n".encode()
@@ -337,11 +370,13 @@ def test_write_creates_file_and_reports_hash(tmp_path: Path) -> None:
                       "size": len(data)}
 
 
+@pytest.mark.unit
 def test_write_keeps_crlf_in_text(tmp_path: Path) -> None:
     fs_write({"path": "dos.txt", "text": "a\r\nb\r\n"}, str(tmp_path))
     assert (tmp_path / "dos.txt").read_bytes() == b"a\r\nb\r\n"
 
 
+@pytest.mark.unit
 def test_write_data_b64_writes_raw_bytes(tmp_path: Path) -> None:
     raw = b"\x00\xff\xfe binary"
     answer = fs_write({"path": "f.bin", "data_b64": base64.b64encode(raw).decode()}, str(tmp_path))
@@ -349,6 +384,7 @@ def test_write_data_b64_writes_raw_bytes(tmp_path: Path) -> None:
     assert answer["sha256"] == sha(raw)
 
 
+@pytest.mark.unit
 def test_write_replaces_existing_content(tmp_path: Path) -> None:
     (tmp_path / "f.txt").write_bytes(b"a much longer old content\n")
     answer = fs_write({"path": "f.txt", "text": "new\n"}, str(tmp_path))
@@ -356,6 +392,7 @@ def test_write_replaces_existing_content(tmp_path: Path) -> None:
     assert answer["size"] == 4
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("params", [{}, {"text": "a", "data_b64": "YQ=="}])
 def test_write_needs_exactly_one_of_text_or_data(tmp_path: Path, params: dict[str, Any]) -> None:
     message = fails(INVALID_PARAMS, fs_write, {"path": "f", **params}, tmp_path)
@@ -363,10 +400,12 @@ def test_write_needs_exactly_one_of_text_or_data(tmp_path: Path, params: dict[st
     assert not (tmp_path / "f").exists()
 
 
+@pytest.mark.unit
 def test_write_rejects_invalid_base64(tmp_path: Path) -> None:
     assert "'data_b64'" in fails(INVALID_PARAMS, fs_write, {"path": "f", "data_b64": "!!!"}, tmp_path)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("name", "value"), [
     ("text", 5), ("data_b64", ["x"]), ("append", "yes"), ("make_parents", 1),
     ("if_match_sha256", "abc"), ("if_match_sha256", 12), ("if_match_sha256", "g" * 64),
@@ -379,12 +418,14 @@ def test_write_bad_param_is_named(tmp_path: Path, name: str, value: Any) -> None
     assert not (tmp_path / "f").exists()
 
 
+@pytest.mark.unit
 def test_write_with_matching_hash_succeeds(tmp_path: Path) -> None:
     (tmp_path / "f.txt").write_bytes(b"v1\n")
     fs_write({"path": "f.txt", "text": "v2\n", "if_match_sha256": sha(b"v1\n").upper()}, str(tmp_path))
     assert (tmp_path / "f.txt").read_bytes() == b"v2\n"
 
 
+@pytest.mark.unit
 def test_write_with_stale_hash_fails_and_leaves_file_untouched(tmp_path: Path) -> None:
     target = tmp_path / "f.txt"
     target.write_bytes(b"changed by someone else\n")
@@ -399,18 +440,21 @@ def test_write_with_stale_hash_fails_and_leaves_file_untouched(tmp_path: Path) -
     assert os.listdir(tmp_path) == ["f.txt"]
 
 
+@pytest.mark.unit
 def test_write_with_hash_of_deleted_file_fails(tmp_path: Path) -> None:
     message = fails(FS_ERROR, fs_write, {"path": "gone", "text": "x", "if_match_sha256": sha(b"x")}, tmp_path)
     assert "the file changed since it was read" in message and "found no file" in message
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.unit
 def test_write_with_empty_precondition_creates_new_file(tmp_path: Path) -> None:
     fs_write({"path": "fresh", "text": "x", "if_match_sha256": ""}, str(tmp_path))
     assert (tmp_path / "fresh").read_bytes() == b"x"
     assert os.listdir(tmp_path) == ["fresh"]
 
 
+@pytest.mark.unit
 def test_write_with_empty_precondition_refuses_existing_file(tmp_path: Path) -> None:
     (tmp_path / "taken").write_bytes(b"keep me")
     message = fails(FS_ERROR, fs_write, {"path": "taken", "text": "x", "if_match_sha256": ""}, tmp_path)
@@ -418,6 +462,7 @@ def test_write_with_empty_precondition_refuses_existing_file(tmp_path: Path) -> 
     assert (tmp_path / "taken").read_bytes() == b"keep me"
 
 
+@pytest.mark.unit
 def test_append_adds_to_existing_content(tmp_path: Path) -> None:
     (tmp_path / "log").write_bytes(b"first\n")
     answer = fs_write({"path": "log", "text": "second\n", "append": True}, str(tmp_path))
@@ -426,17 +471,20 @@ def test_append_adds_to_existing_content(tmp_path: Path) -> None:
                       "size": 13}
 
 
+@pytest.mark.unit
 def test_append_to_missing_file_creates_it(tmp_path: Path) -> None:
     fs_write({"path": "log", "text": "only\n", "append": True}, str(tmp_path))
     assert (tmp_path / "log").read_bytes() == b"only\n"
 
 
+@pytest.mark.unit
 def test_append_with_matching_hash_succeeds(tmp_path: Path) -> None:
     (tmp_path / "log").write_bytes(b"a\n")
     fs_write({"path": "log", "text": "b\n", "append": True, "if_match_sha256": sha(b"a\n")}, str(tmp_path))
     assert (tmp_path / "log").read_bytes() == b"a\nb\n"
 
 
+@pytest.mark.unit
 def test_append_with_stale_hash_leaves_file_untouched(tmp_path: Path) -> None:
     (tmp_path / "log").write_bytes(b"a\nsurprise\n")
     params = {"path": "log", "text": "b\n", "append": True, "if_match_sha256": sha(b"a\n")}
@@ -445,6 +493,7 @@ def test_append_with_stale_hash_leaves_file_untouched(tmp_path: Path) -> None:
     assert os.listdir(tmp_path) == ["log"]
 
 
+@pytest.mark.unit
 def test_append_with_empty_precondition_refuses_existing_file(tmp_path: Path) -> None:
     (tmp_path / "log").write_bytes(b"a\n")
     params = {"path": "log", "text": "b\n", "append": True, "if_match_sha256": ""}
@@ -452,6 +501,7 @@ def test_append_with_empty_precondition_refuses_existing_file(tmp_path: Path) ->
     assert (tmp_path / "log").read_bytes() == b"a\n"
 
 
+@pytest.mark.unit
 def test_write_replaces_atomically_so_open_readers_keep_old_content(tmp_path: Path) -> None:
     (tmp_path / "f.txt").write_bytes(b"old content\n")
     with open(tmp_path / "f.txt", "rb") as reader:
@@ -460,6 +510,7 @@ def test_write_replaces_atomically_so_open_readers_keep_old_content(tmp_path: Pa
     assert (tmp_path / "f.txt").read_bytes() == b"new\n"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("mode", [0o640, 0o755, 0o600])
 def test_write_keeps_permission_bits_of_existing_file(tmp_path: Path, mode: int) -> None:
     target = tmp_path / "script.sh"
@@ -469,6 +520,7 @@ def test_write_keeps_permission_bits_of_existing_file(tmp_path: Path, mode: int)
     assert stat.S_IMODE(target.stat().st_mode) == mode
 
 
+@pytest.mark.unit
 def test_write_of_new_file_gets_umask_mode_not_temp_file_mode(tmp_path: Path) -> None:
     old = os.umask(0o022)
     try:
@@ -478,23 +530,27 @@ def test_write_of_new_file_gets_umask_mode_not_temp_file_mode(tmp_path: Path) ->
     assert stat.S_IMODE((tmp_path / "new.txt").stat().st_mode) == 0o644
 
 
+@pytest.mark.unit
 def test_write_leaves_no_temp_files_behind(tmp_path: Path) -> None:
     for n in range(3):
         fs_write({"path": "f.txt", "text": f"v{n}", "append": n == 2}, str(tmp_path))
     assert os.listdir(tmp_path) == ["f.txt"]
 
 
+@pytest.mark.unit
 def test_write_into_missing_folder_needs_make_parents(tmp_path: Path) -> None:
     message = fails(FS_ERROR, fs_write, {"path": "a/b/f.txt", "text": "x"}, tmp_path)
     assert str(tmp_path / "a" / "b") in message and "no such folder" in message
     assert not (tmp_path / "a").exists()
 
 
+@pytest.mark.unit
 def test_write_with_make_parents_creates_folders(tmp_path: Path) -> None:
     fs_write({"path": "a/b/f.txt", "text": "x", "make_parents": True}, str(tmp_path))
     assert (tmp_path / "a" / "b" / "f.txt").read_bytes() == b"x"
 
 
+@pytest.mark.unit
 def test_write_below_a_file_is_an_fs_error(tmp_path: Path) -> None:
     (tmp_path / "plain").write_bytes(b"x")
     message = fails(FS_ERROR, fs_write, {"path": "plain/f.txt", "text": "x", "make_parents": True}, tmp_path)
@@ -502,6 +558,7 @@ def test_write_below_a_file_is_an_fs_error(tmp_path: Path) -> None:
     assert (tmp_path / "plain").read_bytes() == b"x"
 
 
+@pytest.mark.unit
 def test_write_to_folder_is_an_fs_error(tmp_path: Path) -> None:
     (tmp_path / "dir").mkdir()
     message = fails(FS_ERROR, fs_write, {"path": "dir", "text": "x"}, tmp_path)
@@ -509,6 +566,7 @@ def test_write_to_folder_is_an_fs_error(tmp_path: Path) -> None:
     assert (tmp_path / "dir").is_dir()
 
 
+@pytest.mark.unit
 def test_write_through_symlink_updates_target_and_keeps_link(tmp_path: Path) -> None:
     (tmp_path / "real.txt").write_bytes(b"old")
     (tmp_path / "link.txt").symlink_to("real.txt")
@@ -518,6 +576,7 @@ def test_write_through_symlink_updates_target_and_keeps_link(tmp_path: Path) -> 
     assert answer["path"] == str(tmp_path / "link.txt")
 
 
+@pytest.mark.unit
 def test_write_resolves_tilde(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
     answer = fs_write({"path": "~/in-home.txt", "text": "x"}, "/")
@@ -540,6 +599,7 @@ def test_write_into_read_only_folder_says_permission_denied(open_folder: Path) -
 # ---------------------------------------------------------------- fs.stat
 
 
+@pytest.mark.unit
 def test_stat_of_file(tmp_path: Path) -> None:
     target = tmp_path / "f.txt"
     target.write_bytes(b"content")
@@ -550,6 +610,7 @@ def test_stat_of_file(tmp_path: Path) -> None:
     assert isinstance(answer["mtime"], float)
 
 
+@pytest.mark.unit
 def test_stat_of_folder_has_no_hash(tmp_path: Path) -> None:
     (tmp_path / "d").mkdir(mode=0o755)
     answer = fs_stat({"path": "d"}, str(tmp_path))
@@ -557,6 +618,7 @@ def test_stat_of_folder_has_no_hash(tmp_path: Path) -> None:
     assert answer["sha256"] is None
 
 
+@pytest.mark.unit
 def test_stat_reports_symlink_itself(tmp_path: Path) -> None:
     (tmp_path / "real").write_bytes(b"x")
     (tmp_path / "link").symlink_to("real")
@@ -564,16 +626,19 @@ def test_stat_reports_symlink_itself(tmp_path: Path) -> None:
     assert (answer["type"], answer["sha256"]) == ("symlink", None)
 
 
+@pytest.mark.unit
 def test_stat_of_dangling_symlink_exists(tmp_path: Path) -> None:
     (tmp_path / "link").symlink_to("nowhere")
     assert fs_stat({"path": "link"}, str(tmp_path))["exists"] is True
 
 
+@pytest.mark.unit
 def test_stat_of_fifo_is_other(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "pipe")
     assert fs_stat({"path": "pipe"}, str(tmp_path))["type"] == "other"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("path", ["missing", "missing/deeper", "file/below"])
 def test_stat_of_missing_path_is_not_an_error(tmp_path: Path, path: str) -> None:
     (tmp_path / "file").write_bytes(b"x")
@@ -582,6 +647,7 @@ def test_stat_of_missing_path_is_not_an_error(tmp_path: Path, path: str) -> None
                       "mode": None, "mtime": None, "sha256": None}
 
 
+@pytest.mark.unit
 def test_stat_hashes_files_up_to_16_mib_only(tmp_path: Path) -> None:
     with open(tmp_path / "limit", "wb") as out:
         out.truncate(16 * MIB)
@@ -595,6 +661,7 @@ def test_stat_hashes_files_up_to_16_mib_only(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- fs.list
 
 
+@pytest.mark.unit
 def test_list_sorts_entries_by_name_with_types(tmp_path: Path) -> None:
     (tmp_path / "b.txt").write_bytes(b"12345")
     (tmp_path / "a").mkdir()
@@ -609,12 +676,14 @@ def test_list_sorts_entries_by_name_with_types(tmp_path: Path) -> None:
     assert by_name["b.txt"]["mtime"] == (tmp_path / "b.txt").stat().st_mtime
 
 
+@pytest.mark.unit
 def test_list_defaults_to_base_folder(tmp_path: Path) -> None:
     (tmp_path / "only").write_bytes(b"")
     answer = fs_list({}, str(tmp_path))
     assert [e["name"] for e in answer["entries"]] == ["only"]
 
 
+@pytest.mark.unit
 def test_list_truncates_at_max_entries_keeping_first_names(tmp_path: Path) -> None:
     for name in ["e", "c", "a", "d", "b"]:
         (tmp_path / name).write_bytes(b"")
@@ -623,15 +692,18 @@ def test_list_truncates_at_max_entries_keeping_first_names(tmp_path: Path) -> No
     assert fs_list({"max_entries": 5}, str(tmp_path))["truncated"] is False
 
 
+@pytest.mark.unit
 def test_list_of_file_is_an_fs_error(tmp_path: Path) -> None:
     (tmp_path / "f").write_bytes(b"")
     assert str(tmp_path / "f") in fails(FS_ERROR, fs_list, {"path": "f"}, tmp_path)
 
 
+@pytest.mark.unit
 def test_list_of_missing_folder_is_an_fs_error(tmp_path: Path) -> None:
     assert fails(FS_ERROR, fs_list, {"path": "nope"}, tmp_path) == f"no such folder: {tmp_path / 'nope'}"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("value", [-1, "10", 2.5])
 def test_list_bad_max_entries_is_named(tmp_path: Path, value: Any) -> None:
     assert "'max_entries'" in fails(INVALID_PARAMS, fs_list, {"max_entries": value}, tmp_path)
@@ -646,6 +718,7 @@ def make_tree(root: Path, files: dict[str, bytes]) -> None:
         (root / name).write_bytes(data)
 
 
+@pytest.mark.unit
 def test_search_walks_tree_in_sorted_order(tmp_path: Path) -> None:
     make_tree(tmp_path, {"z.txt": b"hit z\n", "b/c.txt": b"no\nhit c\n", "b/a.txt": b"hit a\n",
                          "a.txt": b"hit 1\nmiss\nhit 3\n"})
@@ -660,18 +733,21 @@ def test_search_walks_tree_in_sorted_order(tmp_path: Path) -> None:
     assert (answer["truncated"], answer["files_searched"]) == (False, 4)
 
 
+@pytest.mark.unit
 def test_search_uses_python_regex(tmp_path: Path) -> None:
     make_tree(tmp_path, {"f.py": b"def alpha():\nalpha = 1\ndef beta(x):\n"})
     answer = fs_search({"pattern": r"^def \w+\(", "path": "f.py"}, str(tmp_path))
     assert [m["line"] for m in answer["matches"]] == [1, 3]
 
 
+@pytest.mark.unit
 def test_search_match_paths_join_relative_root(tmp_path: Path) -> None:
     make_tree(tmp_path, {"src/pkg/m.py": b"needle\n"})
     answer = fs_search({"pattern": "needle", "path": "src"}, str(tmp_path))
     assert answer["matches"][0]["path"] == str(tmp_path / "src" / "pkg" / "m.py")
 
 
+@pytest.mark.unit
 def test_search_of_single_file(tmp_path: Path) -> None:
     make_tree(tmp_path, {"one.txt": b"x\nneedle here\n", "other.txt": b"needle\n"})
     answer = fs_search({"pattern": "needle", "path": "one.txt"}, str(tmp_path))
@@ -679,12 +755,14 @@ def test_search_of_single_file(tmp_path: Path) -> None:
                       "truncated": False, "files_searched": 1}
 
 
+@pytest.mark.unit
 def test_search_ignore_case(tmp_path: Path) -> None:
     make_tree(tmp_path, {"f": b"Needle\nNEEDLE\nneedle\n"})
     assert len(fs_search({"pattern": "needle"}, str(tmp_path))["matches"]) == 1
     assert len(fs_search({"pattern": "needle", "ignore_case": True}, str(tmp_path))["matches"]) == 3
 
 
+@pytest.mark.unit
 def test_search_glob_filters_file_names(tmp_path: Path) -> None:
     make_tree(tmp_path, {"a.py": b"x\n", "b.txt": b"x\n", "sub/c.py": b"x\n"})
     answer = fs_search({"pattern": "x", "glob": "*.py"}, str(tmp_path))
@@ -692,12 +770,14 @@ def test_search_glob_filters_file_names(tmp_path: Path) -> None:
     assert answer["files_searched"] == 2
 
 
+@pytest.mark.unit
 def test_search_skips_git_folders(tmp_path: Path) -> None:
     make_tree(tmp_path, {".git/config": b"needle\n", "sub/.git/HEAD": b"needle\n", "code": b"needle\n"})
     answer = fs_search({"pattern": "needle"}, str(tmp_path))
     assert [m["path"] for m in answer["matches"]] == [str(tmp_path / "code")]
 
 
+@pytest.mark.unit
 def test_search_skips_binary_files(tmp_path: Path) -> None:
     make_tree(tmp_path, {"bin": b"needle\n\x00\x01", "late-nul": b"needle\n" + b"a" * 9000 + b"\x00",
                          "text": b"needle\n"})
@@ -706,6 +786,7 @@ def test_search_skips_binary_files(tmp_path: Path) -> None:
     assert answer["files_searched"] == 2
 
 
+@pytest.mark.unit
 def test_search_skips_files_over_64_mib(tmp_path: Path) -> None:
     with open(tmp_path / "huge", "wb") as out:
         out.write(b"needle\n" + b"x" * 8192)
@@ -715,12 +796,14 @@ def test_search_skips_files_over_64_mib(tmp_path: Path) -> None:
     assert [m["path"] for m in answer["matches"]] == [str(tmp_path / "small")]
 
 
+@pytest.mark.unit
 def test_search_skips_fifos_instead_of_blocking(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "pipe")
     make_tree(tmp_path, {"text": b"needle\n"})
     assert fs_search({"pattern": "needle"}, str(tmp_path))["files_searched"] == 1
 
 
+@pytest.mark.unit
 def test_search_truncates_at_max_matches(tmp_path: Path) -> None:
     make_tree(tmp_path, {"f": b"hit\n" * 5})
     answer = fs_search({"pattern": "hit", "max_matches": 3}, str(tmp_path))
@@ -728,6 +811,7 @@ def test_search_truncates_at_max_matches(tmp_path: Path) -> None:
     assert fs_search({"pattern": "hit", "max_matches": 5}, str(tmp_path))["truncated"] is False
 
 
+@pytest.mark.unit
 def test_search_strips_line_ends_and_cuts_long_lines(tmp_path: Path) -> None:
     make_tree(tmp_path, {"f": b"dos needle\r\n" + b"needle" + b"y" * 1000 + b"\n"})
     texts = [m["text"] for m in fs_search({"pattern": "needle"}, str(tmp_path))["matches"]]
@@ -735,12 +819,14 @@ def test_search_strips_line_ends_and_cuts_long_lines(tmp_path: Path) -> None:
     assert texts[1] == ("needle" + "y" * 1000)[:500]
 
 
+@pytest.mark.unit
 def test_search_tolerates_invalid_utf8(tmp_path: Path) -> None:
     make_tree(tmp_path, {"f": b"\xff\xfe needle \xc3\n"})
     [match] = fs_search({"pattern": "needle"}, str(tmp_path))["matches"]
     assert match["text"] == "\ufffd\ufffd needle \ufffd"
 
 
+@pytest.mark.unit
 def test_search_large_file_streams_line_by_line(tmp_path: Path) -> None:
     chunk = b"".join(b"%07d filler text\n" % n for n in range(100000))
     with open(tmp_path / "big", "wb") as out:
@@ -757,15 +843,18 @@ def test_search_large_file_streams_line_by_line(tmp_path: Path) -> None:
     assert peak < 4 * MIB, f"fs.search used {peak} bytes"
 
 
+@pytest.mark.unit
 def test_search_bad_regex_names_pattern_and_error(tmp_path: Path) -> None:
     message = fails(INVALID_PARAMS, fs_search, {"pattern": "foo(bar"}, tmp_path)
     assert "'pattern'" in message and "foo(bar" in message and "missing )" in message
 
 
+@pytest.mark.unit
 def test_search_of_missing_root_is_an_fs_error(tmp_path: Path) -> None:
     assert str(tmp_path / "nope") in fails(FS_ERROR, fs_search, {"pattern": "x", "path": "nope"}, tmp_path)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("name", "value"), [
     ("pattern", None), ("pattern", 5), ("max_matches", 0), ("max_matches", "9"), ("ignore_case", "no"),
     ("glob", 3), ("path", ""),
@@ -780,17 +869,20 @@ def test_search_bad_param_is_named(tmp_path: Path, name: str, value: Any) -> Non
 # ---------------------------------------------------------------- fs.mkdir, fs.remove
 
 
+@pytest.mark.unit
 def test_mkdir_creates_parents_by_default(tmp_path: Path) -> None:
     answer = fs_mkdir({"path": "a/b/c"}, str(tmp_path))
     assert answer == {"path": str(tmp_path / "a" / "b" / "c"), "created": True}
     assert (tmp_path / "a" / "b" / "c").is_dir()
 
 
+@pytest.mark.unit
 def test_mkdir_of_existing_folder_reports_not_created(tmp_path: Path) -> None:
     (tmp_path / "d").mkdir()
     assert fs_mkdir({"path": "d"}, str(tmp_path))["created"] is False
 
 
+@pytest.mark.unit
 def test_mkdir_without_parents_needs_the_parent(tmp_path: Path) -> None:
     message = fails(FS_ERROR, fs_mkdir, {"path": "a/b", "parents": False}, tmp_path)
     assert str(tmp_path / "a") in message
@@ -798,37 +890,44 @@ def test_mkdir_without_parents_needs_the_parent(tmp_path: Path) -> None:
     assert fs_mkdir({"path": "a", "parents": False}, str(tmp_path))["created"] is True
 
 
+@pytest.mark.unit
 def test_mkdir_over_a_file_is_an_fs_error(tmp_path: Path) -> None:
     (tmp_path / "f").write_bytes(b"x")
     assert str(tmp_path / "f") in fails(FS_ERROR, fs_mkdir, {"path": "f"}, tmp_path)
     assert (tmp_path / "f").read_bytes() == b"x"
 
 
+@pytest.mark.unit
 def test_mkdir_below_a_file_is_an_fs_error(tmp_path: Path) -> None:
     (tmp_path / "f").write_bytes(b"x")
     fails(FS_ERROR, fs_mkdir, {"path": "f/sub"}, tmp_path)
 
 
+@pytest.mark.unit
 def test_mkdir_bad_parents_is_named(tmp_path: Path) -> None:
     assert "'parents'" in fails(INVALID_PARAMS, fs_mkdir, {"path": "d", "parents": "no"}, tmp_path)
 
 
+@pytest.mark.unit
 def test_remove_file(tmp_path: Path) -> None:
     (tmp_path / "f").write_bytes(b"x")
     assert fs_remove({"path": "f"}, str(tmp_path)) == {"path": str(tmp_path / "f"), "removed": True}
     assert not (tmp_path / "f").exists()
 
 
+@pytest.mark.unit
 def test_remove_missing_path_reports_not_removed(tmp_path: Path) -> None:
     assert fs_remove({"path": "nope"}, str(tmp_path)) == {"path": str(tmp_path / "nope"), "removed": False}
 
 
+@pytest.mark.unit
 def test_remove_empty_folder_without_recursive(tmp_path: Path) -> None:
     (tmp_path / "d").mkdir()
     assert fs_remove({"path": "d"}, str(tmp_path))["removed"] is True
     assert not (tmp_path / "d").exists()
 
 
+@pytest.mark.unit
 def test_remove_non_empty_folder_needs_recursive(tmp_path: Path) -> None:
     make_tree(tmp_path, {"d/f": b"x"})
     message = fails(FS_ERROR, fs_remove, {"path": "d"}, tmp_path)
@@ -836,12 +935,14 @@ def test_remove_non_empty_folder_needs_recursive(tmp_path: Path) -> None:
     assert (tmp_path / "d" / "f").read_bytes() == b"x"
 
 
+@pytest.mark.unit
 def test_remove_recursive_deletes_tree(tmp_path: Path) -> None:
     make_tree(tmp_path, {"d/f": b"x", "d/e/g": b"y"})
     assert fs_remove({"path": "d", "recursive": True}, str(tmp_path))["removed"] is True
     assert not (tmp_path / "d").exists()
 
 
+@pytest.mark.unit
 def test_remove_symlink_to_folder_keeps_the_folder(tmp_path: Path) -> None:
     make_tree(tmp_path, {"real/f": b"x"})
     (tmp_path / "link").symlink_to("real")
@@ -850,6 +951,7 @@ def test_remove_symlink_to_folder_keeps_the_folder(tmp_path: Path) -> None:
     assert (tmp_path / "real" / "f").read_bytes() == b"x"
 
 
+@pytest.mark.unit
 def test_remove_bad_recursive_is_named(tmp_path: Path) -> None:
     (tmp_path / "d").mkdir()
     assert "'recursive'" in fails(INVALID_PARAMS, fs_remove, {"path": "d", "recursive": 1}, tmp_path)

@@ -49,6 +49,7 @@ def wait_for_pid_file(path: Path) -> int:
                           interval=0.01))
 
 
+@pytest.mark.unit
 def test_handlers_table() -> None:
     assert HANDLERS == {"proc.run": proc_run}
 
@@ -120,6 +121,7 @@ def test_relative_cwd_resolves_against_base(tmp_path: Path) -> None:
     assert run(tmp_path, argv=["pwd", "-P"], cwd="sub")["stdout"] == f"{(tmp_path / 'sub').resolve()}\n"
 
 
+@pytest.mark.unit
 def test_missing_cwd_is_an_fs_error_naming_it(tmp_path: Path) -> None:
     message = fails(FS_ERROR, {"argv": ["true"], "cwd": "nope"}, tmp_path)
     assert str(tmp_path / "nope") in message
@@ -232,6 +234,7 @@ def test_non_executable_program_is_an_fs_error(tmp_path: Path) -> None:
     assert message == "cannot run './script.sh': Permission denied"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("params", "name"), [
     ({}, "argv"),
     ({"argv": []}, "argv"),

@@ -10,6 +10,8 @@ import pytest
 
 from owsandbox.runner.box import wsframes as ws
 
+pytestmark = pytest.mark.unit
+
 MASK = b"\x37\xfa\x21\x3d"
 
 

@@ -54,6 +54,7 @@ from owsandbox.runner.box import wsframes as box_ws
 # ── one owner on each side of the wire ───────────────────────────────────────────────────────────
 
 
+@pytest.mark.unit
 def test_the_box_and_the_channel_agree_on_the_frame_kinds_and_the_signals():
     """The box is standard library only and cannot import the channel: its copy is held equal here."""
     assert (ptysessions.KIND_STDIN, ptysessions.KIND_STDOUT, ptysessions.KIND_STDERR, ptysessions.KIND_REPLAY) == (
@@ -61,6 +62,7 @@ def test_the_box_and_the_channel_agree_on_the_frame_kinds_and_the_signals():
     assert set(ptysessions.SIGNALS) == execdws.SIGNALS
 
 
+@pytest.mark.unit
 def test_the_channel_modules_name_the_same_kinds():
     from owsandbox import channel
     from owsandbox.channel import jsonlines
@@ -72,6 +74,7 @@ def test_the_channel_modules_name_the_same_kinds():
 # ── frames ───────────────────────────────────────────────────────────────────────────────────────
 
 
+@pytest.mark.unit
 def test_output_frames_decode_to_their_kind_and_data():
     for kind in (STDOUT, STDERR):
         frame = decode_frame(bytes([kind]) + b"hello\n")
@@ -81,6 +84,7 @@ def test_output_frames_decode_to_their_kind_and_data():
     assert (empty.kind, empty.data, empty.size) == (STDOUT, b"", 0)
 
 
+@pytest.mark.unit
 def test_a_replay_frame_carries_a_big_endian_offset():
     frame = decode_frame(b"\x03" + (0x0102030405060708).to_bytes(8, "big") + b"old bytes")
     assert (frame.kind, frame.offset, frame.data, frame.start, frame.size) == (
@@ -88,6 +92,7 @@ def test_a_replay_frame_carries_a_big_endian_offset():
     assert decode_frame(b"\x03" + bytes(8)).offset == 0 and decode_frame(b"\x03" + bytes(8)).data == b""
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("message", "says"), [
     (b"", "empty binary frame"),
     (b"\x03\x00\x00", "REPLAY frame of 3 bytes has no room"),
@@ -100,6 +105,7 @@ def test_what_execd_never_sends_is_a_bad_frame(message: bytes, says: str):
         decode_frame(message)
 
 
+@pytest.mark.unit
 @given(kind=st.sampled_from([STDOUT, STDERR, REPLAY]), data=st.binary(max_size=64),
        offset=st.integers(min_value=0, max_value=(1 << 64) - 1))
 def test_encode_and_decode_are_inverse(kind: int, data: bytes, offset: int):
@@ -109,6 +115,7 @@ def test_encode_and_decode_are_inverse(kind: int, data: bytes, offset: int):
     assert frame.offset == (offset if kind == REPLAY else None)
 
 
+@pytest.mark.unit
 def test_encoding_refuses_what_is_not_a_frame():
     with pytest.raises(ValueError, match="needs an offset"):
         encode_frame(REPLAY, b"x")
@@ -120,6 +127,7 @@ def test_encoding_refuses_what_is_not_a_frame():
         encode_frame(7, b"x")
 
 
+@pytest.mark.unit
 def test_stdin_goes_out_in_bounded_frames_that_join_back_to_the_data():
     data = bytes(range(256)) * 10
     frames = list(stdin_frames(data, 1000))
@@ -136,6 +144,7 @@ def test_stdin_goes_out_in_bounded_frames_that_join_back_to_the_data():
 # ── control messages ─────────────────────────────────────────────────────────────────────────────
 
 
+@pytest.mark.unit
 def test_control_messages_are_parsed_with_execds_defaults():
     assert parse_control('{"type": "connected", "session_id": "s", "mode": "pty"}') == Connected("pty")
     assert parse_control('{"type": "connected", "mode": 3}') == Connected(None)
@@ -148,12 +157,14 @@ def test_control_messages_are_parsed_with_execds_defaults():
     assert parse_control('{"type": "error"}') == ServerError("RUNTIME_ERROR", "")
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("text", ['{"type": "pong"}', '{"type": "later"}', "{}", "[1]", '"connected"', "not json",
                                   "[" * 100_000 + "]" * 100_000])
 def test_text_that_asks_nothing_of_a_client_is_ignored(text: str):
     assert parse_control(text) is None
 
 
+@pytest.mark.unit
 def test_signals_are_named_either_way_and_only_execds_five_go_out():
     assert json.loads(signal_message("int")) == {"type": "signal", "signal": "SIGINT"}
     assert json.loads(signal_message("SIGkill")) == {"type": "signal", "signal": "SIGKILL"}
@@ -166,6 +177,7 @@ def test_signals_are_named_either_way_and_only_execds_five_go_out():
 ENDPOINT = ExecdEndpoint(origin="http://box:44772", headers={TOKEN_HEADER: "tok"})
 
 
+@pytest.mark.unit
 def test_connect_options_leave_out_what_the_installed_websockets_does_not_know():
     def old_connect(uri: str, *, additional_headers: Any = None, compression: Any = None, open_timeout: Any = None,
                     close_timeout: Any = None, max_size: Any = None, ping_interval: Any = None,
@@ -190,6 +202,7 @@ def _refused(status: int, body: bytes) -> InvalidStatus:
     return InvalidStatus(Response(status, "Refused", Headers(), body))
 
 
+@pytest.mark.unit
 def test_a_refused_handshake_becomes_the_error_for_its_status():
     unauthorized = execdws.handshake_error(ENDPOINT, "/pty/s/ws", _refused(401, b'{"error": "bad token"}'))
     assert isinstance(unauthorized, ExecdUnauthorized) and unauthorized.status == 401
@@ -223,6 +236,7 @@ def test_both_openers_raise_our_errors():
 SERVER_CLOSE_1000 = b"\x88\x02\x03\xe8"  # an unmasked Close frame, code 1000
 
 
+@pytest.mark.unit
 def test_the_close_rule_on_websockets_sans_io_protocol_when_we_close_first():
     """Pins `Protocol.close_sent` / `close_rcvd`, which `close_handshake_done` reads."""
     client = ClientProtocol(parse_uri("ws://box/pty/s/ws"), state=State.OPEN)
@@ -234,6 +248,7 @@ def test_the_close_rule_on_websockets_sans_io_protocol_when_we_close_first():
     assert client.state is State.CLOSING  # websockets still waits for the server to close TCP
 
 
+@pytest.mark.unit
 def test_the_close_rule_on_websockets_sans_io_protocol_when_execd_closes_first():
     client = ClientProtocol(parse_uri("ws://box/pty/s/ws"), state=State.OPEN)
     client.receive_data(b"\x88\x0b\x0f\xa1TAKEN_OVER")  # 4001 TAKEN_OVER

@@ -27,6 +27,8 @@ from owsandbox.channel.jsonlines import (
     StderrText,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def out(data: bytes) -> bytes:
     return bytes([STDOUT]) + data

@@ -818,6 +818,7 @@ def test_an_address_where_nothing_listens_is_unreachable() -> None:
 # ── endpoints ──────────────────────────────────────────────────────────────────────────────────
 
 
+@pytest.mark.unit
 def test_endpoint_from_the_environment() -> None:
     tcp = ExecdEndpoint.from_env({"OWSANDBOX_EXECD_URL": "http://10.0.0.5:44772/", "OWSANDBOX_EXECD_TOKEN": "s3cret"})
     assert tcp.origin == "http://10.0.0.5:44772" and tcp.headers == {"X-EXECD-ACCESS-TOKEN": "s3cret"}

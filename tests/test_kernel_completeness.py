@@ -321,21 +321,25 @@ INVALID = [
 ]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("code", COMPLETE)
 def test_complete(code: str) -> None:
     assert check(code) == ("complete", "")
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("code", "indent"), INCOMPLETE)
 def test_incomplete(code: str, indent: str) -> None:
     assert check(code) == ("incomplete", indent)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("code", INVALID)
 def test_invalid(code: str) -> None:
     assert check(code) == ("invalid", "")
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("code", "expected"), [
     ("%read file", ("complete", "")),
     ("%read a b \\", ("incomplete", "")),
@@ -361,6 +365,7 @@ def test_magics(code: str, expected: tuple[str, str]) -> None:
     assert check(code) == expected
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("code", ["%read x\nif true; then", "%a\n %b\nfor x in 1; do\n    echo", "\n%a\necho 'b"])
 def test_magic_lines_are_split_from_shell_code_as_the_kernel_splits_them(code: str) -> None:
     parsed = parse_cell(code)
@@ -442,6 +447,7 @@ echo end
 '''
 
 
+@pytest.mark.unit
 def test_typing_a_script_line_by_line_never_looks_invalid() -> None:
     lines = SCRIPT.split("\n")
     for k in range(1, len(lines) + 1):
@@ -497,6 +503,7 @@ def test_the_case_tables_agree_with_bash() -> None:
     assert disagreements == []
 
 
+@pytest.mark.unit
 def test_ten_thousand_lines_are_decided_fast() -> None:
     code = "\n".join(f"echo line {i} | grep -v x > /dev/null; x=$((i + 1))" for i in range(10_000))
     start = time.perf_counter()
@@ -504,6 +511,7 @@ def test_ten_thousand_lines_are_decided_fast() -> None:
     assert time.perf_counter() - start < 1.0
 
 
+@pytest.mark.unit
 def test_a_typical_cell_takes_well_under_a_millisecond() -> None:
     code = "for f in *.txt; do\n    if [[ -f $f ]]; then\n        wc -l \"$f\"\n    fi\ndone"
     timings = []
@@ -514,6 +522,7 @@ def test_a_typical_cell_takes_well_under_a_millisecond() -> None:
     assert sorted(timings)[25] < 0.001
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("code", [
     "$( ((" * 5000, "$((" * 5000, "((" * 5000, "$(" * 20000, "{ " * 20000, "'" * 100001, "\\" * 100001,
     "a[" * 20000, "x@(a)" * 5000, "cat <<EOF\n" + "x\n" * 100_000 + "EOF",
@@ -538,18 +547,21 @@ def _assert_an_answer(code: str) -> None:
     assert status == "incomplete" or indent == "", code
 
 
+@pytest.mark.unit
 @settings(max_examples=3000, deadline=None, database=None)
 @given(st.lists(st.sampled_from(ALPHABET), max_size=40).map("".join))
 def test_never_raises_on_bashlike_input(code: str) -> None:
     _assert_an_answer(code)
 
 
+@pytest.mark.unit
 @settings(max_examples=1000, deadline=None, database=None)
 @given(st.text(max_size=80))
 def test_never_raises_on_any_text(code: str) -> None:
     _assert_an_answer(code)
 
 
+@pytest.mark.unit
 def test_never_raises_on_many_random_strings() -> None:
     rng = random.Random(20240601)
     for _ in range(20_000):

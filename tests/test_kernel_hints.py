@@ -6,6 +6,8 @@ import pytest
 
 from owsandbox.kernel.hints import NO_NETWORK_HINT, network_hint
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize("message", [
     "curl: (6) Could not resolve host: example.org",

@@ -67,6 +67,7 @@ def shown(events: list[Any]) -> list[tuple[str, str]]:
 
 # -- the unfinished last line ---------------------------------------------------------------------
 
+@pytest.mark.unit
 def test_finished_lines_show_at_once_and_the_unfinished_rest_waits_for_its_end():
     view, feed, _ = make()
     feed("stdout", "one\ntw")
@@ -79,12 +80,14 @@ def test_finished_lines_show_at_once_and_the_unfinished_rest_waits_for_its_end()
     assert view.hold_deadline() is None
 
 
+@pytest.mark.unit
 def test_a_carriage_return_ends_a_line_too_so_progress_lines_show():
     view, feed, _ = make()
     feed("stdout", "10%\r20%\r30")
     assert shown(view.take()) == [("stdout", "10%\r20%\r")]
 
 
+@pytest.mark.unit
 def test_an_unfinished_line_shows_after_the_hold_time_and_the_clock_starts_with_the_line():
     view, feed, clock = make()
     feed("stdout", "working")
@@ -99,6 +102,7 @@ def test_an_unfinished_line_shows_after_the_hold_time_and_the_clock_starts_with_
     assert view.hold_deadline() == pytest.approx(clock.now + 0.25)
 
 
+@pytest.mark.unit
 def test_stderr_never_overtakes_stdout_written_before_it():
     view, feed, _ = make()
     feed("stdout", "abc")
@@ -108,6 +112,7 @@ def test_stderr_never_overtakes_stdout_written_before_it():
     assert shown(view.take()) == [("stdout", "abc"), ("stderr", "x"), ("stdout", "def\n"), ("stderr", "y\n")]
 
 
+@pytest.mark.unit
 def test_a_display_record_shows_after_the_text_before_it_even_from_a_terminal():
     view, feed, _ = make()
     feed("stdout", "before")
@@ -119,6 +124,7 @@ def test_a_display_record_shows_after_the_text_before_it_even_from_a_terminal():
     assert events[1] == Display("/w/plot.png", "image/png", "fig")
 
 
+@pytest.mark.unit
 def test_notices_of_the_output_limit_come_after_the_held_text():
     clock = Clock()
     view = CellOutput(limit=10, terminal=True, clock=clock)
@@ -129,6 +135,7 @@ def test_notices_of_the_output_limit_come_after_the_held_text():
     assert isinstance(events[1], Notice)
 
 
+@pytest.mark.unit
 def test_a_long_line_without_a_break_is_not_held():
     view, feed, _ = make()
     feed("stdout", "x" * 5000)
@@ -137,6 +144,7 @@ def test_a_long_line_without_a_break_is_not_held():
 
 # -- prompts --------------------------------------------------------------------------------------
 
+@pytest.mark.unit
 def test_the_prompt_becomes_the_input_request_and_is_not_shown():
     view, feed, _ = make()
     feed("stdout", "hello\nYour name? ")
@@ -147,6 +155,7 @@ def test_the_prompt_becomes_the_input_request_and_is_not_shown():
     assert shown(view.take()) == [("stdout", "hello Ada\n")]
 
 
+@pytest.mark.unit
 def test_a_prompt_on_stderr_as_bash_read_p_writes_it_and_a_password_prompt():
     view, feed, _ = make()
     feed("stderr", "pw: ")
@@ -154,6 +163,7 @@ def test_a_prompt_on_stderr_as_bash_read_p_writes_it_and_a_password_prompt():
     assert view.take() == [InputWanted("pw: ", True)]
 
 
+@pytest.mark.unit
 def test_without_a_prompt_from_the_sandbox_the_unfinished_line_is_the_prompt():
     view, feed, _ = make()
     feed("stdout", "a? ")
@@ -161,6 +171,7 @@ def test_without_a_prompt_from_the_sandbox_the_unfinished_line_is_the_prompt():
     assert view.take() == [InputWanted("a? ", False)]
 
 
+@pytest.mark.unit
 def test_text_before_the_prompt_on_the_same_line_is_shown():
     view, feed, _ = make()
     feed("stdout", "[step 2] ")
@@ -169,6 +180,7 @@ def test_text_before_the_prompt_on_the_same_line_is_shown():
     assert view.take() == [Stream("stdout", "[step 2] "), InputWanted("continue? ", False)]
 
 
+@pytest.mark.unit
 def test_a_coloured_prompt_asks_in_plain_words():
     view, feed, _ = make()
     feed("stdout", "\x1b[1;32mName?\x1b[0m ")
@@ -176,6 +188,7 @@ def test_a_coloured_prompt_asks_in_plain_words():
     assert view.take() == [InputWanted("Name? ", False)]
 
 
+@pytest.mark.unit
 def test_a_prompt_announced_before_its_text_arrives_is_not_shown_when_it_comes():
     view, feed, _ = make()
     view.input_wanted({"prompt": "b? ", "password": False})
@@ -185,6 +198,7 @@ def test_a_prompt_announced_before_its_text_arrives_is_not_shown_when_it_comes()
     assert view.take() == [InputWanted("b? ", False), Stream("stdout", "2\n")]
 
 
+@pytest.mark.unit
 def test_a_prompt_already_shown_after_the_hold_time_is_not_taken_out_of_later_output():
     view, feed, clock = make()
     feed("stdout", "Name: ")
@@ -195,6 +209,7 @@ def test_a_prompt_already_shown_after_the_hold_time_is_not_taken_out_of_later_ou
     assert view.take() == [InputWanted("Name: ", False), Stream("stdout", "\nName: Ada\n")]
 
 
+@pytest.mark.unit
 def test_two_reads_are_two_prompts():
     view, feed, _ = make()
     feed("stdout", "a? ")
@@ -206,6 +221,7 @@ def test_two_reads_are_two_prompts():
 
 # -- terminal text ---------------------------------------------------------------------------------
 
+@pytest.mark.unit
 def test_on_a_terminal_both_streams_are_reduced_even_when_a_sequence_is_split_between_frames():
     view, feed, _ = make(terminal=True)
     feed("stdout", "\x1b[3")
@@ -215,6 +231,7 @@ def test_on_a_terminal_both_streams_are_reduced_even_when_a_sequence_is_split_be
     assert shown(view.take()) == [("stdout", "\x1b[31mred\x1b[0m\n"), ("stderr", "warn\n")]
 
 
+@pytest.mark.unit
 def test_off_a_terminal_the_text_is_exact():
     view, feed, _ = make(terminal=False)
     feed("stdout", "\x1b[K\x07raw\n")
@@ -226,6 +243,7 @@ adds = st.lists(st.tuples(st.sampled_from(["stdout", "stderr"]),
                           st.sampled_from(["none", "take", "tick"])), max_size=40)
 
 
+@pytest.mark.unit
 @FUZZ
 @given(adds)
 def test_whatever_the_timing_every_character_shows_once_in_the_order_written(steps):
@@ -245,6 +263,7 @@ def test_whatever_the_timing_every_character_shows_once_in_the_order_written(ste
 
 # -- the stdin channel ------------------------------------------------------------------------------
 
+@pytest.mark.unit
 def test_a_reply_answers_its_own_request_or_the_open_one_but_never_an_abandoned_one():
     reply = {"msg_type": "input_reply", "parent_header": {"msg_id": "r2"}, "content": {"value": "x"}}
     assert answers(reply, "r2", ["r1"])
@@ -290,6 +309,7 @@ def _frontend_answers(session: Session, dealer: zmq.Socket, value: str, seen: li
     return worker
 
 
+@pytest.mark.unit
 def test_the_channel_asks_the_frontend_and_returns_its_answer(stdin_pair):
     session, router, dealer = stdin_pair
     channel = StdinChannel(session, lambda: router)
@@ -304,6 +324,7 @@ def test_the_channel_asks_the_frontend_and_returns_its_answer(stdin_pair):
     assert seen[0]["parent_header"]["msg_id"] == parent["header"]["msg_id"]
 
 
+@pytest.mark.unit
 def test_an_answer_to_an_abandoned_request_is_passed_over(stdin_pair):
     session, router, dealer = stdin_pair
     channel = StdinChannel(session, lambda: router)
@@ -315,6 +336,7 @@ def test_an_answer_to_an_abandoned_request_is_passed_over(stdin_pair):
     assert value == "fresh" and seen[0]["content"]["password"] is True
 
 
+@pytest.mark.unit
 def test_a_cancelled_wait_ends_at_once_and_the_next_request_goes_out(stdin_pair):
     session, router, dealer = stdin_pair
     channel = StdinChannel(session, lambda: router)
@@ -359,6 +381,7 @@ class FakeFrontend:
         self.sent.append(params)
 
 
+@pytest.mark.unit
 def test_an_answer_is_written_to_the_terminal_and_ctrl_d_is_end_of_input():
     frontend = FakeFrontend(["Ada", EOF])
     prompts = CellPrompts(True, frontend.ask, frontend.send_input)
@@ -370,6 +393,7 @@ def test_an_answer_is_written_to_the_terminal_and_ctrl_d_is_end_of_input():
     assert frontend.sent == [{"text": "Ada"}, {"eof": True}]
 
 
+@pytest.mark.unit
 def test_without_stdin_a_read_gets_end_of_input_and_nobody_is_asked():
     frontend = FakeFrontend([])
     prompts = CellPrompts(False, frontend.ask, frontend.send_input)
@@ -378,6 +402,7 @@ def test_without_stdin_a_read_gets_end_of_input_and_nobody_is_asked():
     assert frontend.asked == [] and frontend.sent == [{"eof": True}]
 
 
+@pytest.mark.unit
 def test_closing_abandons_the_open_prompt_and_sends_nothing():
     frontend = FakeFrontend([None])
     prompts = CellPrompts(True, frontend.ask, frontend.send_input)
@@ -388,6 +413,7 @@ def test_closing_abandons_the_open_prompt_and_sends_nothing():
     assert frontend.sent == []
 
 
+@pytest.mark.unit
 def test_a_new_prompt_abandons_the_one_before():
     frontend = FakeFrontend([None, "second"])
     prompts = CellPrompts(True, frontend.ask, frontend.send_input)

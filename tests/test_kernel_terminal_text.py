@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from owsandbox.kernel.terminal_text import TerminalText, plain
+
+pytestmark = pytest.mark.unit
 
 FUZZ = settings(max_examples=400, deadline=None, database=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

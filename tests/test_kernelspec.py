@@ -46,6 +46,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "owsandbox.cli", *args], capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.unit
 def test_kernel_dict_defaults_and_env() -> None:
     spec = kernel_dict()
     assert spec == {
@@ -65,6 +66,7 @@ def test_kernel_dict_defaults_and_env() -> None:
     assert kernel_dict(env={"OWSANDBOX_PROVIDER": "b"})["metadata"]["owsandbox"]["provider"] == "b"
 
 
+@pytest.mark.unit
 def test_install_prefix(jupyter_dirs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     prefix = jupyter_dirs["prefix"]
     assert kernelspec.main(["install", "--prefix", str(prefix)]) == 0
@@ -104,6 +106,7 @@ def test_install_named_with_provider_and_env_through_the_cli(jupyter_dirs: dict[
     assert KernelSpecManager().get_kernel_spec("box-ssh").env == spec["env"]
 
 
+@pytest.mark.unit
 def test_env_forms(jupyter_dirs: dict[str, Path]) -> None:
     prefix = str(jupyter_dirs["prefix"])
     assert kernelspec.main(["install", "--prefix", prefix, "--name", "many",
@@ -114,6 +117,7 @@ def test_env_forms(jupyter_dirs: dict[str, Path]) -> None:
     assert spec["display_name"] == f"{DISPLAY_NAME} [many]"  # another name, no display name given
 
 
+@pytest.mark.unit
 def test_limits_are_checked_at_install_and_kept_in_the_spec(jupyter_dirs: dict[str, Path], capsys) -> None:
     prefix = str(jupyter_dirs["prefix"])
     assert kernelspec.main(["install", "--prefix", prefix, "--name", "small", "--limit", "memory=2G",
@@ -125,6 +129,7 @@ def test_limits_are_checked_at_install_and_kept_in_the_spec(jupyter_dirs: dict[s
     assert not (Path(prefix) / "share" / "jupyter" / "kernels" / "bad").exists()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("bad", ["NOEQUALS", "=value"])
 def test_bad_env_is_an_argparse_error(jupyter_dirs: dict[str, Path], capsys: pytest.CaptureFixture[str],
                                       bad: str) -> None:
@@ -136,6 +141,7 @@ def test_bad_env_is_an_argparse_error(jupyter_dirs: dict[str, Path], capsys: pyt
     assert not (jupyter_dirs["prefix"] / "share").exists()
 
 
+@pytest.mark.unit
 def test_install_user_with_jupyter_data_dir(jupyter_dirs: dict[str, Path]) -> None:
     assert kernelspec.main(["install", "--user", "--name", "mine"]) == 0
     assert read_spec(jupyter_dirs["data"] / "kernels" / "mine")["argv"][0] == sys.executable
@@ -150,6 +156,7 @@ def test_install_user_with_home(jupyter_dirs: dict[str, Path], monkeypatch: pyte
     assert read_spec(dest)["display_name"] == DISPLAY_NAME
 
 
+@pytest.mark.unit
 def test_sys_prefix_is_prefix_of_this_python(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """--sys-prefix means prefix=sys.prefix (sys.prefix is pointed at tmp_path so nothing real changes)."""
     pytest.importorskip("jupyter_client")
@@ -159,6 +166,7 @@ def test_sys_prefix_is_prefix_of_this_python(monkeypatch: pytest.MonkeyPatch, tm
     assert (Path(dest) / "kernel.json").is_file()
 
 
+@pytest.mark.unit
 def test_user_and_prefix_conflict(jupyter_dirs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     prefix = str(jupyter_dirs["prefix"])
     with pytest.raises(ValueError, match="both user and prefix"):
@@ -175,11 +183,13 @@ def test_user_and_prefix_conflict(jupyter_dirs: dict[str, Path], capsys: pytest.
     assert not (jupyter_dirs["data"] / "kernels").exists()
 
 
+@pytest.mark.unit
 def test_invalid_name(jupyter_dirs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     assert kernelspec.main(["install", "--prefix", str(jupyter_dirs["prefix"]), "--name", "no spaces!"]) == 2
     assert "Invalid kernel name" in capsys.readouterr().err
 
 
+@pytest.mark.unit
 def test_uninstall(jupyter_dirs: dict[str, Path]) -> None:
     prefix = str(jupyter_dirs["prefix"])
     kept = kernelspec.install(prefix=prefix, name="owsandbox-test-kept")
@@ -216,6 +226,7 @@ def test_cli_keeps_other_commands() -> None:
     assert run_cli("nope").returncode == 2
 
 
+@pytest.mark.unit
 def test_static_spec_matches_kernel_dict() -> None:
     assert read_spec(STATIC_SPEC) == kernel_dict()
     for logo in LOGOS:
@@ -223,6 +234,7 @@ def test_static_spec_matches_kernel_dict() -> None:
     assert sorted(p.name for p in STATIC_SPEC.iterdir()) == sorted(["kernel.json", *LOGOS])
 
 
+@pytest.mark.unit
 def test_static_spec_launches_this_python(monkeypatch: pytest.MonkeyPatch) -> None:
     """jupyter_client swaps the bare "python" of the shipped spec for the interpreter launching the kernel."""
     pytest.importorskip("jupyter_client")

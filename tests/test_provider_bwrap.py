@@ -133,6 +133,7 @@ def test_auto_chooses_bubblewrap_where_it_works(workspace):
         ws.close()
 
 
+@pytest.mark.unit
 def test_an_older_bubblewrap_still_makes_an_unprivileged_box(monkeypatch, workspace):
     """Before 0.8 there is no --disable-userns, before 0.6 no --size: the options are left out (the box
     stays in a user namespace with no capabilities) and %sandbox says what is missing."""

@@ -11,6 +11,8 @@ from owsandbox.runner.providers import RUNNER_PROVIDERS, BwrapProvider, ExecProv
 from owsandbox.runner.providers.boxed import ProgramBoxProvider
 from owsandbox.runner.providers.opensandbox import OpenSandboxProvider
 
+pytestmark = pytest.mark.unit
+
 
 def test_a_name_resolves_to_its_factory_and_direct_only_where_the_caller_runs_commands():
     for name, factory in RUNNER_PROVIDERS.items():

@@ -332,6 +332,7 @@ def scripted(messages: list[str | bytes]) -> ExecdPipeTransport:
     return transport
 
 
+@pytest.mark.unit
 def test_a_replay_before_connected_is_stdout_and_stderr_goes_to_the_tail():
     transport = scripted([
         b"\x03" + (0).to_bytes(8, "big") + b"early ",
@@ -350,17 +351,20 @@ def test_a_replay_before_connected_is_stdout_and_stderr_goes_to_the_tail():
     transport.close()
 
 
+@pytest.mark.unit
 def test_a_replay_that_skipped_bytes_ends_the_pipe_loudly():
     transport = scripted([b"\x03" + (5).to_bytes(8, "big") + b"tail of something",
                           json.dumps({"type": "connected", "session_id": "s", "mode": "pipe"})])
     assert transport.read() == b"" and "output was lost" in transport.stderr_tail()
 
 
+@pytest.mark.unit
 def test_an_execd_error_before_connected_is_a_clear_failure():
     with pytest.raises(ExecdTransportError, match="START_FAILED: no bash"):
         scripted([json.dumps({"type": "error", "code": "START_FAILED", "error": "no bash"})])
 
 
+@pytest.mark.unit
 def test_the_endpoint_comes_from_the_environment_and_describe_never_shows_the_token(monkeypatch, workspace):
     monkeypatch.setenv("OWSANDBOX_EXECD_URL", "https://sandbox.example:8443/route")
     monkeypatch.setenv("OWSANDBOX_EXECD_TOKEN", "s3cret")
@@ -445,6 +449,7 @@ def test_a_cursor_that_disagrees_with_a_released_execds_ring_is_found_and_re_der
     assert any("does not agree with execd's output ring" in text for text in told)
 
 
+@pytest.mark.unit
 def test_an_endpoint_as_the_lifecycle_api_gives_it_with_its_routing_headers(monkeypatch):
     """`host:port/proxy/44772` without a scheme, and whatever headers came with it (JSON)."""
     monkeypatch.setenv("OWSANDBOX_EXECD_URL", "10.0.0.7:8080/sandboxes/sb-1/proxy/44772")

@@ -17,6 +17,7 @@ from owsandbox.runner.client import SeqTracker
 AWKWARD = "two\nlines\r\n\ttab \x00 nul \u2028 sep \u2029 para ☃ 🎉 \x1b[31mred\x1b[0m"
 
 
+@pytest.mark.unit
 def test_any_payload_encodes_to_exactly_one_ascii_line():
     frame = P.encode(P.result("id-1", {"output": AWKWARD}))
     assert frame.endswith(b"\n") and frame.count(b"\n") == 1
@@ -25,12 +26,14 @@ def test_any_payload_encodes_to_exactly_one_ascii_line():
     assert P.decode(frame)["result"]["output"] == AWKWARD
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("line", [b"Welcome to Ubuntu 24.04 LTS", b"[1, 2, 3]", b"{broken json", b"\xff\xfe{}",
                                   b'"just a string"', b"42", b""])
 def test_lines_that_are_not_json_objects_are_not_frames(line):
     assert P.decode(line) is None
 
 
+@pytest.mark.unit
 def test_the_splitter_joins_lines_across_reads_and_cuts_many_in_one():
     splitter = P.LineSplitter(max_line=100)
     assert splitter.feed(b'{"a":') == []
@@ -39,6 +42,7 @@ def test_the_splitter_joins_lines_across_reads_and_cuts_many_in_one():
     assert splitter.buffered == 0
 
 
+@pytest.mark.unit
 def test_the_splitter_reports_a_line_over_the_limit_and_carries_on():
     splitter = P.LineSplitter(max_line=64)
     head = P.encode(P.request("the-id", "shell.run", {"command": "x" * 200}))
@@ -49,6 +53,7 @@ def test_the_splitter_reports_a_line_over_the_limit_and_carries_on():
     assert splitter.buffered == 0
 
 
+@pytest.mark.unit
 def test_sniffing_finds_numeric_ids_and_gives_none_without_one():
     assert P.sniff_id(b'{"jsonrpc":"2.0","id":17,"method"') == 17
     assert P.sniff_id(b'{"jsonrpc":"2.0","method":"x"') is None
@@ -60,6 +65,7 @@ def _frame(seq: int) -> bytes:
     return P.encode({"seq": seq})
 
 
+@pytest.mark.unit
 def test_the_outbox_keeps_answers_until_acked_and_replays_after_a_seq():
     box = Outbox()
     seqs = [box.add(_frame, f"r{i}")[0] for i in range(4)]
@@ -71,6 +77,7 @@ def test_the_outbox_keeps_answers_until_acked_and_replays_after_a_seq():
     assert box.frame_for(1) is None and box.frame_for(3) == _frame(3)
 
 
+@pytest.mark.unit
 def test_an_outbox_that_had_to_drop_says_there_is_a_gap():
     box = Outbox(max_items=2)
     for i in range(5):
@@ -80,6 +87,7 @@ def test_an_outbox_that_had_to_drop_says_there_is_a_gap():
     assert box.replay(3) == (frames, False)  # the client had seen everything dropped
 
 
+@pytest.mark.unit
 def test_the_outbox_is_bounded_by_bytes_too():
     box = Outbox(max_items=100, max_bytes=50)
     for i in range(10):
@@ -87,6 +95,7 @@ def test_the_outbox_is_bounded_by_bytes_too():
     assert len(box) == 1 and box.size_bytes <= 50 + 40
 
 
+@pytest.mark.unit
 def test_the_ledger_runs_an_id_once():
     ledger = RequestLedger()
     assert ledger.begin("a") == (NEW, None)
@@ -96,6 +105,7 @@ def test_the_ledger_runs_an_id_once():
     assert ledger.begin(1) == (NEW, None) and ledger.begin("1") == (NEW, None)  # 1 and "1" differ
 
 
+@pytest.mark.unit
 def test_the_ledger_forgets_the_oldest_ids_first():
     ledger = RequestLedger(max_ids=2)
     for rid in ("a", "b", "c"):
@@ -103,6 +113,7 @@ def test_the_ledger_forgets_the_oldest_ids_first():
     assert ledger.begin("a") == (NEW, None) and ledger.begin("c") == (RUNNING, None)
 
 
+@pytest.mark.unit
 def test_the_client_seq_tracker_counts_only_a_gapless_prefix():
     seen = SeqTracker(10)
     assert seen.saw(12) and seen.contiguous == 10
@@ -116,12 +127,14 @@ def marker(payload: bytes) -> bytes:
     return MARKER_START + payload + b"\n"
 
 
+@pytest.mark.unit
 def test_the_scanner_splits_output_from_markers_in_order():
     scanner = MarkerScanner()
     events = scanner.feed(b"hello" + marker(b"tok:0:/tmp") + b"after")
     assert events == [("data", b"hello"), ("marker", b"tok:0:/tmp"), ("data", b"after")]
 
 
+@pytest.mark.unit
 def test_the_scanner_holds_back_only_what_could_be_a_marker():
     scanner = MarkerScanner()
     whole = b"line\n" + marker(b"t:1:/x")
@@ -134,18 +147,21 @@ def test_the_scanner_holds_back_only_what_could_be_a_marker():
     assert MarkerScanner().feed(b"ends with \x1f") == [("data", b"ends with ")]
 
 
+@pytest.mark.unit
 def test_a_marker_start_without_an_end_is_eventually_let_through():
     scanner = MarkerScanner()
     noise = MARKER_START + b"x" * 20000
     assert b"".join(p for _, p in scanner.feed(noise)).startswith(MARKER_START[:1])
 
 
+@pytest.mark.unit
 def test_decoding_survives_characters_split_across_reads_and_bad_bytes():
     decoder = StreamDecoder()
     snowman = "☃".encode()
     assert decoder.decode(snowman[:1]) == "" and decoder.decode(snowman[1:] + b"\xff") == "☃\ufffd"
 
 
+@pytest.mark.unit
 def test_the_batcher_sends_nothing_before_the_delay():
     batcher = LiveBatcher(delay=0.05)
     assert batcher.add("stdout", "quick\n", now=0.0) == []
@@ -154,6 +170,7 @@ def test_the_batcher_sends_nothing_before_the_delay():
     assert batcher.deadline() is None
 
 
+@pytest.mark.unit
 def test_the_batcher_keeps_runs_of_each_stream_in_order_with_offsets():
     batcher = LiveBatcher(delay=0.05)
     batcher.add("stdout", "a", 0.0)
@@ -165,6 +182,7 @@ def test_the_batcher_keeps_runs_of_each_stream_in_order_with_offsets():
                       {"stream": "stdout", "text": "c", "offset": 3}]
 
 
+@pytest.mark.unit
 def test_the_batcher_flushes_early_when_enough_is_pending():
     batcher = LiveBatcher(delay=10, max_chars=10)
     assert batcher.add("stdout", "12345", 0) == []
@@ -177,6 +195,7 @@ def _record(limit: int) -> tuple[OutputRecord, io.BytesIO]:
     return OutputRecord(limit, lambda: ("/logs/x.log", log)), log
 
 
+@pytest.mark.unit
 def test_the_record_keeps_everything_under_the_limit_with_stream_runs():
     record, log = _record(100)
     for stream, text in (("stdout", "ab"), ("stdout", "c"), ("stderr", "E"), ("stdout", "d")):
@@ -186,6 +205,7 @@ def test_the_record_keeps_everything_under_the_limit_with_stream_runs():
     assert log.getvalue() == b""
 
 
+@pytest.mark.unit
 def test_the_record_past_the_limit_keeps_head_and_tail_and_logs_everything():
     record, log = _record(20)
     chunks = [f"{i:03d}\n" for i in range(100)]
@@ -199,6 +219,7 @@ def test_the_record_past_the_limit_keeps_head_and_tail_and_logs_everything():
     assert record.output_bytes == 400
 
 
+@pytest.mark.unit
 def test_the_record_gives_up_on_runs_when_streams_interleave_too_finely():
     record, _ = _record(1 << 20)
     for i in range(OutputRecord.MAX_SEGMENTS + 1):

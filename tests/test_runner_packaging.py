@@ -15,6 +15,7 @@ from owsandbox.runner.bundle import BOX_DIR, build_runner_zipapp
 from owsandbox.runner.workspace import DirectWorkspace, RunnerWorkspace, open_workspace
 
 
+@pytest.mark.unit
 def test_the_box_imports_nothing_but_the_standard_library():
     allowed = set(sys.stdlib_module_names) | {"__future__"}
     sources = sorted(BOX_DIR.glob("*.py"))
@@ -31,6 +32,7 @@ def test_the_box_imports_nothing_but_the_standard_library():
                 assert name.split(".")[0] in allowed, f"{source.name} imports {name}"
 
 
+@pytest.mark.unit
 def test_the_zipapp_is_named_by_its_content_and_reused(tmp_path):
     first = build_runner_zipapp(tmp_path)
     stamp = first.stat().st_mtime_ns
@@ -42,6 +44,7 @@ def test_the_zipapp_is_named_by_its_content_and_reused(tmp_path):
     assert not list(tmp_path.glob(".runner-*"))  # no temp file left behind
 
 
+@pytest.mark.unit
 def test_another_box_gives_another_name(tmp_path, monkeypatch):
     first = build_runner_zipapp(tmp_path / "a")
     changed = tmp_path / "box"
@@ -94,6 +97,7 @@ def test_the_provider_is_chosen_by_argument_or_environment(tmp_path, monkeypatch
         ws.close()
 
 
+@pytest.mark.unit
 def test_an_unknown_provider_names_the_known_ones(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="known providers: direct, auto, bwrap, container, exec, local, opensandbox"):
         open_workspace(tmp_path, provider="no-such-box")

@@ -15,8 +15,6 @@ import pytest
 
 from owsandbox.runner import seccomp as S
 
-pytestmark = pytest.mark.unit
-
 ALLOW = S.SECCOMP_RET_ALLOW
 EPERM = S.SECCOMP_RET_ERRNO | S.EPERM
 ENOSYS = S.SECCOMP_RET_ERRNO | S.ENOSYS
@@ -48,6 +46,7 @@ def decide(name: str, *args: int, arch: S.Arch = S.X86_64, rlimits: bool = False
     return run_bpf(program, arch.numbers[name], arch.audit_arch, args)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("arch", [S.X86_64, S.AARCH64], ids=["x86_64", "aarch64"])
 def test_what_is_always_refused(arch: S.Arch):
     enosys = {"io_uring_setup", "io_uring_enter", "io_uring_register", "clone3", "openat2"}
@@ -60,6 +59,7 @@ def test_what_is_always_refused(arch: S.Arch):
         assert decide(name, 0, 0, 0, 0, arch=arch) == (ENOSYS if name in enosys else EPERM), name
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("arch", [S.X86_64, S.AARCH64], ids=["x86_64", "aarch64"])
 def test_ordinary_calls_are_allowed(arch: S.Arch):
     numbers = {"x86_64": {"read": 0, "write": 1, "mmap": 9, "execve": 59, "getpid": 39, "ptrace": 101},
@@ -70,6 +70,7 @@ def test_ordinary_calls_are_allowed(arch: S.Arch):
     assert run_bpf(program, 999, arch.audit_arch) == ALLOW  # a call newer than the table: the kernel decides
 
 
+@pytest.mark.unit
 def test_a_foreign_architecture_is_refused_whatever_the_number():
     """i386 calls from a 64-bit box have other numbers (5 is open there): none of them gets through."""
     program = S.compile_filter(S.box_policy(), S.X86_64)
@@ -81,12 +82,14 @@ def test_a_foreign_architecture_is_refused_whatever_the_number():
     assert run_bpf(arm, 63, S.AUDIT_ARCH_AARCH64) == ALLOW
 
 
+@pytest.mark.unit
 def test_the_x32_abi_is_refused():
     program = S.compile_filter(S.box_policy(), S.X86_64)
     for nr in (0, 1, 90, 250, 512 + 3):  # read, write, chmod, keyctl, and an x32-only number
         assert run_bpf(program, S.X32_SYSCALL_BIT | nr, S.AUDIT_ARCH_X86_64, (0, 0o4755)) == ENOSYS, nr
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("arch", [S.X86_64, S.AARCH64], ids=["x86_64", "aarch64"])
 def test_no_setuid_or_setgid_mode(arch: S.Arch):
     chmods = {"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2, "creat": 1, "mknod": 1, "mknodat": 2}
@@ -107,6 +110,7 @@ def test_no_setuid_or_setgid_mode(arch: S.Arch):
         assert decide(name, *args, arch=arch) == EPERM, name
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("arch", [S.X86_64, S.AARCH64], ids=["x86_64", "aarch64"])
 def test_creating_a_file_with_a_setid_mode(arch: S.Arch):
     o_rdwr, o_directory = 0o2, (0o200000 if arch.name == "x86_64" else 0o40000)
@@ -126,6 +130,7 @@ def test_creating_a_file_with_a_setid_mode(arch: S.Arch):
         assert call(S.O_CREAT, (0x5 << 32) | 0o4755) == EPERM, name
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("arch", [S.X86_64, S.AARCH64], ids=["x86_64", "aarch64"])
 def test_no_new_user_namespace(arch: S.Arch):
     clone_thread = 0x3D0F00  # what pthread_create passes
@@ -140,6 +145,7 @@ def test_no_new_user_namespace(arch: S.Arch):
     assert decide("clone3", 0x7FFF0000, 88, arch=arch) == ENOSYS
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("arch", [S.X86_64, S.AARCH64], ids=["x86_64", "aarch64"])
 def test_personality(arch: S.Arch):
     for allowed in S.PERSONALITIES:
@@ -149,6 +155,7 @@ def test_personality(arch: S.Arch):
     assert decide("personality", (0x1 << 32) | 0x0040000, arch=arch) == EPERM
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("arch", [S.X86_64, S.AARCH64], ids=["x86_64", "aarch64"])
 def test_terminal_injection_ioctls(arch: S.Arch):
     for cmd in (S.TIOCSTI, S.TIOCLINUX):
@@ -160,6 +167,7 @@ def test_terminal_injection_ioctls(arch: S.Arch):
     assert decide("ioctl", S.TIOCSTI, 0x5401, arch=arch) == ALLOW  # the fd is not the command
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("arch", [S.X86_64, S.AARCH64], ids=["x86_64", "aarch64"])
 def test_memory_outside_the_address_space_only_under_rlimits(arch: S.Arch):
     for name in ("memfd_create", "memfd_secret", "shmget"):
@@ -169,6 +177,7 @@ def test_memory_outside_the_address_space_only_under_rlimits(arch: S.Arch):
     assert counted == 3
 
 
+@pytest.mark.unit
 def test_the_tables_agree_where_numbers_are_shared():
     """io_uring and newer calls have one number on every architecture; the rest were read off the
     kernel's tables. Every name the policy uses is in one table at least, and no number is used twice."""
@@ -182,6 +191,7 @@ def test_the_tables_agree_where_numbers_are_shared():
             assert S.X86_64_NUMBERS[name] == S.AARCH64_NUMBERS[name], name
 
 
+@pytest.mark.unit
 def test_the_program_is_one_the_kernel_takes():
     for arch in (S.X86_64, S.AARCH64):
         program = S.compile_filter(S.box_policy(True), arch)
@@ -192,6 +202,7 @@ def test_the_program_is_one_the_kernel_takes():
         S.native_arch("riscv64")
 
 
+@pytest.mark.unit
 def test_a_rule_that_cannot_be_compiled_is_named():
     with pytest.raises(ValueError, match="32 bits"):
         S.equals(1, 1 << 32)

@@ -8,6 +8,8 @@ from owsandbox.kernel.limits import named_limit
 from owsandbox.runner.box.terminal import EchoStripper
 from owsandbox.runner.limits import Limits
 
+pytestmark = pytest.mark.unit
+
 
 def test_the_echo_of_an_answer_is_taken_out_once_even_split_across_reads():
     echo = EchoStripper()

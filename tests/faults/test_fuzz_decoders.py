@@ -82,6 +82,7 @@ stream_bytes = st.lists(st.one_of(st.binary(max_size=40), st.just(b"\n"), st.sam
 
 # ── runner frames ───────────────────────────────────────────────────────────────────────────────
 
+@pytest.mark.unit
 @FUZZ
 @given(st.binary(max_size=300))
 @example(b"\xff\xfe")
@@ -92,6 +93,7 @@ def test_decode_gives_a_dict_or_none_for_any_line(line: bytes) -> None:
     assert value is None or isinstance(value, dict)
 
 
+@pytest.mark.unit
 @FUZZ
 @given(json_objects)
 def test_encode_then_decode_is_the_identity(message: dict[str, Any]) -> None:
@@ -100,6 +102,7 @@ def test_encode_then_decode_is_the_identity(message: dict[str, Any]) -> None:
     assert P.decode(frame[:-1]) == message
 
 
+@pytest.mark.unit
 @FUZZ
 @given(st.one_of(st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=40),
                  st.integers(-(10**17), 10**17)),
@@ -109,12 +112,14 @@ def test_sniff_id_finds_the_id_of_any_request_frame(request_id: Any, method: str
     assert P.sniff_id(frame[:512]) == request_id
 
 
+@pytest.mark.unit
 @FUZZ
 @given(st.binary(max_size=600))
 def test_sniff_id_never_raises(head: bytes) -> None:
     P.sniff_id(head)
 
 
+@pytest.mark.unit
 @FUZZ
 @given(stream_bytes, st.integers(1, 80), st.data())
 def test_the_line_splitter_gives_the_same_lines_for_any_split(data: bytes, max_line: int, draw) -> None:
@@ -134,6 +139,7 @@ def test_the_line_splitter_gives_the_same_lines_for_any_split(data: bytes, max_l
     assert splitter.buffered == (len(rest) if len(rest) <= max_line else 0)
 
 
+@pytest.mark.unit
 @FUZZ
 @given(st.lists(st.integers(1, 60), max_size=80), st.integers(0, 5))
 def test_the_seq_tracker_counts_exactly_the_gapless_prefix(seqs: list[int], start: int) -> None:
@@ -193,6 +199,7 @@ marker_text = st.lists(st.sampled_from(
      DISPLAY_START[:-2]]), max_size=50).map("".join)
 
 
+@pytest.mark.unit
 @FUZZ
 @given(marker_bytes, st.data())
 def test_the_marker_scanner_gives_the_same_events_for_any_split_of_bytes(stream: bytes, draw) -> None:
@@ -200,6 +207,7 @@ def test_the_marker_scanner_gives_the_same_events_for_any_split_of_bytes(stream:
     assert events == _merged(_scanner_reference(stream, MARKER_START))
 
 
+@pytest.mark.unit
 @FUZZ
 @given(marker_text, st.data())
 def test_the_marker_scanner_gives_the_same_events_for_any_split_of_text(stream: str, draw) -> None:
@@ -207,6 +215,7 @@ def test_the_marker_scanner_gives_the_same_events_for_any_split_of_text(stream: 
     assert events == _merged(_scanner_reference(stream, DISPLAY_START))
 
 
+@pytest.mark.unit
 @FEWER
 @given(st.integers(0, 40_000), st.binary(max_size=30), st.data())
 def test_the_marker_scanner_loses_no_byte_of_an_unended_marker(filler: int, tail: bytes, draw) -> None:
@@ -217,6 +226,7 @@ def test_the_marker_scanner_loses_no_byte_of_an_unended_marker(filler: int, tail
     assert rebuilt == stream
 
 
+@pytest.mark.unit
 @FUZZ
 @given(st.binary(max_size=200).map(lambda b: b + "é€😀".encode()[: len(b) % 9]), st.data())
 def test_the_stream_decoder_agrees_with_a_one_shot_decode_for_any_split(data: bytes, draw) -> None:
@@ -232,6 +242,7 @@ batcher_ops = st.lists(st.one_of(
     st.tuples(st.just("flush"))), max_size=60)
 
 
+@pytest.mark.unit
 @FUZZ
 @given(batcher_ops, st.integers(1, 100), st.integers(1, 6))
 def test_the_live_batcher_loses_nothing_and_keeps_offsets(ops: list[tuple[Any, ...]], max_chars: int,
@@ -269,6 +280,7 @@ record_adds = st.lists(st.tuples(st.sampled_from(["stdout", "stderr"]),
                                  st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)), max_size=40)
 
 
+@pytest.mark.unit
 @FEWER
 @given(record_adds, st.integers(2, 300))
 def test_the_output_record_keeps_all_or_head_and_tail_and_logs_everything(adds: list[tuple[str, str]],
@@ -327,6 +339,7 @@ plain_adds = st.lists(st.tuples(st.sampled_from(["stdout", "stderr"]),
                                         max_size=40)), max_size=30)
 
 
+@pytest.mark.unit
 @FUZZ
 @given(plain_adds, st.lists(st.booleans(), max_size=40))
 def test_live_frames_dropped_anywhere_are_filled_in_from_the_record_exactly(adds, keep) -> None:
@@ -336,6 +349,7 @@ def test_live_frames_dropped_anywhere_are_filled_in_from_the_record_exactly(adds
         assert "".join(e.text for e in events if e.name == stream) == "".join(t for s, t in adds if s == stream)
 
 
+@pytest.mark.unit
 @FUZZ
 @given(plain_adds, st.lists(st.booleans(), max_size=40), st.integers(1, 200))
 def test_past_the_cell_limit_exactly_the_first_characters_show_and_one_notice(adds, keep, limit) -> None:
@@ -380,6 +394,7 @@ def frame_like(draw: Any) -> bytes:
     return head + mask + (W.apply_mask(payload, mask) if masked else payload)
 
 
+@pytest.mark.unit
 @FUZZ
 @given(st.lists(st.one_of(frame_like(), st.binary(max_size=20)), max_size=8), st.booleans(),
        st.sampled_from([8, 64, W.DEFAULT_MAX_MESSAGE]), st.data())
@@ -399,6 +414,7 @@ def test_the_frame_parser_raises_only_protocol_errors(frames: list[bytes], requi
         assert err.code in (W.CLOSE_PROTOCOL_ERROR, W.CLOSE_INVALID_DATA, W.CLOSE_TOO_BIG)
 
 
+@pytest.mark.unit
 @FUZZ
 @given(st.lists(st.tuples(st.sampled_from([W.OP_TEXT, W.OP_BINARY]), st.binary(max_size=300),
                           st.lists(st.integers(0, 300), max_size=3),
@@ -429,6 +445,7 @@ def test_encoded_messages_parse_back_for_any_split(messages, masked: bool, mask:
     assert got == expected
 
 
+@pytest.mark.unit
 @FUZZ
 @given(st.binary(max_size=130))
 def test_parse_close_raises_only_protocol_errors(payload: bytes) -> None:
@@ -439,6 +456,7 @@ def test_parse_close_raises_only_protocol_errors(payload: bytes) -> None:
     assert 1000 <= code <= 4999 and isinstance(reason, str)
 
 
+@pytest.mark.unit
 @FUZZ
 @given(st.one_of(st.sampled_from([1000, 1001, 1002, 1003, 1007, 1008, 1009, 1011]), st.integers(3000, 4999)),
        st.text(max_size=130))
@@ -450,6 +468,7 @@ def test_a_close_payload_parses_back_with_its_reason_cut_to_fit(code: int, reaso
     assert len(got_reason.encode()) > 123 - 4 or got_reason == reason
 
 
+@pytest.mark.unit
 @FUZZ
 @given(st.binary(max_size=100), st.binary(min_size=4, max_size=4))
 def test_masking_twice_is_the_identity(payload: bytes, mask: bytes) -> None:
@@ -472,6 +491,7 @@ def execd_frame(draw: Any) -> bytes:
     return bytes([kind]) + body
 
 
+@pytest.mark.unit
 @FUZZ
 @given(st.lists(execd_frame(), max_size=10), st.integers(0, 300), st.integers(1, 200), st.booleans(),
        st.booleans())
@@ -498,6 +518,7 @@ def test_the_json_lines_decoder_raises_only_its_own_errors(frames: list[bytes], 
             decoder.next_event()
 
 
+@pytest.mark.unit
 @FUZZ
 @given(st.integers(-(2**40), -1))
 def test_a_negative_since_is_a_value_error(since: int) -> None:
@@ -548,6 +569,7 @@ def mixed_stream(draw: Any) -> tuple[list[tuple[int, bytes]], list[tuple[dict[st
     return frames, expected, stderr
 
 
+@pytest.mark.unit
 @FUZZ
 @given(mixed_stream())
 def test_records_and_offsets_are_exact_for_any_framing(stream) -> None:
@@ -566,6 +588,7 @@ def test_records_and_offsets_are_exact_for_any_framing(stream) -> None:
     assert decoder.position == sum(len(data) for _, data in frames) == decoder.resume_offset
 
 
+@pytest.mark.unit
 @FUZZ
 @given(record_values, st.data())
 def test_a_resume_at_the_cursor_delivers_the_rest_exactly_once(values: list[dict[str, Any]], draw) -> None:
@@ -597,6 +620,7 @@ cell_text = st.lists(st.sampled_from(["%", "%%", "\n", " ", "\t", "\r", "x", "wr
                                       "shell", "é", "%%write f", "%ls", "echo hi"]), max_size=20).map("".join)
 
 
+@pytest.mark.unit
 @FUZZ
 @given(st.one_of(cell_text, st.text(max_size=60)))
 def test_parse_cell_reads_any_text(code: str) -> None:
@@ -624,6 +648,7 @@ def _option_words() -> list[str]:
     return sorted(words)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("key", sorted(MAGICS), ids=lambda key: f"{'%%' if key[0] == 'cell' else '%'}{key[1]}")
 @settings(FUZZ, max_examples=120)
 @given(tokens=st.lists(st.one_of(st.sampled_from(_option_words()), st.text(max_size=8)), max_size=8))
@@ -636,6 +661,7 @@ def test_every_magic_parser_accepts_or_says_usage(key: tuple[str, str], tokens: 
     assert isinstance(args, argparse.Namespace)
 
 
+@pytest.mark.unit
 @FUZZ
 @given(st.one_of(st.text(max_size=12), st.sampled_from(["1:2", "1:", ":5", "a:b", "1:2:3", "", ":", " 1 : 2 "])))
 def test_a_span_is_two_numbers_or_a_usage_error(text: str) -> None:
@@ -646,6 +672,7 @@ def test_a_span_is_two_numbers_or_a_usage_error(text: str) -> None:
     assert isinstance(first, int) and (last is None or isinstance(last, int))
 
 
+@pytest.mark.unit
 @FUZZ
 @given(st.one_of(st.text(max_size=60), st.lists(st.one_of(json_objects.map(json.dumps), st.text(max_size=10)),
                                                 max_size=4).map("\n".join)))
@@ -657,6 +684,7 @@ def test_send_records_parse_or_say_usage(text: str) -> None:
     assert records and all(isinstance(record, dict) for record in records)
 
 
+@pytest.mark.unit
 @FUZZ
 @given(st.lists(st.text(max_size=10), max_size=4))
 def test_headers_parse_or_say_usage(pairs: list[str]) -> None:
@@ -678,6 +706,7 @@ bash_text = st.lists(st.sampled_from(BASH_WORDS), max_size=40).map(" ".join)
 bash_text_tight = st.lists(st.sampled_from(BASH_WORDS), max_size=40).map("".join)
 
 
+@pytest.mark.unit
 @FUZZ
 @given(st.one_of(bash_text, bash_text_tight, st.text(max_size=80)))
 @example("$(" * 5000)
@@ -694,6 +723,7 @@ def test_the_completeness_check_answers_any_text(code: str) -> None:
 
 # ── bugs found by this file ─────────────────────────────────────────────────────────────────────
 
+@pytest.mark.unit
 @FUZZ
 @given(st.text(max_size=20))
 @example("² {\"id\": 1}")
@@ -705,6 +735,7 @@ def test_send_numbers_split_or_say_usage(text: str) -> None:
     assert number is None or isinstance(number, int)
 
 
+@pytest.mark.unit
 def test_past_the_limit_the_last_part_shows_even_when_live_frames_carried_it() -> None:
     text = "".join(f"{i}\n" for i in range(1, 2001))
     view = CellOutput(limit=1000)
@@ -723,6 +754,7 @@ def test_past_the_limit_the_last_part_shows_even_when_live_frames_carried_it() -
 DEEP_LINE = b"[" * 100_000  # nesting deeper than Python's recursion limit
 
 
+@pytest.mark.unit
 def test_a_deeply_nested_line_is_not_a_frame() -> None:
     assert P.decode(DEEP_LINE) is None
 

@@ -71,6 +71,7 @@ def assert_text_only(run: CellRun) -> None:
 
 # -- the filter -----------------------------------------------------------------------------------
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", sorted(ATTACKS))
 def test_the_filter_takes_every_control_out_of_box_text(name: str) -> None:
     shown = shown_text(f"before {ATTACKS[name]} after")
@@ -78,6 +79,7 @@ def test_the_filter_takes_every_control_out_of_box_text(name: str) -> None:
     assert shown.startswith("before ") and shown.endswith(" after") or name == "unfinished"
 
 
+@pytest.mark.unit
 def test_the_filter_keeps_colours_and_line_breaks_and_drops_what_the_sequences_said() -> None:
     text = "\x1b[1;31mred\x1b[0m\tcell\r\nnext line\n"
     assert shown_text(text) == text
@@ -85,6 +87,7 @@ def test_the_filter_keeps_colours_and_line_breaks_and_drops_what_the_sequences_s
     assert shown_text("x\x1b]52;c;AAAA") == "x"  # a sequence never ended is dropped with all it holds
 
 
+@pytest.mark.unit
 def test_every_field_a_client_prints_is_filtered() -> None:
     evil = f"name{TITLE}"
     assert box_text.clean("stream", {"name": "stdout", "text": evil})["text"] == "name"
@@ -101,9 +104,10 @@ def test_every_field_a_client_prints_is_filtered() -> None:
     assert reply["payload"] == [{"source": "page", "data": {"text/plain": "name"}, "start": 0},
                                 {"source": "ask_exit", "keepkernel": False}]
     assert box_text.clean("inspect_reply", {"data": {"text/plain": evil}})["data"]["text/plain"] == "name"
-    assert box_text.clean_matches(["plain.txt", evil, "dir/"]) == ["plain.txt", "dir/"]
+    assert box_text.clean_matches(["plain.txt", evil, "dir/", "\x1b[31mred.txt"]) == ["plain.txt", "dir/"]
 
 
+@pytest.mark.unit
 def test_json_keeps_escaped_backslashes_and_its_own_line_breaks() -> None:
     value = {"path": "C:\\u0000\\x", "text": "a\nb\tc\x1b[2Jd", "deep": [[[["\x07"]]]]}
     cleaned = box_text.clean("display_data", {"data": {"application/json": value}})["data"]["application/json"]

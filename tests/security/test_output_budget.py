@@ -36,6 +36,7 @@ def sent(run: CellRun) -> int:
 
 # -- the budget -----------------------------------------------------------------------------------
 
+@pytest.mark.unit
 def test_text_is_cut_where_the_limit_falls_and_the_first_cut_says_what_and_how() -> None:
     budget = OutputBudget(10)
     assert budget.cut("12345", Withheld("lines 1-2 of a.txt", "use --lines")) == ("12345", None)
@@ -51,6 +52,7 @@ def test_text_is_cut_where_the_limit_falls_and_the_first_cut_says_what_and_how()
     assert budget.summary() is None
 
 
+@pytest.mark.unit
 def test_a_display_goes_out_whole_or_not_at_all() -> None:
     budget = OutputBudget(1000)
     small = {"data": {"text/plain": "x" * 300}, "metadata": {}}
@@ -61,6 +63,7 @@ def test_a_display_goes_out_whole_or_not_at_all() -> None:
     assert not budget.admit(small, Withheld())[0] and not budget.admit(small, Withheld())[0]
 
 
+@pytest.mark.unit
 def test_a_frame_replaces_its_display_and_an_update_by_id_counts_every_time() -> None:
     budget = OutputBudget(1000)
     frame = {"data": {"text/plain": "y" * 400}}
@@ -70,6 +73,7 @@ def test_a_frame_replaces_its_display_and_an_update_by_id_counts_every_time() ->
     assert not budget.admit(frame, Withheld())[0]
 
 
+@pytest.mark.unit
 def test_the_kernels_own_words_have_an_allowance_past_the_limit_and_no_more() -> None:
     budget = OutputBudget(10, allowance=150)  # a note of 30 characters takes 58 as JSON
     note = {"data": {"text/plain": "n" * 30}}

@@ -11,11 +11,13 @@ import pytest
 from owsandbox.runner.privatedir import UnsafeFolder, first_private_folder, private_folder
 
 
+@pytest.mark.unit
 def test_a_new_folder_is_made_private(tmp_path):
     folder = private_folder(tmp_path / "mine")
     assert (folder.stat().st_mode & 0o777) == 0o700 and folder.stat().st_uid == os.getuid()
 
 
+@pytest.mark.unit
 def test_a_folder_open_to_others_is_refused(tmp_path):
     (tmp_path / "open").mkdir(mode=0o777)
     os.chmod(tmp_path / "open", 0o777)
@@ -23,6 +25,7 @@ def test_a_folder_open_to_others_is_refused(tmp_path):
         private_folder(tmp_path / "open")
 
 
+@pytest.mark.unit
 def test_a_link_in_place_of_the_folder_is_refused(tmp_path):
     (tmp_path / "elsewhere").mkdir(mode=0o700)
     (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
@@ -30,6 +33,7 @@ def test_a_link_in_place_of_the_folder_is_refused(tmp_path):
         private_folder(tmp_path / "link")
 
 
+@pytest.mark.unit
 def test_a_folder_of_another_user_is_refused(tmp_path):
     if os.getuid() != 0:
         pytest.skip("making a folder owned by someone else takes root")
@@ -39,6 +43,7 @@ def test_a_folder_of_another_user_is_refused(tmp_path):
         private_folder(tmp_path / "theirs")
 
 
+@pytest.mark.unit
 def test_the_next_place_is_used_with_a_warning(tmp_path, capsys):
     (tmp_path / "squatted").mkdir(mode=0o777)
     os.chmod(tmp_path / "squatted", 0o777)
@@ -75,6 +80,7 @@ def test_the_runner_the_host_runs_is_out_of_the_boxs_reach(tmp_path, monkeypatch
     assert bundle.build_runner_zipapp(planted).read_bytes() == data
 
 
+@pytest.mark.unit
 def test_a_temporary_folder_too_long_for_sockets_is_passed_over(tmp_path, monkeypatch, capsys):
     """A long TMPDIR (and no XDG_RUNTIME_DIR) once made every cell fail with 'AF_UNIX path too long'."""
     from owsandbox.runner.providers import local

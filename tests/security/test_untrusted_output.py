@@ -142,6 +142,7 @@ def frame_of(markup: str) -> dict[str, str]:
 
 # -- types ----------------------------------------------------------------------------------------
 
+@pytest.mark.unit
 @pytest.mark.parametrize("mime", REFUSED)
 def test_a_type_that_could_run_code_is_refused_naming_it_and_the_allowed_ones(mime: str) -> None:
     with pytest.raises(untrusted.RefusedType) as refused:
@@ -152,6 +153,7 @@ def test_a_type_that_could_run_code_is_refused_naming_it_and_the_allowed_ones(mi
         assert allowed in message
 
 
+@pytest.mark.unit
 def test_only_types_that_show_as_images_text_or_framed_html_are_allowed() -> None:
     assert set(untrusted.ALLOWED_TYPES) == {"image/png", "image/jpeg", "image/gif", "image/webp", "image/bmp",
                                             "image/svg+xml", "text/html", "text/markdown", "application/json",
@@ -159,6 +161,7 @@ def test_only_types_that_show_as_images_text_or_framed_html_are_allowed() -> Non
     assert untrusted.check_type(" Text/HTML ") == "text/html"
 
 
+@pytest.mark.unit
 def test_the_box_refuses_the_same_types_the_kernel_does() -> None:
     assert DISPLAY_TYPES == untrusted.ALLOWED_TYPES
 
@@ -184,6 +187,7 @@ HTML_ATTACKS = [
 ]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("document", HTML_ATTACKS)
 def test_html_from_the_box_is_shown_in_a_frame_where_no_script_runs(document: str) -> None:
     frame = frame_of(untrusted.html_frame(document, "x.html"))
@@ -195,6 +199,7 @@ def test_html_from_the_box_is_shown_in_a_frame_where_no_script_runs(document: st
     assert "default-src 'none'" in policy["content"] and "script-src" not in policy["content"]
 
 
+@pytest.mark.unit
 def test_a_framed_document_keeps_its_tables_styles_and_data_images() -> None:
     pixel = "data:image/png;base64,iVBORw0KGgo="
     document = (f"<!DOCTYPE html><style>td {{ color: teal }}</style><table style='border:1px solid'><tr><td>a</td>"
@@ -207,6 +212,7 @@ def test_a_framed_document_keeps_its_tables_styles_and_data_images() -> None:
     assert frame["title"] == "report.html"
 
 
+@pytest.mark.unit
 def test_a_frame_is_as_tall_as_its_content_within_bounds() -> None:
     def height(document: str) -> int:
         return int(re.search(r"height:(\d+)px", frame_of(untrusted.html_frame(document, "t"))["style"])[1])
@@ -259,11 +265,13 @@ MARKDOWN_ATTACKS = [
 ]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("source", MARKDOWN_ATTACKS)
 def test_markdown_from_the_box_has_no_raw_html_and_no_script_links(source: str) -> None:
     shown_markdown(source)
 
 
+@pytest.mark.unit
 def test_markdown_raw_html_shows_as_text() -> None:
     found = shown_markdown(f"# Notes\n\nbefore <img src=x onerror={ALERT}> after\n")
     assert found.text("h1") == "Notes"
@@ -273,6 +281,7 @@ def test_markdown_raw_html_shows_as_text() -> None:
 CODE = f"<img src=x onerror={ALERT}> & <b>*not* _emphasis_</b> `tick` $x$ \\ [l](javascript:x)"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("source", [
     f"```html\n{CODE}\n```",
     f"~~~\n{CODE}\n~~~",
@@ -288,6 +297,7 @@ def test_markdown_code_blocks_keep_their_text(source: str) -> None:
         assert ("code", {"class": "language-html"}) in found.tags
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("source", "code"), [
     (f"run `{CODE.replace('`', '')}` now", CODE.replace("`", "")),
     ("two ``a ` b`` ticks", "a ` b"),
@@ -299,6 +309,7 @@ def test_markdown_code_spans_keep_their_text(source: str, code: str) -> None:
     assert found.text("code") == code
 
 
+@pytest.mark.unit
 def test_markdown_keeps_safe_links_and_defuses_the_others() -> None:
     found = shown_markdown("[a](https://example.com/x) [b](mailto:a@example.com) [c](notes.md) [d](#part) "
                            f"[e](javascript:{ALERT}) ![f](plot.png)")
@@ -307,6 +318,7 @@ def test_markdown_keeps_safe_links_and_defuses_the_others() -> None:
                      f"#javascript:{ALERT}", "plot.png"]
 
 
+@pytest.mark.unit
 def test_markdown_text_outside_code_is_left_alone() -> None:
     source = "# Title\n\n* one\n* two\n\n> quoted **bold**\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n1 > 0 & 2 > 1\n"
     assert untrusted.markdown_text(source) == source
@@ -319,12 +331,14 @@ FRAGMENTS = ["`", "``", "```", "~~~", "\n", "\n\n", "    ", "\t", " ", "\\", "<"
              "<javascript:x>", "'", '"']
 
 
+@pytest.mark.unit
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.sampled_from(FRAGMENTS), max_size=40).map("".join))
 def test_no_markdown_made_of_attack_pieces_renders_anything_that_runs(source: str) -> None:
     shown_markdown(source)
 
 
+@pytest.mark.unit
 def test_a_long_obfuscated_target_is_defused_without_scanning_for_ever() -> None:
     source = "[x](" + "&#9;" * 5000 + f"javascript:{ALERT})"
     assert untrusted.markdown_text(source).startswith("[x](#")
@@ -332,6 +346,7 @@ def test_a_long_obfuscated_target_is_defused_without_scanning_for_ever() -> None
     assert untrusted.markdown_text(many) == many
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("piece", ["<img ", "<pre", "\\", "<", "` `` ", "](", "](&", "```\n", "    x\n\n",
                                    "\\" * 50 + "<", "`" * 3 + "x"])
 def test_a_file_made_to_be_slow_to_make_safe_is_not(piece: str) -> None:
