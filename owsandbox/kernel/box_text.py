@@ -9,10 +9,12 @@ file `%read` showed set the window title; `ESC [ 2 J` in a folder's name cleared
 So every message leaves the kernel through `clean` (IOPub messages and the execute and inspect
 replies) or `clean_matches` (completion), which put the fields a client prints as text through the
 one filter, `terminal_text.shown_text`: stream text, `text/plain` of displays, results and pages,
-and an error's name, value and traceback. HTML, Markdown and JSON are not printed by a terminal;
-the browser shows them through their own sanitising (untrusted.py, and every table the kernel builds
-escapes its cells). A command's own streams are the exception, filtered as they came
-(`output.CellOutput`): on a terminal by `TerminalText`, with `%terminal off` exact, as asked.
+an error's name, value and traceback, and the strings of JSON data (only their control characters:
+JSON is shown by browsers). HTML and Markdown are not printed by a terminal and are left alone here:
+a file's text is filtered before it is made safe for the page (`magics.rich_bundle`), so that what
+was checked is what is shown, and the kernel's tables filter their cells before escaping them. A
+command's own streams are the exception, filtered as they came (`output.CellOutput`): on a terminal
+by `TerminalText`, with `%terminal off` exact, as asked.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import json
 import re
 from typing import Any
 
-from .terminal_text import shown_text
+from .terminal_text import plain, shown_text
 
 # an escaped backslash (kept), or a control as JSON writes it: \b, \f or \u00XX (\n, \r and \t stay)
 _JSON_CONTROL = re.compile(r"\\\\|\\[bf]|\\u00(?:[01][0-9a-fA-F]|7[fF]|[89][0-9a-fA-F])")
@@ -50,8 +52,9 @@ def clean(msg_type: str, content: dict[str, Any]) -> dict[str, Any]:
 
 def clean_matches(matches: list[str]) -> list[str]:
     """Completion matches a terminal may show: one the filter would change is dropped, since what it
-    inserted would not name the file or command it stands for."""
-    return [match for match in matches if shown_text(match) == match]
+    inserted would not name the file or command it stands for; so is one with colours in it, which
+    would be typed into the cell as escapes."""
+    return [match for match in matches if plain(match) == match]
 
 
 def _clean_data(content: dict[str, Any]) -> dict[str, Any]:

@@ -11,6 +11,8 @@ is an error reply with exactly one `error` output, so a notebook run stops at a 
 errors, by name, are in `errors.py`). Magics live in `magics.py` and `attach_magics.py`, found through
 the kernel's table (`magic_table.py`); output handling in `output.py` (terminal text in
 `terminal_text.py`), the bash completeness check in `completeness.py`, tab completion in `completion.py`.
+Every output leaves through `outbox.py`: the box's text filtered for a terminal (`box_text.py`) and
+counted against the cell's output limit (`budget.py`).
 """
 
 from __future__ import annotations
@@ -140,6 +142,7 @@ class OwSandboxKernel(Kernel):
         self.outbox.send(parent, msg_type, content, withheld, frame_of, counted)
 
     def _send_raw(self, parent: dict[str, Any], msg_type: str, content: dict[str, Any]) -> None:
+        """The wire, for the outbox alone: nothing else may skip its checks."""
         self.session.send(self.iopub_socket, msg_type, content, parent=parent, ident=self._topic(msg_type))
 
     def _stream(self, parent: dict[str, Any], text: str, name: str = "stdout", withheld: Withheld | None = None,

@@ -9,6 +9,7 @@ command's own streams come filtered and counted already (`output.CellOutput`) an
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -27,18 +28,20 @@ class Outbox:
         self._send = send  # send(parent, msg_type, content) on IOPub
         self._limit = limit  # the output limit a new cell's budget gets
         self._budgets: OrderedDict[str, OutputBudget] = OrderedDict()
+        self._lock = threading.Lock()
 
     def budget(self, parent: dict[str, Any]) -> OutputBudget:
         """The budget of the cell that `parent` is the request of (new at its first output)."""
         key = str(parent.get("header", {}).get("msg_id", ""))
-        found = self._budgets.get(key)
-        if found is None:
-            found = self._budgets[key] = OutputBudget(self._limit())
-            while len(self._budgets) > KEEP_BUDGETS:
-                self._budgets.popitem(last=False)
-        else:
-            self._budgets.move_to_end(key)
-        return found
+        with self._lock:
+            found = self._budgets.get(key)
+            if found is None:
+                found = self._budgets[key] = OutputBudget(self._limit())
+                while len(self._budgets) > KEEP_BUDGETS:
+                    self._budgets.popitem(last=False)
+            else:
+                self._budgets.move_to_end(key)
+            return found
 
     def send(self, parent: dict[str, Any], msg_type: str, content: dict[str, Any],
              withheld: Withheld | None = None, frame_of: str | None = None, counted: bool = False) -> None:
