@@ -144,18 +144,21 @@ def shown(svg: str) -> str:
     return out
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", sorted(ATTACKS))
 def test_an_svg_attack_comes_out_inert(name: str) -> None:
     out = shown(ATTACKS[name])
     assert out.startswith('<svg xmlns="http://www.w3.org/2000/svg"')
 
 
+@pytest.mark.unit
 def test_text_that_looks_like_markup_stays_text() -> None:
     out = shown(ATTACKS["text-breaks-out"])
     assert ET.fromstring(out).find(f"{{{svg_module.SVG_NS}}}text").text == f"</svg><img src=x onerror={PAYLOAD}>"
     assert "<img" not in out
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", sorted(REFUSED))
 def test_an_svg_that_cannot_be_made_safe_is_refused_saying_why(name: str) -> None:
     with pytest.raises(RefusedSvg) as refused:
@@ -163,6 +166,7 @@ def test_an_svg_that_cannot_be_made_safe_is_refused_saying_why(name: str) -> Non
     assert re.match(r"its? ", str(refused.value)), refused.value
 
 
+@pytest.mark.unit
 def test_a_harmless_drawing_comes_out_as_it_went_in() -> None:
     out = shown(HARMLESS)
 
@@ -174,6 +178,7 @@ def test_a_harmless_drawing_comes_out_as_it_went_in() -> None:
     assert "stroke-linejoin: round" in out and ".bar &gt; rect" in out  # the style element is kept
 
 
+@pytest.mark.unit
 def test_nesting_deeper_than_python_recursion_is_no_problem() -> None:
     deep = '<svg xmlns="http://www.w3.org/2000/svg">' + "<g>" * 5000 + "<rect/>" + "</g>" * 5000 + "</svg>"
     assert sanitised(deep).count("<g>") == 5000
