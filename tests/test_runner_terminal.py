@@ -5,6 +5,8 @@ it gets end-of-input at once (never a hang)."""
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 import threading
 import time
 from typing import Any
@@ -170,3 +172,116 @@ def test_the_python_repl_runs_through_prompts(box):
     assert result["output"].endswith("42\n>>> \nrepl ended 0\n"), result["output"]
     assert "x = 6 * 7" not in result["output"] and "print(x)" not in result["output"]
     assert len(wanted(seen)) == 3 and not any(w["password"] for w in wanted(seen))
+
+
+# -- reads of the controlling terminal: /dev/tty, a dup, a re-open ----------------------------------
+
+GETPASS = "python3 -c 'import getpass; print(len(getpass.getpass(\"Secret: \")))'"
+
+
+def test_getpass_reads_dev_tty_and_is_asked_as_a_password(box):
+    _, client = box
+    result, seen = run(client, GETPASS, answers=["hunter2"])
+    assert [(w["prompt"], w["password"]) for w in wanted(seen)] == [("Secret: ", True)]
+    assert result["exit_code"] == 0 and result["output"].endswith("7\n"), result["output"]
+    assert "hunter2" not in result["output"]
+
+
+def test_getpass_with_no_one_to_answer_gets_end_of_input_and_fails_as_itself(box):
+    _, client = box
+    result, seen = run(client, GETPASS + "; echo \"getpass $?\"", timeout_s=30)
+    assert wanted(seen) == [] and not result["timed_out"]
+    assert result["output"].count(EOF_NOTE) == 1 and "EOFError" in result["output"]
+    assert "getpass 1\n" in result["output"]
+
+
+def test_dev_tty_a_descriptor_opened_from_it_and_the_terminal_opened_again_are_all_prompts(box):
+    _, client = box
+    command = ("read a </dev/tty; exec 3<>/dev/tty; read b <&3; exec 3<&-; read c <\"$(tty)\"; "
+               "echo \"[$a $b $c]\"")
+    result, seen = run(client, command, answers=["1", "2", "3"])
+    assert len(wanted(seen)) == 3 and result["output"].endswith("[1 2 3]\n"), result["output"]
+    unattended, _ = run(client, command, timeout_s=30)
+    assert not unattended["timed_out"] and unattended["output"].endswith("[  ]\n")
+    assert unattended["output"].count(EOF_NOTE) == 1
+
+
+def test_ssh_keygen_asks_for_its_passphrase_twice(box, workspace):
+    if not shutil.which("ssh-keygen"):
+        pytest.skip("ssh-keygen is not installed (openssh-client)")
+    _, client = box
+    result, seen = run(client, "ssh-keygen -q -t ed25519 -C test -f key && ssh-keygen -y -P 'pass phrase' -f key",
+                       answers=["pass phrase", "pass phrase"])
+    prompts = [(w["prompt"], w["password"]) for w in wanted(seen)]
+    assert prompts == [("Enter passphrase (empty for no passphrase): ", True), ("Enter same passphrase again: ", True)]
+    assert result["exit_code"] == 0 and "ssh-ed25519 " in result["output"], result["output"]
+    assert "pass phrase" not in result["output"]
+
+
+def test_sudo_asks_for_a_password(box):
+    provider, client = box
+    if not shutil.which("sudo"):
+        pytest.skip("sudo is not installed")
+    if os.getuid() == 0:
+        pytest.skip("sudo asks root for no password")
+    if type(provider).__name__ != "LocalProvider":
+        pytest.skip("sudo cannot become root in a sandbox (no new privileges)")
+    result, seen = run(client, "sudo -k true; echo \"sudo $?\"", answers=[None, None, None])
+    assert wanted(seen) and wanted(seen)[0]["password"] is True and "password" in wanted(seen)[0]["prompt"]
+    assert "sudo 1\n" in result["output"]
+
+
+# -- whole lines, and bash's own words --------------------------------------------------------------
+
+def test_a_line_of_one_stream_is_never_cut_by_the_other(box):
+    """`ls` writes its error in pieces; two terminals are two queues: the other stream's line used to
+    land between the pieces. 200 errors, each followed by a line on stdout."""
+    _, client = box
+    result, seen = run(client, "for i in $(seq 200); do ls /no-such-$i; echo out$i; done")
+    frames = [frame for _, frame in seen if frame.get("method") == "shell.output"]
+    for before, after in zip(frames, frames[1:], strict=False):
+        if before["stream"] != after["stream"]:
+            assert before["text"].endswith("\n"), (before, after)
+    output, position, lines = result["output"], 0, []
+    for stream, length in result["segments"]:
+        assert output[position : position + length].endswith("\n")
+        lines += [(stream, line) for line in output[position : position + length].splitlines()]
+        position += length
+    assert sorted(line for stream, line in lines if stream == "stderr") == sorted(
+        f"ls: cannot access '/no-such-{i}': No such file or directory" for i in range(1, 201))
+    assert [line for stream, line in lines if stream == "stdout"] == [f"out{i}" for i in range(1, 201)]
+
+
+def parts(result: dict) -> list[tuple[str, str]]:
+    output, position, found = result["output"], 0, []
+    for stream, length in result["segments"]:
+        found.append((stream, output[position : position + length]))
+        position += length
+    return found
+
+
+def test_job_notices_are_notes_and_look_alikes_stay_stderr(box):
+    _, client = box
+    started = client.call("shell.run", {"command": "sleep 30 & echo \"job $!\"", "terminal": True}, timeout=60)
+    pid = started["output"].split("job ")[1].split()[0]
+    assert ("note", f"[1] {pid}\n") in parts(started) and "stderr" not in dict(parts(started))
+    client.call("shell.run", {"command": "kill %1; wait", "terminal": True}, timeout=60)
+    alike = client.call("shell.run", {"command": "echo '[1] 999' >&2; echo exit >&2; echo '[2]+  Done  x' >&2",
+                                      "terminal": True}, timeout=60)
+    assert parts(alike) == [("stderr", "[1] 999\nexit\n[2]+  Done  x\n")]
+    reported = client.call("shell.run", {"command": "set -m; sleep 0.1 &\nsleep 0.5; echo after",
+                                         "terminal": True}, timeout=60)
+    client.call("shell.run", {"command": "set +m", "terminal": True}, timeout=60)
+    notes = "".join(text for stream, text in parts(reported) if stream == "note")
+    assert "[1]+  Done" in notes and "sleep 0.1" in notes and "stderr" not in dict(parts(reported)), parts(reported)
+    piped = client.call("shell.run", {"command": "sleep 30 & kill $!", "terminal": False}, timeout=60)
+    assert [stream for stream, _ in parts(piped)] == ["note"]
+
+
+def test_exit_echo_is_dropped_and_the_result_says_the_shell_exited(box):
+    _, client = box
+    result = client.call("shell.run", {"command": "echo bye; exit 3", "terminal": True}, timeout=60)
+    assert result["output"] == "bye\n" and result["exit_code"] == 3
+    assert "exited (status 3)" in result["error"]
+    merged = client.call("shell.run", {"command": "exit 4", "terminal": True, "stderr": "merge"}, timeout=60)
+    assert merged["output"] == "" and merged["exit_code"] == 4

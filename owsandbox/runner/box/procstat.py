@@ -141,3 +141,13 @@ def descendants(root: int) -> list[int]:
             found.append(child)
             todo.append(child)
     return found
+
+
+def last_pid() -> int | None:
+    """The pid the kernel handed out last in this PID namespace (`ns_last_pid`); None when it cannot be
+    read. Processes started after a moment have pids after it (until the numbers wrap around)."""
+    try:
+        with open("/proc/sys/kernel/ns_last_pid") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None

@@ -10,6 +10,14 @@ After it, a separate line prints an end marker on the channels its stdout and st
 descriptors saved at start, so a command that redirects its own output cannot hide them); the result
 goes out once both markers are in, so both streams are drained.
 
+What reaches the notebook is what the programs wrote, in whole lines (output.py `WholeLines`: one
+stream's half line is not cut by the other's), without bash's own chatter on its stderr: a job started
+in the background (`[1] 4242`) and a job's end (`[1]+  Done ...`) become notes, and the `exit` that
+bash echoes before it ends is dropped (the result says the shell exited). They are told apart on the
+channel bash's stderr goes to by what they are about and when they come (output.py `ShellChatter`):
+the pid of a job this shell has just started, a job bash announced that has ended, an `exit` right
+before the shell ends. A program's own line that reads the same keeps its place on stderr.
+
 Two things carry from one command to the next, as in a terminal: `$?` (the next command line gives
 it back, so `false` and then `echo $?` says 1), and what background jobs print while no command
 runs (the latest 64 KiB, kept and put first in the next command's output; nothing is thrown away
@@ -44,8 +52,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import IO, Any
 
+from . import procstat
 from . import protocol as P
-from .output import LiveBatcher, MarkerScanner, OutputRecord, StreamDecoder
+from .output import LiveBatcher, MarkerScanner, OutputRecord, ShellChatter, StreamDecoder, WholeLines
 from .procstat import session_members
 from .protocol import INTERNAL_ERROR, INVALID_PARAMS, SHELL_BUSY, RunnerError
 from .terminal import (
@@ -137,10 +146,11 @@ def definitions_line(path: str, token: str | None = None) -> str:
 
 
 def marker_lines(token: str, out_fd: int = _MARK_OUT_FD, err_fd: int = _MARK_ERR_FD) -> str:
-    """The end markers, on the channels the command's output took: after all of it, in order."""
+    """The end markers, on the channels the command's output took: after all of it, in order (hidden
+    from `set -x`: a trace of them would be the runner's chatter in the command's stderr)."""
     return (
-        f"__ows_s=$?; printf '\\037\\036OWS:%s:%s:%s\\n' {token} \"$__ows_s\" \"$PWD\" >&{out_fd}; "
-        f"printf '\\037\\036OWS:%s\\n' {token} >&{err_fd}\n"
+        f"{{ __ows_s=$?; printf '\\037\\036OWS:%s:%s:%s\\n' {token} \"$__ows_s\" \"$PWD\" >&{out_fd}; "
+        f"printf '\\037\\036OWS:%s\\n' {token} >&{err_fd}; }} 2>/dev/null\n"
     )
 
 
@@ -158,6 +168,11 @@ def output_mode_line(terminal: bool, merge: bool) -> str:
     """Points the shell's stdout and stderr, for this command and the ones after, at a channel."""
     out, err = channel_fds(terminal)
     return f"exec 1>&{out} 2>&{out if merge else err}\n"
+
+
+def notice_channel(terminal: bool, merge: bool) -> str:
+    """The channel the shell's own stderr goes to in this mode (where bash writes its job notices)."""
+    return ("tty-out" if merge else "tty-err") if terminal else ("stdout" if merge else "stderr")
 
 
 def _signal_all(pids: list[int], sig: int) -> None:
@@ -188,6 +203,12 @@ def _drain(fd: int, room: int) -> bytes:
     return b"".join(chunks)
 
 
+def _job_over(pid: int) -> bool:
+    """Whether a job's last process has ended or stopped, as bash's report of it would say."""
+    state = procstat.state(pid)
+    return state is None or state in (*procstat.DEAD_STATES, "T", "t")
+
+
 class Command:
     """One command in flight on a shell."""
 
@@ -212,10 +233,13 @@ class Command:
         self.last_news = self.started  # when the client last heard of this command (output or progress)
         self.terminal = False  # its stdin and output are the shell's terminals
         self.marker_fds = (_MARK_OUT_FD, _MARK_ERR_FD)
+        self.notice_channel = "stderr"  # where bash's own stderr goes while it runs
+        self.first_pid: int | None = None  # the namespace's last pid when it started: its jobs come after
         self.allow_stdin = False  # whoever asked can answer a prompt (else a read gets end-of-input)
         self.partial = ""  # the unfinished last line of its stdout: a prompt, when it waits to read
         self.last_check = self.started
-        self.handled: tuple[int, int | None] | None = None  # the wait last reported or given end-of-input
+        self.handled: tuple[int, int | None, int] | None = None  # the wait last reported or given end-of-input
+        self.reading = 0  # which terminal that wait reads (0: stdin's, 1: stderr's)
         self.seen_waiting = False  # a new wait was seen once with no prompt printed yet
         self.eof_noted = False
 
@@ -255,7 +279,13 @@ class Shell:
         shell_env.setdefault("LINES", str(DEFAULT_ROWS))
         self._tty = PseudoTerminal()
         self._tty_err = PseudoTerminal()
-        self._echo = EchoStripper()
+        self._terminals = (self._tty, self._tty_err)  # in the order `waiting_reader` names them
+        self._echo = {"tty-out": EchoStripper(), "tty-err": EchoStripper()}
+        # What the programs wrote, in whole lines; bash's own lines on its stderr told apart. Touched only
+        # by the reader thread.
+        self._lines = WholeLines()
+        self._chatter = {key: ShellChatter(self._is_job, _job_over) for key in _STREAM_OF}
+        self._notice_channel = "stderr"  # where bash's stderr goes (as the latest command set it)
         self._mode: tuple[bool, bool] = (False, False)  # (terminal, merge) the shell's descriptors point at
         self._env_size = (shell_env["COLUMNS"], shell_env["LINES"])
         self._proc = subprocess.Popen(
@@ -279,6 +309,12 @@ class Shell:
         self._selector.register(self._proc.stderr, selectors.EVENT_READ, "stderr")
         self._selector.register(self._tty.master, selectors.EVENT_READ, "tty-out")
         self._selector.register(self._tty_err.master, selectors.EVENT_READ, "tty-err")
+        # A command that prints nothing at first (`read`, `sleep`) must still be watched from its start:
+        # `run` wakes the reader, which may be sleeping out an idle shell's half second.
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
         ready = threading.Event()
         self._starting = Command(":", "start", OutputRecord(1 << 16, self._open_log), LiveBatcher(),
                                  None, lambda _result: ready.set(), None)
@@ -313,6 +349,7 @@ class Shell:
             cmd = Command(command, token, OutputRecord(limit, self._open_log),
                           LiveBatcher(self.live_delay), on_live, on_done, timeout_s)
             cmd.terminal, cmd.allow_stdin = terminal, stdin and on_live is not None
+            cmd.first_pid = procstat.last_pid()
             self._current = cmd
             self.last_command = command
             self._refresh_at = None  # a command that comes at once goes first: the definitions wait
@@ -328,12 +365,14 @@ class Shell:
                 lines += f"export COLUMNS={cols} LINES={rows}\n"
                 self._env_size = (str(cols), str(rows))
         cmd.marker_fds = channel_fds(terminal)
+        cmd.notice_channel = notice_channel(terminal, merge)
         stdin = f"&{_TTY_OUT_FD}" if terminal else "/dev/null"
         lines += command_line(command, self._last_status, stdin) + marker_lines(token, *cmd.marker_fds)
         try:
             self._write(lines)
         except OSError:
             pass  # the reader sees the shell go and finishes the command
+        self._wake()
         if timeout_s is not None:
             timer = threading.Timer(timeout_s, self._stop, args=(cmd, "timeout"))
             timer.daemon = True
@@ -415,6 +454,14 @@ class Shell:
                 return
         self.kill()
 
+    def _wake(self) -> None:
+        with self._lock:  # the reader closes the pipe under it, once the shell is not alive
+            if self.alive:
+                try:
+                    os.write(self._wake_w, b"\0")
+                except OSError:
+                    pass  # full: the reader is woken already
+
     def _write(self, text: str) -> None:
         self._stdin.write(text.encode("utf-8", "surrogateescape"))
         self._stdin.flush()
@@ -432,8 +479,13 @@ class Shell:
         open_streams = 2
         while open_streams:
             cmd = self._current
-            deadline = cmd.batcher.deadline() if cmd is not None else None
+            deadlines = [self._lines.deadline(), *(chatter.deadline() for chatter in self._chatter.values())]
+            if cmd is not None:
+                deadlines.append(cmd.batcher.deadline())
+            deadline = min((d for d in deadlines if d is not None), default=None)
             timeout = 0.5 if deadline is None else max(0.0, deadline - time.monotonic())
+            if any(chatter.holding for chatter in self._chatter.values()):
+                timeout = min(timeout, INPUT_CHECK_SECONDS)  # an `exit` echo waits to see the shell end
             if cmd is not None and cmd.terminal:
                 timeout = min(timeout, INPUT_CHECK_SECONDS)  # to notice a read of the terminal
             if cmd is None and self._refresh_at is not None:
@@ -444,7 +496,11 @@ class Shell:
             now = time.monotonic()
             if not events and self._proc.poll() is not None:
                 break
+            if any(key.data == "wake" for key, _ in events):
+                _drain(self._wake_r, 4096)
+                events = [(key, mask) for key, mask in events if key.data != "wake"]
             open_streams -= self._take(self._in_order(events), now)
+            self._due(now)
             cmd = self._current
             if cmd is not None:
                 self._hand_over_between(cmd, now)
@@ -474,8 +530,8 @@ class Shell:
                 if channel in _TTY_CHANNELS:
                     continue
                 data = b""
-            if channel == "tty-out":
-                data = self._echo.strip(data)
+            if channel in self._echo:
+                data = self._echo[channel].strip(data)
                 if not data:
                     continue
             if not data:
@@ -483,7 +539,10 @@ class Shell:
                 ended += 1
                 self._pass_on(channel, stream, self._scanners[channel].flush(), now)
                 self._flush_display(channel, stream, now)
-                self._on_data(stream, b"", now, final=True)
+                for chatter in self._chatter.values():
+                    chatter.shell_exited()  # its pipes end with it
+                self._flush_lines(now)
+                self._deliver(stream, "data", b"", now, final=True)
                 continue
             for kind, payload in self._scanners[channel].feed(data):
                 if kind == "data":
@@ -497,19 +556,79 @@ class Shell:
         """Output between end markers: stdout's `owdisplay` lines go their own way (`_on_display`)."""
         displays = self._displays.get(channel)
         if displays is None:
-            self._on_data(stream, data, now)
+            self._on_data(channel, stream, data, now)
             return
         for kind, payload in displays.feed(data):
             if kind == "data":
-                self._on_data(stream, payload, now)
+                self._on_data(channel, stream, payload, now)
             else:
-                self._on_display(payload, now)
+                self._to_lines(stream, [*self._chatter[channel].fresh_line(), ("display", payload)], now)
 
     def _flush_display(self, channel: str, stream: str, now: float) -> None:
         displays = self._displays.get(channel)
         held = displays.flush() if displays is not None else b""
         if held:
-            self._on_data(stream, held, now)
+            self._on_data(channel, stream, held, now)
+
+    def _on_data(self, channel: str, stream: str, raw: bytes, now: float) -> None:
+        """A channel's output: bash's own lines told apart (on the channel its stderr goes to), then
+        into whole lines."""
+        cmd = self._current
+        if cmd is not None and cmd is not self._starting:
+            self._notice_channel = cmd.notice_channel
+        pieces = self._chatter[channel].feed(raw, now, active=channel == self._notice_channel)
+        self._to_lines(stream, pieces, now)
+
+    def _to_lines(self, stream: str, pieces: list[tuple[str, bytes]], now: float) -> None:
+        for kind, data in pieces:
+            for item in self._lines.add(stream, kind, data, now):
+                self._deliver(*item, now)
+
+    def _flush_lines(self, now: float) -> None:
+        """Let out all that waits (the command ended, or waits for input): an `exit` echo held so far
+        was a program's, since the shell still runs."""
+        for channel, chatter in self._chatter.items():
+            self._to_lines(_STREAM_OF[channel], chatter.release(), now)
+        for item in self._lines.flush():
+            self._deliver(*item, now)
+
+    def _due(self, now: float) -> None:
+        """What has waited long enough: the other stream's output for a line that does not end, an
+        `exit` echo after which the shell did not end (or the end of the shell, which makes it bash's)."""
+        if any(chatter.holding for chatter in self._chatter.values()) and self._proc.poll() is not None:
+            for chatter in self._chatter.values():
+                chatter.shell_exited()
+        for channel, chatter in self._chatter.items():
+            self._to_lines(_STREAM_OF[channel], chatter.due(now), now)
+        for item in self._lines.due(now):
+            self._deliver(*item, now)
+
+    def _is_job(self, pid: int) -> bool:
+        """Whether `pid` is a job the running command started: a child of the shell, or one that has
+        already ended whose pid was handed out after the command started."""
+        parent = procstat.ppid(pid)
+        if parent is not None:
+            return parent == self.pid and procstat.field(pid, "session") == str(self.pid)
+        cmd, last = self._current, procstat.last_pid()
+        first = cmd.first_pid if cmd is not None else None
+        if first is None or last is None:
+            return False
+        return first < pid <= last if first <= last else (pid > first or pid <= last)  # numbers wrapped
+
+    def _deliver(self, stream: str, kind: str, raw: bytes, now: float, final: bool = False) -> None:
+        """Output in its final order, to the command's record and live view (or kept for the next)."""
+        if kind == "display":
+            self._on_display(raw, now)
+        elif kind == "note":
+            text = raw.decode("utf-8", "replace")
+            cmd = self._current
+            if cmd is None:
+                self._keep_between("note", raw, text)
+            else:
+                self._hand_over_between(cmd, now)
+                self._add(cmd, "note", raw, text, now)
+        else:
+            self._on_output(stream, raw, now, final)
 
     def _on_display(self, payload: bytes, now: float) -> None:
         """An `owdisplay` request (`mime TAB id TAB path`): a `display` record of its own, in order with
@@ -538,7 +657,7 @@ class Shell:
         pipes = [(key, mask) for key, mask in events if key.data not in _TTY_CHANNELS]
         return pipes + [ttys[channel] for channel in _TTY_CHANNELS if channel in ttys]
 
-    def _on_data(self, stream: str, raw: bytes, now: float, final: bool = False) -> None:
+    def _on_output(self, stream: str, raw: bytes, now: float, final: bool = False) -> None:
         if stream == "stderr" and b"tcsetattr" in raw:
             # An interactive bash with no terminal complains when a job it waited for was killed.
             raw = _TTY_NOISE.sub(b"", raw)
@@ -599,7 +718,8 @@ class Shell:
         if cmd.stop_reason is not None or now - cmd.last_check < INPUT_CHECK_SECONDS:
             return
         cmd.last_check = now
-        wait = waiting_reader(self.pid, self._tty.path)
+        wait = waiting_reader(self.pid, [terminal.device for terminal in self._terminals],
+                              [terminal.hides_input() for terminal in self._terminals])
         if wait is None:
             cmd.seen_waiting = False
             return
@@ -608,25 +728,28 @@ class Shell:
         # What the reader printed before it began to wait may still be on its way through the terminal
         # (a terminal hands output on from a kernel worker): a read of the terminal's end makes it hand
         # over what it holds at once, where a poll would not. So read both, then look at the prompt.
-        ttys = [(self._selector.get_key(tty.master), 0) for tty in (self._tty, self._tty_err)]
+        ttys = [(self._selector.get_key(tty.master), 0) for tty in self._terminals]
         self._take(ttys, now)
         if self._current is not cmd:
             return
+        self._flush_lines(now)  # a command waiting to read has written all it will before the answer
         if not cmd.partial and not cmd.seen_waiting:
             cmd.seen_waiting = True  # no prompt yet: one more look, in case it is still in the terminal
             return
         cmd.handled = wait
+        cmd.reading = wait[2]
         cmd.seen_waiting = False
+        terminal = self._terminals[cmd.reading]
         if not cmd.allow_stdin:
             if not cmd.eof_noted:
                 cmd.eof_noted = True
                 self._note(cmd, EOF_NOTE, now)
             cmd.partial = ""
-            self._tty.write(self._tty.end_of_input())
+            terminal.write(terminal.end_of_input())
             return
         self._send_live(cmd, cmd.batcher.flush())  # the prompt goes out before the question
         assert cmd.on_live is not None
-        cmd.on_live({"input_wanted": True, "prompt": cmd.partial, "password": self._tty.hides_input()})
+        cmd.on_live({"input_wanted": True, "prompt": cmd.partial, "password": terminal.hides_input()})
 
     def write_input(self, text: str | None) -> None:
         """Type `text` and Enter into the running command's terminal (None: end-of-input)."""
@@ -638,13 +761,14 @@ class Shell:
                 raise RunnerError(INVALID_PARAMS, f"shell '{self.name}' runs its command without a terminal "
                                                   "(%terminal off): its stdin is empty")
         cmd.partial = ""  # the next prompt is what comes after the answer (which may come at once)
+        terminal = self._terminals[cmd.reading]
         if text is None:
-            self._tty.write(self._tty.end_of_input())
+            terminal.write(terminal.end_of_input())
         else:
             data = text.replace("\r\n", "\n").replace("\n", " ").encode("utf-8", "surrogateescape") + b"\n"
-            if self._tty.echoes():  # by the terminal, or by a line editor (readline) in its place
-                self._echo.expect(data)
-            self._tty.write(data)
+            if terminal.echoes():  # by the terminal, or by a line editor (readline) in its place
+                self._echo[_TTY_CHANNELS[cmd.reading]].expect(data)
+            terminal.write(data)
 
     def _maybe_progress(self, cmd: Command) -> None:
         """A command that has printed nothing for a while still says it is alive (`shell.progress`)."""
@@ -674,6 +798,7 @@ class Shell:
             return
         if cmd is None or parts[0] != cmd.token:
             return  # a stale marker, printed again after an abort: drop it
+        self._flush_lines(now)  # all of the command's output on this channel is in: what waits goes out
         self._hand_over_between(cmd, now)
         if stream == "stdout":
             if len(parts) == 3:
@@ -686,6 +811,8 @@ class Shell:
         else:
             cmd.err_done = True
         if cmd.out_done and cmd.err_done:
+            for chatter in self._chatter.values():
+                chatter.fresh_line()  # nothing is held after `_flush_lines`
             self._finish(cmd)
 
     def _finish(self, cmd: Command, error: str | None = None, outcome: str = P.OUTCOME_EXIT) -> None:
@@ -728,6 +855,11 @@ class Shell:
         cmd.on_done(result)
 
     def _exited(self) -> None:
+        now = time.monotonic()
+        self._take([(self._selector.get_key(tty.master), 0) for tty in self._terminals], now)  # what is left
+        for chatter in self._chatter.values():
+            chatter.shell_exited()
+        self._flush_lines(now)
         with self._lock:  # `run` checks `alive` and sets `_current` under this lock: one or the other sees
             self.alive = False  # the end, never neither (a command given to a dead bash would wait forever)
             cmd = self._current
@@ -755,6 +887,9 @@ class Shell:
             except OSError:
                 pass
         self._selector.close()
+        with self._lock:
+            for fd in (self._wake_r, self._wake_w):
+                os.close(fd)
         self._tty.close()
         self._tty_err.close()
         if self.on_exit is not None:
