@@ -41,6 +41,8 @@ from .hub import (
 from .plain_python import as_user
 from .processes import PinnedProcesses, command_line, descendants, pid_alive
 
+pytestmark = pytest.mark.system
+
 
 def _require_hub() -> None:
     problems = []

@@ -38,7 +38,7 @@ from .lab_browser import (
     stop_from_toolbar,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.system]
 
 TOUR = Path(__file__).resolve().parents[1] / "notebooks" / "tour.ipynb"
 INTERRUPT_MS = 5_000

@@ -33,7 +33,7 @@ import pytest
 from .conftest import KERNEL_NAME
 from .processes import PinnedProcesses, command_line, connected_to, descendants
 
-pytestmark = [pytest.mark.slow,
+pytestmark = [pytest.mark.slow, pytest.mark.system,
               pytest.mark.skipif(not hasattr(os, "pidfd_open") or not os.path.isdir("/proc"),
                                  reason="follows processes through /proc and pidfds (Linux)")]
 

@@ -68,6 +68,8 @@ from .ports import free_port
 from .processes import PinnedProcesses, command_line, descendants, stop_watched, wait_gone
 from .waiting import WaitTimeout, wait_until
 
+pytestmark = pytest.mark.system
+
 KERNEL = DEFAULT_KERNEL_NAME  # bubblewrap: a private /tmp, its own pid namespace, a state folder named by the key
 ENGINE = Path(__file__).resolve().parents[1] / "notebooks" / "engines" / "echo_engine.py"
 GATEWAY_START_SECONDS = 60

@@ -223,6 +223,7 @@ def test_terminal_settings_are_per_shell_and_have_a_size(fresh_kernel):
 
 # -- in a terminal front end ------------------------------------------------------------------------
 
+@pytest.mark.system
 @pytest.mark.slow
 def test_a_prompt_is_typed_in_the_console(open_console) -> None:  # noqa: F811 - the imported fixture
     """`jupyter console` answers input requests by reading a line (getpass for a password)."""
@@ -241,6 +242,7 @@ def test_a_prompt_is_typed_in_the_console(open_console) -> None:  # noqa: F811 -
     assert "length 6" in shown and "secret" not in shown
 
 
+@pytest.mark.system
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_a_prompt_opens_an_input_box_in_jupyterlab_and_stop_ends_it(tmp_path: Path) -> None:

@@ -65,6 +65,8 @@ from .plain_python import ensure_user, make_plain_python
 from .processes import command_line
 from .waiting import WaitTimeout, wait_until
 
+pytestmark = pytest.mark.system
+
 PLAIN_GRADER = "owsbx-grader"
 BANNER = re.compile(r"\[sandbox: bubblewrap · writes to (\S+) · no network · 1 GiB, 128 processes\]")
 MALLORY_EXPECTED = {"files_test": 1.0, "pipeline_test": 0.0, "status_test": 2.0}

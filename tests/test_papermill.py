@@ -8,8 +8,11 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 
 from .conftest import KERNEL_NAME
+
+pytestmark = pytest.mark.system
 
 
 def parameterised_notebook(path: Path, *extra: str) -> None:

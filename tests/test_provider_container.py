@@ -38,7 +38,7 @@ from .plain_python import as_user
 from .waiting import wait_until
 
 # The first test may build the image with debootstrap (about a minute); later runs find it.
-pytestmark = pytest.mark.timeout(300)  # the first test may build the image (about a minute)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.system]  # the first test may build the image (about a minute)
 
 CONFORMANCE = [
     (shells, "test_shell_syntax_reaches_bash_unchanged"),

@@ -21,7 +21,7 @@ from .containers import IMAGE, MARKER
 from .kernel_session import KernelSession
 
 # The first test builds the image with debootstrap (about a minute, more on a slow mirror); later runs find it.
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.system]
 
 
 def _exec_kernel(workspace: Path, podman, container: str, **env: str) -> KernelSession:

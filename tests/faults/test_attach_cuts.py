@@ -32,6 +32,8 @@ from owsandbox.runner.box.execd import ExecdServer
 
 from .helpers import seed_from_env
 
+pytestmark = pytest.mark.system
+
 SEED = 777
 CUTS = 50
 TOKEN = "faults-token"

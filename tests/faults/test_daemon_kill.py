@@ -31,6 +31,8 @@ from tests.waiting import wait_until
 from ..conftest import running
 from .helpers import alive, reap, seed_from_env
 
+pytestmark = pytest.mark.system
+
 SEED = 4242
 ROUNDS = 10
 KERNEL_ROUNDS = 3

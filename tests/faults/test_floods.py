@@ -26,6 +26,8 @@ from tests.kernel_session import KernelSession
 
 from .helpers import rss_kb
 
+pytestmark = pytest.mark.system
+
 KERNEL_BOUND_KB = 300 * 1024
 DAEMON_BOUND_KB = 100 * 1024
 FLOOD_BYTES = 1_000_000_000

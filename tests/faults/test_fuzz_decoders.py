@@ -759,6 +759,7 @@ def test_a_deeply_nested_line_is_not_a_frame() -> None:
     assert P.decode(DEEP_LINE) is None
 
 
+@pytest.mark.system
 def test_the_daemon_answers_after_a_deeply_nested_frame(zipapp: Path, workspace: Path) -> None:
     import socket
 
@@ -795,6 +796,7 @@ def kernel(tmp_path_factory: pytest.TempPathFactory):
         session.close()
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("value", ["inf", "1e400"])
 def test_output_limit_refuses_an_infinite_size(kernel, value: str) -> None:
     run = kernel.run(f"%output limit {value}")
@@ -802,6 +804,7 @@ def test_output_limit_refuses_an_infinite_size(kernel, value: str) -> None:
     assert run.status == "error" and run.error["ename"] == "UsageError", run.error
 
 
+@pytest.mark.system
 def test_timeout_refuses_nan(kernel) -> None:
     run = kernel.run("%timeout nan")
     after = kernel.run("echo fine")
@@ -810,6 +813,7 @@ def test_timeout_refuses_nan(kernel) -> None:
     assert after.status == "ok", after.outputs
 
 
+@pytest.mark.system
 def test_send_with_a_superscript_number_is_a_usage_error(kernel) -> None:
     run = kernel.run('%send ² {"id": 1}')
     assert run.status == "error" and run.error["ename"] == "UsageError", run.error

