@@ -44,6 +44,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..container_seccomp import default_profile_path, extend_profile
 from ..limits import CGROUP_ROOT, CgroupEnforcement, Limits, human_size
 from .boxed import BoxError
 from .bwrap import LIMITS_ENV, NETWORK_ENV, SYSTEM_FOLDERS, WorkspaceRefused, passed_env_names
@@ -265,7 +266,8 @@ class ContainerProvider(ExecProvider):
     def spec(self) -> str:
         """A digest of the settings a container was made with: one made otherwise is not reused."""
         settings = [self.engine_name, self.image, self.host_cwd, self.limits.describe(), self.network,
-                    self.writable_root, self.user, self.options, self.env_names, self.python, self.workspace]
+                    self.writable_root, self.user, self.options, self.env_names, self.python, self.workspace,
+                    "seccomp: no setuid or setgid modes"]  # one made before that profile is not reused
         return hashlib.sha256(json.dumps(settings, default=str).encode()).hexdigest()[:16]
 
     def _runs_as_root(self) -> bool:
@@ -280,7 +282,8 @@ class ContainerProvider(ExecProvider):
                 "--label", f"owsandbox.created={int(time.time())}", "--label", f"owsandbox.spec={self.spec()}",
                 "--label", f"owsandbox.image={self.image}", "--label", f"owsandbox.workspace={self.host_cwd}",
                 "--label", f"owsandbox.linger={self.linger_seconds:g}",
-                "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--stop-signal", "KILL",
+                "--cap-drop", "ALL", "--security-opt", "no-new-privileges", *self._seccomp_options(),
+                "--stop-signal", "KILL",
                 "--memory", str(self.limits.memory), "--memory-swap", str(self.limits.memory),
                 "--pids-limit", str(self.limits.pids), "--shm-size", str(self.limits.shm)]
         if self.limits.cpu is not None:
@@ -326,6 +329,17 @@ class ContainerProvider(ExecProvider):
         args += [*self.options, "--entrypoint", self.python, self.image, "-S", "-c", WAITER, LEASE,
                  f"{self.lease_limit():g}"]
         return args
+
+    def _seccomp_options(self) -> list[str]:
+        """The engine's default seccomp profile with no setuid or setgid modes (see container_seccomp),
+        written to this machine's folder of the container; [] where there is no default to extend."""
+        base = default_profile_path()
+        if base is None or self.state_dir is None:
+            return []
+        profile = extend_profile(json.loads(Path(base).read_text()))
+        path = self.state_dir / "seccomp.json"
+        path.write_text(json.dumps(profile))
+        return ["--security-opt", f"seccomp={path}"]
 
     def _empty_folder(self) -> str:
         """An empty folder here, to put over a folder of the workspace that must stay hidden."""

@@ -1,0 +1,77 @@
+"""Root in a rootful podman container is root on the host, and the workspace is the host's folder:
+a cell tries to leave a setuid root program there for any host user to run. The container's seccomp
+profile (podman's default plus no setuid or setgid modes) refuses every way of making one."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from owsandbox.runner import container_seccomp
+from owsandbox.runner.providers.container import ContainerProvider
+from owsandbox.runner.workspace import RunnerWorkspace
+
+from ..plain_python import as_user
+from .conftest import PLAIN_USER, plain_user
+from .test_syscalls import python_in_box
+
+pytestmark = pytest.mark.timeout(300)  # the first container test may build the image (about a minute)
+
+
+@pytest.fixture
+def engine(podman, monkeypatch):
+    monkeypatch.setenv("CONTAINERS_CONF", podman.env["CONTAINERS_CONF"])
+    for name in ("OWSANDBOX_ENGINE", "OWSANDBOX_IMAGE", "OWSANDBOX_LIMITS", "OWSANDBOX_NETWORK", "OWSANDBOX_ENV",
+                 "OWSANDBOX_CONTAINER_OPTIONS", "OWSANDBOX_CONTAINER_USER", "OWSANDBOX_WRITABLE_ROOT"):
+        monkeypatch.delenv(name, raising=False)
+    if os.getuid() != 0:
+        pytest.skip("the rootful half: run as root (CI)")
+    return podman
+
+
+@pytest.fixture
+def shared_folder() -> Iterator[Path]:
+    """A workspace other host users may enter, as a course folder is."""
+    folder = Path(tempfile.mkdtemp(prefix="owsbx-ctr-"))
+    os.chmod(folder, 0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_rootful_container_leaves_no_setuid_program_in_the_workspace(engine, debian_image, shared_folder):
+    if container_seccomp.default_profile_path() is None:
+        pytest.fail("podman's default seccomp profile (containers-common) is missing")
+    provider = ContainerProvider(shared_folder, image=debian_image, engine="podman", key="kernel-setuid-attack")
+    workspace = RunnerWorkspace(provider, str(shared_folder))
+    try:
+        ex = workspace.executor
+        assert ex.run("id -u")["output"] == "0\n"  # root in the container, root on the host
+        attacks = ["cp /usr/bin/python3 ./py && chmod 4755 ./py", "cp /usr/bin/id ./id-u && chmod u+s ./id-u",
+                   "cp /usr/bin/id ./id-g && chmod g+s ./id-g", "install -m 4755 /usr/bin/id ./id-i",
+                   python_in_box("import os; os.open('made', os.O_CREAT | os.O_WRONLY, 0o4755)"),
+                   python_in_box("import os; fd = os.open('.', os.O_TMPFILE | os.O_WRONLY, 0o2755); "
+                                 "os.link(f'/proc/self/fd/{fd}', 'tmpfile')"),
+                   python_in_box("import os, stat; os.mknod('node', stat.S_IFREG | 0o4755)"),
+                   python_in_box("import os; fd = os.open('f', os.O_CREAT | os.O_WRONLY); os.fchmod(fd, 0o6755)")]
+        for attack in attacks:
+            done = ex.run(attack)
+            assert "not permitted" in done["output"], (attack, done)
+        setid = [str(p) for p in shared_folder.rglob("*") if p.lstat().st_mode & 0o6000]
+        assert setid == [], setid
+        # ordinary modes and files still work
+        assert ex.run("chmod 755 ./py && ./py -c 'print(42)'")["output"] == "42\n"
+        assert ex.run("install -m 755 /usr/bin/id ./id-plain && touch new && chmod 600 new && stat -c %a new"
+                      )["output"] == "600\n"
+        other = plain_user()
+        ran = subprocess.run(as_user(PLAIN_USER, [str(shared_folder / "py"), "-c", "import os; print(os.geteuid())"]),
+                             capture_output=True, text=True, timeout=60, cwd="/")
+        assert ran.stdout.strip() == str(other.pw_uid), ran
+        assert provider.state_dir is not None and (provider.state_dir / "seccomp.json").is_file()
+    finally:
+        workspace.close()
