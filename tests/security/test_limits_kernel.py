@@ -39,3 +39,15 @@ def test_the_sandbox_magic_shows_limits_mounts_and_environment(kernel, tmp_path)
     assert "limit: memory" in text and "1 GiB" in text and "limit: processes" in text and "128" in text
     assert "path in the sandbox" in text and f"{tmp_path}" in text and "read-write (the workspace)" in text
     assert "/usr" in text and "environment" in text and "privileges" in text
+    assert "seccomp" in text and "system calls refused" in text
+
+
+def test_a_memory_limit_too_small_for_the_sandbox_is_named_in_the_first_cell(tmp_path):
+    require_bwrap()
+    session = KernelSession(tmp_path, kernel_name=DEFAULT_KERNEL_NAME, env={"OWSANDBOX_LIMITS": "memory=16M"})
+    try:
+        first = session.run("echo hi", timeout=60)
+        assert first.status == "error" and "LimitTooSmall: memory=16 MiB leaves no room" in first.error["evalue"], (
+            first.outputs)
+    finally:
+        session.close()
