@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -30,6 +31,7 @@ def shown(items: list[tuple[str, str, bytes]]) -> list[tuple[str, bytes]]:
 
 # -- whole lines --------------------------------------------------------------------------------
 
+@pytest.mark.unit
 def test_a_line_written_in_pieces_is_not_cut_by_the_other_stream():
     lines = WholeLines()
     out = lines.add("stderr", "data", b"ls: ", 0.0)
@@ -39,6 +41,7 @@ def test_a_line_written_in_pieces_is_not_cut_by_the_other_stream():
     assert shown(out) == [("stderr", b"ls: cannot access '/x'\n"), ("stdout", b"out7\n"), ("stderr", b"ls: ")]
 
 
+@pytest.mark.unit
 def test_what_waits_goes_out_after_the_wait_or_at_a_flush():
     lines = WholeLines(wait=0.5)
     lines.add("stdout", "data", b"working", 0.0)
@@ -53,6 +56,7 @@ def test_what_waits_goes_out_after_the_wait_or_at_a_flush():
     assert shown(lines.flush()) == [("stderr", b"late\n")] and lines.deadline() is None
 
 
+@pytest.mark.unit
 def test_a_carriage_return_ends_a_progress_line_and_cr_lf_stays_together():
     lines = WholeLines()
     out = lines.add("stderr", "data", b"\r 10%", 0.0)
@@ -65,6 +69,7 @@ def test_a_carriage_return_ends_a_progress_line_and_cr_lf_stays_together():
     assert [data for _, _, data in out] == [b"a", b"b\r\n", b"e\n", b"c"]
 
 
+@pytest.mark.unit
 def test_invisible_terminal_controls_do_not_open_a_line():
     lines = WholeLines()
     out = lines.add("stdout", "data", b"listing\n\x1b[0m\x1b[?2004h", 0.0)
@@ -72,6 +77,7 @@ def test_invisible_terminal_controls_do_not_open_a_line():
     assert shown(out) == [("stdout", b"listing\n\x1b[0m\x1b[?2004h"), ("stderr", b"Traceback\n")]
 
 
+@pytest.mark.unit
 def test_a_display_or_a_note_is_a_line_of_its_own():
     lines = WholeLines()
     out = lines.add("stdout", "data", b"abc", 0.0)
@@ -86,6 +92,7 @@ steps = st.lists(st.tuples(st.sampled_from(["stdout", "stderr"]),
                            st.sampled_from([0.0, 0.001, 0.06])), max_size=60)
 
 
+@pytest.mark.unit
 @FUZZ
 @given(steps)
 def test_every_byte_once_each_stream_in_order_and_no_line_cut_unless_it_took_too_long(script):
@@ -111,6 +118,7 @@ def chatter(jobs: tuple[int, ...] = (4242,), over: tuple[int, ...] = ()) -> Shel
     return ShellChatter(lambda pid: pid in jobs, lambda pid: pid in over)
 
 
+@pytest.mark.unit
 def test_a_job_start_is_a_note_only_for_a_job_of_the_shell():
     talk = chatter()
     assert talk.feed(b"[1] 4242\n", 0.0) == [("note", b"[1] 4242\n")]
@@ -122,6 +130,7 @@ def test_a_job_start_is_a_note_only_for_a_job_of_the_shell():
     assert talk.feed(b"[1] 4242\n", 0.0) == [("note", b"[1] 4242\n")]
 
 
+@pytest.mark.unit
 def test_a_job_report_is_a_note_only_for_an_announced_job_that_ended():
     talk = chatter(over=(4242,))
     done = b"[1]+  Done                    sleep 1\n"
@@ -133,6 +142,7 @@ def test_a_job_report_is_a_note_only_for_an_announced_job_that_ended():
     assert still.feed(done, 0.0) == [("data", done)]  # its process still runs: not bash's report
 
 
+@pytest.mark.unit
 def test_the_exit_echo_waits_to_see_the_shell_end():
     talk = chatter()
     assert talk.feed(b"exit\n", 1.0) == [] and talk.holding and talk.deadline() == 2.0
@@ -147,6 +157,7 @@ def test_the_exit_echo_waits_to_see_the_shell_end():
 
 # -- the shell's terminal -----------------------------------------------------------------------
 
+@pytest.mark.unit
 def test_a_descriptor_is_the_terminal_by_its_device_whatever_its_path():
     tty, other = PseudoTerminal(), PseudoTerminal()
     try:

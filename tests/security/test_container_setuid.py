@@ -21,7 +21,7 @@ from ..plain_python import as_user
 from .conftest import PLAIN_USER, plain_user
 from .test_syscalls import python_in_box
 
-pytestmark = pytest.mark.timeout(300)  # the first container test may build the image (about a minute)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.system]  # the first container test may build the image
 
 
 @pytest.fixture

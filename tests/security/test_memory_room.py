@@ -91,6 +91,7 @@ def test_a_sandbox_starved_as_it_starts_is_named_by_what_it_left(monkeypatch, en
             RunnerWorkspace(bwrap.BwrapProvider(cwd=folder, limits=["memory=8M"]), folder)
 
 
+@pytest.mark.unit
 def test_what_counts_as_starved():
     assert L.starved("", {"oom_kills": 1})
     assert L.starved("python3.11: error while loading shared libraries: libm.so.6: failed to map segment", {})
