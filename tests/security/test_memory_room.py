@@ -86,9 +86,11 @@ def test_a_sandbox_starved_as_it_starts_is_named_by_what_it_left(monkeypatch, en
     if enforcement == "rlimits":
         monkeypatch.setattr(bwrap, "enforce", L.Enforcement)
     with tempfile.TemporaryDirectory() as folder:
+        provider = bwrap.BwrapProvider(cwd=folder, limits=["memory=8M"])
         with pytest.raises(L.LimitTooSmall, match=f"memory=8 MiB was too small for the sandbox's daemon under "
                                                   f"{enforcement}: it ran out of memory as it started"):
-            RunnerWorkspace(bwrap.BwrapProvider(cwd=folder, limits=["memory=8M"]), folder)
+            RunnerWorkspace(provider, folder)
+        assert provider.state_dir is None  # its one-off folder went with it
 
 
 @pytest.mark.unit

@@ -327,7 +327,13 @@ class BwrapProvider(LocalProvider):
             raise RuntimeError(problem)
         self.check_workspace()
         self.guard = None  # scanned again: the workspace may have changed since the last start
-        super().create()
+        try:
+            super().create()
+        except BaseException:
+            if not self.key and self.state_dir:  # a one-off folder nobody will sweep (LimitTooSmall, say)
+                shutil.rmtree(self.state_dir, ignore_errors=True)
+                self.state_dir = None
+            raise
 
     def destroy(self) -> None:
         super().destroy()
