@@ -40,6 +40,20 @@ def check(code: str) -> tuple[str, str]:
     return _check_bash(code)
 
 
+def line_starts(code: str) -> list[int]:
+    """Where lines of `code` start at its own level, read as bash reads them: not inside a quote, a
+    here-document, a substitution or after a backslash. A magic spelled there would go to bash as a
+    command (the kernel refuses a cell magic below the first line: `placement.py`). The starts found
+    before text bash would reject, or that is unfinished, are those lines all the same."""
+    scanner = _Scanner(code)
+    scanner.line_starts = [0]
+    try:
+        scanner.run()
+    except (_Invalid, _Unfinished):
+        pass
+    return scanner.line_starts
+
+
 def _check_magics(head: str) -> tuple[str, str]:
     """Magics, read as the kernel reads them (`magics.parse_cell`).
 
@@ -179,6 +193,7 @@ class _Scanner:
         self.frames: list[_Context | _Lexical] = [_Context(TOP)]
         self.heredocs: list[tuple[str, bool]] = []
         self.paren_matches: dict[int, int] = {}  # `(` position -> its `)` (-1: none), for `((`
+        self.line_starts: list[int] | None = None  # where lines start at the top level, when asked (line_starts)
 
     def run(self) -> tuple[str, str]:
         frames = self.frames
@@ -233,6 +248,8 @@ class _Scanner:
                 self._newline(ctx)
                 if self.heredocs:
                     self._read_heredocs()
+                if self.line_starts is not None and len(frames) == 1:
+                    self.line_starts.append(self.pos)
             elif c == "#" and not ctx.in_word:
                 end = code.find("\n", pos)
                 self.pos = n if end < 0 else end

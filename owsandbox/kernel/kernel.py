@@ -42,6 +42,7 @@ from .magic_table import MagicTable, all_magics
 from .magics import RunOnShell, terminal_settings
 from .outbox import Outbox
 from .output import DEFAULT_OUTPUT_LIMIT, CellOutput, Display, InputWanted, Notice, Stream
+from .placement import refuse_misplaced_cell_magic
 from .sandbox import Sandbox, SandboxUnavailable
 from .stdin import CellPrompts, StdinChannel
 
@@ -183,6 +184,8 @@ class OwSandboxKernel(Kernel):
         try:
             await self._say_where_once(parent)
             parsed = magics.parse_cell(code)
+            if parsed is None or parsed.cell is None:
+                self._refuse_misplaced(code, code if parsed is None else parsed.rest)
             if parsed is None:
                 try:
                     await self._run_cell(parent, self.settings["shell"], code, stdin)
@@ -197,6 +200,7 @@ class OwSandboxKernel(Kernel):
             target = await self._run_magics(context, parsed)
             ok["payload"] = context.payloads
             if target is not None:
+                self._refuse_misplaced(code, target.code)  # a %%shell cell's body is a cell too
                 await self._run_cell(parent, target.shell, target.code, stdin)
             return ok
         except CellError as err:
@@ -212,6 +216,12 @@ class OwSandboxKernel(Kernel):
         except Exception as exc:  # noqa: BLE001 - every request gets a reply
             self.log.exception("cell failed")
             return self._error_reply(parent, "KernelError", f"{type(exc).__name__}: {exc}")
+
+    def _refuse_misplaced(self, code: str, shell_text: str) -> None:
+        """A known cell magic on a line of `shell_text` (the part of `code` that goes to bash) is a
+        UsageError naming it and its line in the cell (placement.py), before anything runs."""
+        cells = [found.name for found in self.magics.values() if found.kind == "cell"]
+        refuse_misplaced_cell_magic(shell_text, cells, code.count("\n") - shell_text.count("\n") + 1)
 
     async def _say_where_once(self, parent: dict[str, Any]) -> None:
         """The first cell says where commands run, in one line (JupyterLab shows no banner)."""
