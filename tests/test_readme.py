@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TEST_ONLY = ("pytest", "playwright", "nbgrader", "jupyterhub", "papermill", "jupyter-kernel-gateway",
-             "jupyter_kernel_test", "opensandbox", "hypothesis", "pexpect")
+             "jupyter_kernel_test", "opensandbox", "hypothesis")  # (pexpect comes with IPython)
 
 
 def quick_start() -> list[str]:
@@ -55,6 +55,7 @@ def test_the_first_command_sets_up_the_user_environment_and_runs_the_tour(tmp_pa
     listed = subprocess.run([str(copy / ".venv" / "bin" / "python"), "-m", "pip", "list", "--format=freeze"],
                             capture_output=True, text=True, timeout=120).stdout.lower()
     installed = {line.split("==")[0].replace("_", "-") for line in listed.splitlines()}
-    assert not installed & {name.replace("_", "-") for name in TEST_ONLY}, sorted(installed)
+    leaked = installed & {name.replace("_", "-") for name in TEST_ONLY}
+    assert not leaked, f"test tooling in the user's environment: {sorted(leaked)}"
     assert "jupyterlab" in installed and "owsandbox" in installed
     assert shlex.split(first)[0] == "python3" and sys.version_info >= (3, 10)
