@@ -332,6 +332,11 @@ class WholeLines:
             data = data[cut:]  # the rest goes after what waited for the line's end
         return out
 
+    @property
+    def waiting_for(self) -> str | None:
+        """The stream whose line the other stream's output waits for, if any."""
+        return self._open if self._held else None
+
     def deadline(self) -> float | None:
         """When what waits goes out anyway, or None when nothing waits."""
         return None if self._since is None else self._since + self.wait

@@ -500,6 +500,8 @@ class Shell:
                 _drain(self._wake_r, 4096)
                 events = [(key, mask) for key, mask in events if key.data != "wake"]
             open_streams -= self._take(self._in_order(events), now)
+            if self._lines.waiting_for is not None and now >= (self._lines.deadline() or now):
+                self._finish_line(now)  # the last chance for the line's end before the wait is over
             self._due(now)
             cmd = self._current
             if cmd is not None:
@@ -550,7 +552,17 @@ class Shell:
                 else:
                     self._flush_display(channel, stream, now)  # a display line cut short is output
                     self._on_marker(stream, payload, now)
+            if channel in _TTY_CHANNELS and self._lines.waiting_for not in (None, stream):
+                self._finish_line(now)
         return ended
+
+    def _finish_line(self, now: float) -> None:
+        """Output now waits for the rest of a line on the other terminal, which may already be written
+        and only not handed on yet (a terminal hands output on from a kernel worker, which a busy
+        machine runs late): a read of that terminal's end makes it hand over what it holds at once."""
+        channel = _TTY_CHANNELS[("stdout", "stderr").index(self._lines.waiting_for or "stdout")]
+        terminal = self._terminals[_TTY_CHANNELS.index(channel)]
+        self._take([(self._selector.get_key(terminal.master), 0)], now)
 
     def _pass_on(self, channel: str, stream: str, data: bytes, now: float) -> None:
         """Output between end markers: stdout's `owdisplay` lines go their own way (`_on_display`)."""
@@ -798,7 +810,6 @@ class Shell:
             return
         if cmd is None or parts[0] != cmd.token:
             return  # a stale marker, printed again after an abort: drop it
-        self._flush_lines(now)  # all of the command's output on this channel is in: what waits goes out
         self._hand_over_between(cmd, now)
         if stream == "stdout":
             if len(parts) == 3:
@@ -811,6 +822,7 @@ class Shell:
         else:
             cmd.err_done = True
         if cmd.out_done and cmd.err_done:
+            self._flush_lines(now)  # all of the command's output is in: what waits goes out
             for chatter in self._chatter.values():
                 chatter.fresh_line()  # nothing is held after `_flush_lines`
             self._finish(cmd)
