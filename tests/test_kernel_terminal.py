@@ -182,6 +182,54 @@ def test_stop_during_a_prompt_ends_the_command_and_the_request(kernel):
     assert [r["content"]["prompt"] for r in requests] == ["again? "] and again.text() == "[fresh]\n"
 
 
+GETPASS = "python3 -c 'import getpass; print(len(getpass.getpass(\"Secret: \")))'"
+
+
+def test_getpass_asks_for_a_password_and_gets_the_answer(kernel):
+    run, requests = run_answering(kernel, GETPASS, ["hunter2"])
+    assert [r["content"] for r in requests] == [{"prompt": "Secret: ", "password": True}]
+    assert run.status == "ok" and run.text().endswith("7\n") and "hunter2" not in run.text() + run.text("stderr")
+    no_more_stdin(kernel)
+
+
+def test_getpass_unattended_gets_end_of_input_and_fails_with_its_own_error(kernel):
+    run = kernel.run(GETPASS, timeout=60)
+    assert run.status == "error" and run.error["ename"] == "ExitStatus", run.outputs  # not SandboxUnreachable
+    assert NO_STDIN_NOTE in run.notes() and "EOFError" in run.text("stderr")
+    no_more_stdin(kernel)
+
+
+def test_a_read_of_dev_tty_is_a_prompt(kernel):
+    run, requests = run_answering(kernel, "read x </dev/tty; echo \"[$x]\"", ["Ada"])
+    assert len(requests) == 1 and run.text() == "[Ada]\n"
+    unattended = kernel.run("read x </dev/tty; echo \"[$x]\"")
+    assert unattended.text() == "[]\n" and NO_STDIN_NOTE in unattended.notes()
+
+
+def test_a_line_on_stderr_is_never_cut_by_stdout(kernel):
+    """200 runs of `ls` failing (it writes its message in pieces) with a line on stdout after each."""
+    for _ in range(5):
+        run = kernel.run("for i in $(seq 40); do ls /no-such-$i; echo out$i; done", timeout=60)
+        shown = streams(run)
+        for (name, text), (after, _) in zip(shown, shown[1:], strict=False):
+            assert name == after or text.endswith("\n"), shown
+        errors = [line for name, text in shown if name == "stderr" for line in text.splitlines()]
+        whole = re.compile(r"ls: cannot access '/no-such-\d+': No such file or directory")
+        assert all(whole.fullmatch(line) for line in errors), errors
+        assert len(errors) == 40 and run.text() == "".join(f"out{i}\n" for i in range(1, 41))
+
+
+def test_job_notices_are_notes_and_exit_says_nothing_on_stderr(fresh_kernel):
+    started = fresh_kernel.run("sleep 300 &\necho \"started $!\"")
+    pid = started.text().split()[-1]
+    assert f"[1] {pid}" in started.notes() and started.text("stderr") == ""
+    fresh_kernel.run("kill %1")
+    own = fresh_kernel.run("echo '[1] 32' >&2")
+    assert own.text("stderr") == "[1] 32\n" and "[1] 32" not in own.notes()
+    ended = fresh_kernel.run("echo bye; exit 3")
+    assert ended.text() == "bye\n" and ended.text("stderr") == "" and ended.error["ename"] == "ShellExited"
+
+
 # -- %terminal and %stderr ------------------------------------------------------------------------
 
 def test_stderr_merged_is_one_stream_in_the_exact_order(fresh_kernel):
