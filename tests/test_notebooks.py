@@ -28,6 +28,8 @@ import pytest
 from nbclient import NotebookClient
 from nbformat import NotebookNode
 
+from owsandbox.kernel.notes import is_note
+
 from .conftest import KERNEL_NAME
 from .processes import command_line
 
@@ -98,6 +100,12 @@ def cell(nb: NotebookNode, start: str, exact: bool = False) -> NotebookNode:
 
 def text(c: NotebookNode, name: str = "stdout") -> str:
     return "".join(out["text"] for out in c.outputs if out["output_type"] == "stream" and out["name"] == name)
+
+
+def notes(c: NotebookNode) -> str:
+    """The kernel's dimmed notes in a cell (the shell's job notices among them), one a line."""
+    return "".join(out["data"]["text/plain"] + "\n" for out in c.outputs
+                   if out["output_type"] == "display_data" and is_note(out))
 
 
 def shown(c: NotebookNode) -> list[dict[str, Any]]:
@@ -202,8 +210,9 @@ def test_teaching_pipes_count_words(teaching):
 def test_teaching_a_background_job_is_listed_killed_and_waited_for(teaching):
     nb, _ = teaching
     started = cell(nb, "sleep 300 &")
-    pid = re.fullmatch(r"\[1\] (\d+)\n", text(started, "stderr")).group(1)  # bash's job-control notice
+    pid = re.fullmatch(r"\[1\] (\d+)\n", notes(started)).group(1)  # bash's job-control notice, as a note
     assert text(started) == f"sleep is running in the background as process {pid}\n"
+    assert text(started, "stderr") == ""
     listed = text(cell(nb, "jobs\nps --ppid"))
     assert re.match(r"\[1\]\+\s+Running\s+sleep 300 &\n", listed)
     assert re.search(rf"^\s*{pid} \S+\s+sleep 300$", listed, re.M)
@@ -233,11 +242,14 @@ def test_teaching_exit_statuses_and_the_failing_cell(teaching):
 
 def test_teaching_set_e_stops_the_script_not_the_shell(teaching):
     nb, _ = teaching
-    ran = text(cell(nb, "bash careful.sh"))
-    assert ran == ("step 1\nno mango: handled by ||, so the script goes on\n"
-                   "step 2: cat failed inside a pipeline, but sort (the last command) worked\n"
-                   "careful.sh stopped early with status 1\n")
-    assert text(cell(nb, "bash careful.sh"), "stderr").count("No such file or directory") == 2
+    ran = cell(nb, "%stderr merge\nbash careful.sh")
+    missing = "cat: no-such-file.txt: No such file or directory\n"
+    assert text(ran) == ("shell 'main': stderr merge\n"
+                         "step 1\nno mango: handled by ||, so the script goes on\n"
+                         f"{missing}step 2: cat failed inside a pipeline, but sort (the last command) worked\n"
+                         f"{missing}careful.sh stopped early with status 1\n")  # in the exact order written
+    assert text(ran, "stderr") == ""
+    assert text(cell(nb, "%stderr apart", exact=True)) == "shell 'main': stderr apart\n"
 
 
 def test_teaching_exercise_answer_and_tidy_up(teaching):
