@@ -149,7 +149,8 @@ def sandbox_of(kernel_id: str) -> SandboxFacts:
 
     def find() -> SandboxFacts | None:
         below = descendants(kernel)
-        outer = [p for p in below if name(p) == "bwrap" and "--info-fd" in command_line(p)]
+        # bubblewrap reads its arguments from a file descriptor: the outer one is the bwrap with a bwrap below
+        outer = [p for p in below if name(p) == "bwrap" and any(name(c) == "bwrap" for c in descendants(p))]
         for bwrap in outer:
             inner = [p for p in descendants(bwrap) if name(p) == "bwrap"]
             # the host's state folder of a keyed sandbox: KEY in this user's private runtime folder

@@ -138,6 +138,16 @@ def test_other_sandboxes_and_the_runtime_folder_are_out_of_reach(attacker_factor
         shutil.rmtree(runtime, ignore_errors=True)
 
 
+def test_the_boxs_init_shows_no_host_paths(attacker: Attacker):
+    """bubblewrap's init is the box's pid 1: its command line would list every host path the box was
+    made of (the private state folder, the runner's place, what is hidden), so it reads them from a
+    file descriptor instead."""
+    state = attacker.step(state=True)["state_dir"]
+    shown = attacker.run("tr '\\0' ' ' < /proc/1/cmdline")
+    assert shown["exit_code"] == 0 and shown["output"].startswith("bwrap --args "), shown
+    assert state not in shown["output"] and os.path.dirname(attacker.runner) not in shown["output"]
+
+
 def test_the_hosts_environment_stays_out(attacker_factory, home: Path):
     attacker = attacker_factory(AWS_SECRET_ACCESS_KEY="hunter2", JUPYTERHUB_API_TOKEN="hub-token",
                                 WANTED="on-purpose", OWSANDBOX_ENV="WANTED")

@@ -166,6 +166,20 @@ def _listening_socket(path: str) -> socket.socket:
     return listener
 
 
+def _arguments_from_fd(argv: list[str]) -> tuple[list[str], int | None]:
+    """bubblewrap's own arguments read from a file descriptor (`--args FD`) instead of its command line:
+    its init is the box's pid 1, and /proc/1/cmdline would show the box every host path it was made of
+    (the private state folder, the runner's place, what is hidden). Returns the new argv and the fd."""
+    if "--args" not in bwrap_options() or "bwrap" not in argv or "--" not in argv[argv.index("bwrap"):]:
+        return argv, None
+    at = argv.index("bwrap")  # after a wrapper's own arguments (pasta's, ending in its `--`)
+    command = argv.index("--", at)  # bubblewrap's options go in the fd; the command stays where it is
+    fd = os.memfd_create("bwrap-args", 0)  # not inheritable: passed on purpose
+    os.write(fd, b"".join(arg.encode() + b"\0" for arg in argv[at + 1:command]))
+    os.lseek(fd, 0, os.SEEK_SET)
+    return [*argv[:at + 1], "--args", str(fd), *argv[command:]], fd
+
+
 def passed_env_names() -> list[str]:
     """The names the kernelspec or the user pass into the box on purpose (`OWSANDBOX_ENV=A,B`)."""
     return [n.strip() for n in os.environ.get(PASS_ENV, "").split(",") if n.strip()]
@@ -394,13 +408,15 @@ class BwrapProvider(LocalProvider):
         filtered = ["--seccomp", str(seccomp)] if seccomp is not None else []
         argv = [*wrapper, *box, *filtered, "--info-fd", str(info_write), "--", os.path.realpath(self.python), "-S",
                 BOX_RUNNER, *serve]
+        argv, arguments = _arguments_from_fd(argv)
         try:
             # bwrap's own environment is the box's too: its --clearenv only clears what its child gets, and
             # the box's pid 1 (bwrap's init, never exec'd) would show the kernel's in /proc/1/environ.
             self.daemon = _LAUNCHER.spawn(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
                                           env=self.box_env(), start_new_session=True,
                                           pass_fds=(listener.fileno(), execd.fileno(), info_write,
-                                                    *([seccomp] if seccomp is not None else [])),
+                                                    *([seccomp] if seccomp is not None else []),
+                                                    *([arguments] if arguments is not None else [])),
                                           preexec_fn=self.enforcer.preexec)
         except BaseException:
             self.enforcer.remove()
@@ -410,6 +426,8 @@ class BwrapProvider(LocalProvider):
             os.close(info_write)
             if seccomp is not None:
                 os.close(seccomp)
+            if arguments is not None:
+                os.close(arguments)
             listener.close()  # the daemon holds them now; a dead daemon must not look alive
             execd.close()
         try:
