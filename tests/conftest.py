@@ -268,11 +268,11 @@ def module_workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @contextmanager
-def kernel_in(folder: Path) -> Iterator[Any]:
-    """A kernel (local sandbox) working in `folder`, shut down however the test ends."""
+def kernel_in(folder: Path, kernel_name: str | None = None, env: dict[str, str] | None = None) -> Iterator[Any]:
+    """A kernel (local sandbox, or the kernelspec named) working in `folder`, shut down however the test ends."""
     from .kernel_session import KernelSession
 
-    session = KernelSession(folder)
+    session = KernelSession(folder, kernel_name=kernel_name or KERNEL_NAME, env=env)
     try:
         yield session
     finally:
@@ -290,6 +290,14 @@ def module_kernel(module_workspace: Path):
 def fresh_kernel(tmp_path: Path):
     """A kernel of its own (local sandbox, working in the test's folder), shut down after the test."""
     with kernel_in(tmp_path) as session:
+        yield session
+
+
+@pytest.fixture
+def default_kernel(tmp_path: Path):
+    """A kernel as a user gets it, with no provider named (bubblewrap here), working in the test's folder."""
+    require_bwrap()
+    with kernel_in(tmp_path, kernel_name=DEFAULT_KERNEL_NAME) as session:
         yield session
 
 

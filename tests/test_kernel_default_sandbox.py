@@ -6,19 +6,12 @@ import re
 
 import pytest
 
-from .conftest import DEFAULT_KERNEL_NAME, require_bwrap
-from .kernel_session import KernelSession
 from .processes import children, descendants, name, wait_gone
 
 
 @pytest.fixture
-def kernel(tmp_path):
-    require_bwrap()
-    session = KernelSession(tmp_path, kernel_name=DEFAULT_KERNEL_NAME)
-    try:
-        yield session
-    finally:
-        session.close()
+def kernel(default_kernel):
+    return default_kernel
 
 
 def test_the_default_sandbox_isolates_and_says_so(kernel):
@@ -44,7 +37,7 @@ def test_cells_keep_state_and_stop_works_in_the_default_sandbox(kernel):
     kernel.km.interrupt_kernel()
     assert kernel.collect(msg_id).reply["content"]["ename"] == "Interrupted"
     assert kernel.run("echo $N").text() == "3\n"
-    described = kernel.run("%sandbox").of_type("display_data")[0]["data"]["text/plain"]
+    described = kernel.run("%sandbox --all").of_type("display_data")[0]["data"]["text/plain"]
     assert re.search(r"^restarts +0$", described, re.M)
 
 

@@ -7,18 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import DEFAULT_KERNEL_NAME, require_bwrap
 from ..kernel_session import KernelSession
 
 
 @pytest.fixture
-def kernel(tmp_path: Path):
-    require_bwrap()
-    session = KernelSession(tmp_path, kernel_name=DEFAULT_KERNEL_NAME)
-    try:
-        yield session
-    finally:
-        session.close()
+def kernel(default_kernel: KernelSession) -> KernelSession:
+    return default_kernel
 
 
 def test_modules_a_cell_plants_in_the_notebooks_folder_are_not_imported_at_restart(kernel: KernelSession,
