@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
+import re
 import signal
 import struct
 import time
@@ -274,10 +276,24 @@ def test_a_line_magic_can_be_followed_by_shell_lines(kernel):
     assert run.text().endswith("on-other\n")
 
 
-def test_sandbox_magic_describes_the_sandbox(kernel):
-    text = kernel.run("%sandbox").of_type("display_data")[0]["data"]["text/plain"]
-    for word in ("provider", "local", "enforcement", "instance_id", "restarts", "uptime_s"):
-        assert word in text
+def test_sandbox_magic_sums_the_sandbox_up_and_has_every_detail_and_the_raw_description(kernel, module_workspace):
+    shown = kernel.run("%sandbox").of_type("display_data")
+    assert len(shown) == 1
+    text = shown[0]["data"]["text/plain"]
+    assert len(text.splitlines()) <= 25 and "<th" in shown[0]["data"]["text/html"]
+    for row in ("Isolation", "Writes to", "Network", "Limits", "Shells", "Cell limits"):
+        assert re.search(rf"^{row} +\S", text, re.M), (row, text)
+    assert "none: commands run on this machine" in text
+    assert re.search(rf"^Starts in +{re.escape(str(module_workspace))}$", text, re.M), text
+    assert "4,000,000 characters" in text and "instance" not in text and "_" not in text.split("%sandbox")[0]
+    every = kernel.run("%sandbox --all").of_type("display_data")[0]["data"]["text/plain"]
+    for row in ("provider", "instance id", "restarts", "uptime", "socket", "output limit"):
+        assert re.search(rf"^{row} +\S", every, re.M), (row, every)
+    assert "instance_id" not in every and re.search(r"^uptime +[0-9.]+ s$", every, re.M)
+    raw = kernel.run("%sandbox --json").of_type("display_data")[0]["data"]
+    assert raw["application/json"]["provider"] == "local" and "instance_id" in raw["application/json"]
+    assert json.loads(raw["text/plain"]) == raw["application/json"]
+    assert "not allowed with argument" in kernel.run("%sandbox --all --json").error["evalue"]
 
 
 def test_help_lists_every_magic_and_each_magic_has_help(kernel):

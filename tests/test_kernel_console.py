@@ -227,7 +227,7 @@ def test_tab_completes_a_magic_name_and_the_completed_magic_runs(open_console) -
     console.child.send("%sand\t")
     console.child.expect(spelled("%sandbox"), timeout=10)
     console.child.send("\r")
-    console.child.expect(r"provider\s+local")  # the %sandbox table, not "unknown magic %sand"
+    console.child.expect(r"Sandbox\s+local provider")  # the %sandbox summary, not "unknown magic %sand"
     console.count += 1
     console.expect_prompt()
 

@@ -140,7 +140,13 @@ def assert_errors_only_where_tagged(nb: NotebookNode, expected: dict[str, str]) 
 
 def test_tour_shells_keep_state_and_stderr_is_apart(tour):
     nb, folder = tour
-    assert "local" in shown(cell(nb, "%sandbox"))[0]["text/plain"]
+    first = cell(nb, "%sandbox")
+    assert first is next(c for c in nb.cells if c.cell_type == "code")  # the tour opens with where it runs
+    summary = shown(first)
+    assert summary[0]["text/plain"].startswith("[sandbox: local · no isolation")  # the first cell's one line
+    rows = summary[1]["text/plain"].splitlines()
+    assert [row.split("  ")[0] for row in rows[:4]] == ["Isolation", "Writes to", "Network", "Limits"], rows
+    assert len(summary) == 2 and len(rows) <= 25 and "local provider" in summary[1]["text/plain"]
     assert text(cell(nb, "mkdir -p tour-demo")) == f"{folder}/tour-demo\n"
     assert text(cell(nb, 'echo "$GREETING')) == "hello from the sandbox, in tour-demo\n"
     assert text(cell(nb, "%%shell scratch")) == "scratch shell is in /tmp; GREETING is ''\n"
@@ -331,7 +337,7 @@ def test_owsandbox_tour_command_runs_the_tour():
     lines = done.stdout.splitlines()
     assert re.fullmatch(r"ran \d+ cells of tour\.ipynb: all as expected", lines[-1])
     assert "│ %sandbox" in lines and "<image/svg+xml: " in done.stdout
-    workspace = Path(re.search(r"^cwd\s+(/\S+)$", done.stdout, re.M).group(1))  # from %sandbox
+    workspace = Path(re.search(r"^(?:Writes to|Starts in)\s+(/[^\s;]+)", done.stdout, re.M).group(1))  # %sandbox
     assert workspace.name.startswith("owsandbox-tour-") and not workspace.exists()  # removed when done
     assert not processes_in(workspace)
 

@@ -93,7 +93,7 @@ def container_kernel(workspace: Path, podman, image: str, **env: str) -> KernelS
 
 
 def sandbox_table(kernel: KernelSession) -> str:
-    described = kernel.run("%sandbox")
+    described = kernel.run("%sandbox --all")
     assert described.status == "ok", described.outputs
     return described.of_type("display_data")[0]["data"]["text/plain"]
 

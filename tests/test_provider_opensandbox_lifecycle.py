@@ -71,7 +71,7 @@ def lifecycle_kernel(folder: Path, server: LifecycleStandin, **env: str) -> Kern
 
 
 def sandbox_table(kernel: KernelSession) -> str:
-    described = kernel.run("%sandbox")
+    described = kernel.run("%sandbox --all")
     assert described.status == "ok", described.outputs
     return described.of_type("display_data")[0]["data"]["text/plain"]
 

@@ -577,6 +577,7 @@ class _Context:
         timeout = self.settings["timeout"]
         shell = self.settings["shell"]
         return {**self.kernel.sandbox.describe(), "current shell": shell,
-                "terminal": terminal_settings(self.settings, shell).describe(shell).split(": ", 1)[1],
+                "terminal": terminal_settings(self.settings, shell).describe(shell).split(": ", 1)[1]
+                .removeprefix("terminal "),
                 "cell time limit": "off" if timeout is None else f"{timeout:g} s",
-                "output limit": f"{self.settings['output_limit']} characters"}
+                "output limit": f"{self.settings['output_limit']:,} characters"}

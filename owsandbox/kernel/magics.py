@@ -445,20 +445,6 @@ def _shells(ctx: MagicContext, _args: argparse.Namespace, _body: str) -> None:
     show_table(ctx, ["shell", "folder", "state"], rows)
 
 
-@magic("sandbox", "line", "Describe the sandbox: provider, isolation, instance, restarts, uptime.")
-def _sandbox(ctx: MagicContext, _args: argparse.Namespace, _body: str) -> None:
-    info = ctx.describe_sandbox()
-    if info.get("enforcement") == "none":
-        info["isolation"] = "none: commands run on this machine with your permissions"
-    mounts = info.pop("mounts", None)
-    limits = info.pop("limits", None)
-    if isinstance(limits, dict):
-        info.update({f"limit: {name}": value for name, value in limits.items()})
-    show_table(ctx, ["", "value"], [[k, v] for k, v in info.items() if v is not None])
-    if isinstance(mounts, dict):  # the box's file system as it really is, in the order it is made
-        show_table(ctx, ["path in the sandbox", "what the sandbox sees there"], [[k, v] for k, v in mounts.items()])
-
-
 @magic("timeout", "line", "Set a time limit for each cell (seconds), or 'off'.",
        lambda p: p.add_argument("seconds", nargs="?"))
 def _timeout(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
@@ -601,7 +587,7 @@ def _list_magics(ctx: MagicContext, _args: argparse.Namespace, _body: str) -> No
 # The magics of this module, for the kernel's table (`magic_table.all_magics`).
 BUILTIN_MAGICS = (
     _read, _write_cell, _write_line, _ls, _stat, _search,
-    _switch_shell, _cell_on_shell, _shells, _sandbox,
+    _switch_shell, _cell_on_shell, _shells,
     _timeout, _output, _terminal, _stderr,
     _page, _clear,
     magic("help", "line", "List the magics.")(_list_magics),

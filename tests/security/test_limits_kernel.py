@@ -34,12 +34,15 @@ def test_each_limit_is_a_named_error_and_the_next_cell_works(kernel, tmp_path):
 
 
 def test_the_sandbox_magic_shows_limits_mounts_and_environment(kernel, tmp_path):
-    shown = kernel.run("%sandbox")
+    shown = kernel.run("%sandbox --all")
     text = "".join(d["data"]["text/plain"] for d in shown.of_type("display_data"))
-    assert "limit: memory" in text and "1 GiB" in text and "limit: processes" in text and "128" in text
+    assert "limits: memory" in text and "1 GiB" in text and "limits: processes" in text and "128" in text
     assert "path in the sandbox" in text and f"{tmp_path}" in text and "read-write (the workspace)" in text
     assert "/usr" in text and "environment" in text and "privileges" in text
     assert "seccomp" in text and "system calls refused" in text
+    summary = kernel.run("%sandbox").of_type("display_data")[0]["data"]["text/plain"]
+    assert "memory 1 GiB, processes 128, /tmp 32 MiB" in summary and len(summary.splitlines()) <= 25, summary
+    assert f"{tmp_path} (the workspace); private /dev/shm, /tmp" in summary and "pg_hba" not in summary
 
 
 def test_a_memory_limit_too_small_for_the_sandbox_is_named_in_the_first_cell(tmp_path):
