@@ -42,8 +42,8 @@ from ..box.procstat import descendants, namespace_pids, pid_alive, start_time
 from ..limits import CgroupEnforcement, Enforcement, Limits, check_room, enforce, human_size, starved, too_small
 from ..logpump import LogPump
 from ..seccomp import UnsupportedArchitecture, box_policy, compile_filter, native_arch, refused_syscalls
-from .guard import Guard, box_made_environments, guard_workspace, note_box_made_environments
-from .local import _LAUNCHER, LocalProvider, runtime_candidates, runtime_root
+from .guard import Guard, GuardedWorkspace
+from .local import _LAUNCHER, LocalProvider, runtime_root
 
 NETWORK_ENV = "OWSANDBOX_NETWORK"
 LIMITS_ENV = "OWSANDBOX_LIMITS"
@@ -189,7 +189,7 @@ class WorkspaceRefused(ValueError):
     """The workspace folder cannot be a sandbox's writable folder; the message says why."""
 
 
-class BwrapProvider(LocalProvider):
+class BwrapProvider(GuardedWorkspace, LocalProvider):
     name = "bwrap"
     enforcement = "bubblewrap"
 
@@ -227,17 +227,8 @@ class BwrapProvider(LocalProvider):
                 "the runner this machine runs for them: a sandbox that may write there could make this machine "
                 "run its code. Open the notebook from a project folder, or set OWSANDBOX_WORKSPACE to one")
 
-    def workspace_guard(self) -> Guard:
-        """What of the workspace the box may not change or see (see guard.py), found once per start."""
-        if self.guard is None:
-            private = runtime_root(avoid=self.cwd)
-            self.guard = guard_workspace(self.cwd, self.home, [str(p) for p in runtime_candidates()],
-                                         box_made_environments(private, self.cwd))
-        return self.guard
-
-    def hidden_in_workspace(self) -> list[str]:
-        """What the workspace shows that must stay hidden: the home's dot entries, sockets, private state."""
-        return self.workspace_guard().hidden
+    def guarded_folder(self) -> str:
+        return self.cwd
 
     def box_env(self) -> dict[str, str]:
         env = {name: os.environ[name] for name in ALLOWED_ENV if name in os.environ}
@@ -351,16 +342,7 @@ class BwrapProvider(LocalProvider):
 
     def destroy(self) -> None:
         super().destroy()
-        self._note_box_made()
-
-    def _note_box_made(self) -> None:
-        """Environments that appeared in the workspace while the box ran were made by it: note them, so
-        the next sandbox leaves them writable (a venv made in a cell keeps taking `pip install`)."""
-        if self.guard is not None:
-            try:
-                note_box_made_environments(runtime_root(avoid=self.cwd), self.guard)
-            except OSError:
-                pass
+        self.note_box_made()
 
     def _adopt_running_daemon(self) -> bool:
         assert self.state_dir

@@ -49,8 +49,8 @@ from ..limits import CGROUP_ROOT, CgroupEnforcement, Limits, human_size
 from .boxed import BoxError
 from .bwrap import LIMITS_ENV, NETWORK_ENV, SYSTEM_FOLDERS, WorkspaceRefused, passed_env_names
 from .exec import ExecProvider, stdin_program
-from .guard import Guard, guard_workspace, inside
-from .local import runtime_candidates, runtime_root
+from .guard import Guard, GuardedWorkspace, inside
+from .local import runtime_root
 
 IMAGE_ENV = "OWSANDBOX_IMAGE"
 ENGINE_ENV = "OWSANDBOX_ENGINE"
@@ -155,7 +155,7 @@ def _near(found: int | None, wanted: int) -> bool:
     return found is not None and 0 <= wanted - found < 1 << 16
 
 
-class ContainerProvider(ExecProvider):
+class ContainerProvider(GuardedWorkspace, ExecProvider):
     name = "container"
     enforcement = "a container"
 
@@ -250,15 +250,8 @@ class ContainerProvider(ExecProvider):
                 "leases and logs: a container that may write there could keep itself alive. Open the notebook "
                 "from a project folder, or set OWSANDBOX_WORKSPACE to one")
 
-    def workspace_guard(self) -> Guard:
-        """What of the workspace the box may not change or see (see guard.py), found once per start."""
-        if self.guard is None:
-            self.guard = guard_workspace(self.host_cwd, self.home, [str(p) for p in runtime_candidates()])
-        return self.guard
-
-    def hidden_in_workspace(self) -> list[str]:
-        """What the workspace shows that must stay hidden: the home's dot entries, sockets, private state."""
-        return self.workspace_guard().hidden
+    def guarded_folder(self) -> str:
+        return self.host_cwd
 
     def _in_box(self, host_path: str) -> str:
         return self.workspace.rstrip("/") + host_path[len(self.host_cwd.rstrip("/")):]
@@ -603,6 +596,7 @@ class ContainerProvider(ExecProvider):
                 self.removal_seconds = self._remove(self.container)
             if self.state_dir is not None:
                 shutil.rmtree(self.state_dir, ignore_errors=True)
+        self.note_box_made()
 
     def limit_counters(self) -> dict[str, int]:
         return self.cgroup.counters() if self.cgroup is not None else {}

@@ -39,6 +39,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .local import runtime_candidates, runtime_root
+
 HOME_VISIBLE_ENV = "OWSANDBOX_HOME_VISIBLE"
 WRITABLE_ENV = "OWSANDBOX_WRITABLE"
 SCAN_DEPTH = 6  # folders below the workspace: ~/src/org/repo/.venv is 4
@@ -267,6 +269,39 @@ def _hooks_path(config: str, work_tree: str) -> str | None:
     if done.returncode != 0 or not value:
         return None
     return os.path.realpath(os.path.join(work_tree, os.path.expanduser(value)))
+
+
+class GuardedWorkspace:
+    """For a provider that binds this machine's workspace into its box: the guard found once per start
+    (`guard = None` makes the next start scan again), and at the box's end the environments it made
+    noted for later starts."""
+
+    guard: Guard | None = None
+    home: str
+
+    def guarded_folder(self) -> str:
+        """The workspace's path on this machine."""
+        raise NotImplementedError
+
+    def workspace_guard(self) -> Guard:
+        if self.guard is None:
+            folder = self.guarded_folder()
+            self.guard = guard_workspace(folder, self.home, [str(p) for p in runtime_candidates()],
+                                         box_made_environments(runtime_root(avoid=folder), folder))
+        return self.guard
+
+    def hidden_in_workspace(self) -> list[str]:
+        """What the workspace shows that must stay hidden: the home's dot entries, sockets, private state."""
+        return self.workspace_guard().hidden
+
+    def note_box_made(self) -> None:
+        """Environments that appeared in the workspace while the box ran were made by it: noted, so the
+        next box leaves them writable (a venv made in a cell keeps taking `pip install`)."""
+        if self.guard is not None:
+            try:
+                note_box_made_environments(runtime_root(avoid=self.guarded_folder()), self.guard)
+            except OSError:
+                pass
 
 
 # -- environments the box made ---------------------------------------------------------------------
