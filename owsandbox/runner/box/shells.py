@@ -339,6 +339,7 @@ class Shell:
             on_live: Callable[[dict[str, Any]], None] | None = None, timeout_s: float | None = None,
             output_limit: int | None = None, terminal: bool = False, merge: bool = False, stdin: bool = False,
             cols: int = DEFAULT_COLS, rows: int = DEFAULT_ROWS) -> None:
+        first_pid = procstat.last_pid()  # read before the command can start a job
         with self._lock:
             if not self.alive:
                 raise RunnerError(P.SHELL_EXITED, f"shell '{self.name}' has exited")
@@ -349,7 +350,7 @@ class Shell:
             cmd = Command(command, token, OutputRecord(limit, self._open_log),
                           LiveBatcher(self.live_delay), on_live, on_done, timeout_s)
             cmd.terminal, cmd.allow_stdin = terminal, stdin and on_live is not None
-            cmd.first_pid = procstat.last_pid()
+            cmd.first_pid = first_pid
             self._current = cmd
             self.last_command = command
             self._refresh_at = None  # a command that comes at once goes first: the definitions wait
