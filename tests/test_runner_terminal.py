@@ -5,8 +5,10 @@ it gets end-of-input at once (never a hang)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
+import subprocess
 import threading
 import time
 from typing import Any
@@ -218,19 +220,6 @@ def test_ssh_keygen_asks_for_its_passphrase_twice(box, workspace):
     assert "pass phrase" not in result["output"]
 
 
-def test_sudo_asks_for_a_password(box):
-    provider, client = box
-    if not shutil.which("sudo"):
-        pytest.skip("sudo is not installed")
-    if os.getuid() == 0:
-        pytest.skip("sudo asks root for no password")
-    if type(provider).__name__ != "LocalProvider":
-        pytest.skip("sudo cannot become root in a sandbox (no new privileges)")
-    result, seen = run(client, "sudo -k true; echo \"sudo $?\"", answers=[None, None, None])
-    assert wanted(seen) and wanted(seen)[0]["password"] is True and "password" in wanted(seen)[0]["prompt"]
-    assert "sudo 1\n" in result["output"]
-
-
 # -- whole lines, and bash's own words --------------------------------------------------------------
 
 def test_a_line_of_one_stream_is_never_cut_by_the_other(box):
@@ -285,3 +274,57 @@ def test_exit_echo_is_dropped_and_the_result_says_the_shell_exited(box):
     assert "exited (status 3)" in result["error"]
     merged = client.call("shell.run", {"command": "exit 4", "terminal": True, "stderr": "merge"}, timeout=60)
     assert merged["output"] == "" and merged["exit_code"] == 4
+
+
+_ASK_AS_PLAIN_USER = r"""
+import json, sys, tempfile, threading
+from pathlib import Path
+from owsandbox.runner.bundle import build_runner_zipapp
+from owsandbox.runner.client import RunnerClient
+from owsandbox.runner.providers.local import LocalProvider
+
+folder = Path(tempfile.mkdtemp())
+provider = LocalProvider(cwd=folder, runner_path=build_runner_zipapp(folder / "dist"), relay_silence_seconds=0)
+provider.create()
+client = RunnerClient(provider.open_runner)
+wanted = []
+
+def on_notification(frame):
+    if frame.get("method") == "shell.input_wanted":
+        wanted.append(frame)
+        threading.Thread(target=client.call, args=("shell.input", {"shell": "main", "eof": True}), daemon=True).start()
+
+try:
+    client.connect()
+    result = client.call("shell.run", {"command": sys.argv[1], "terminal": True, "stdin": True, "timeout_s": 30},
+                         timeout=60, on_notification=on_notification)
+    print(json.dumps({"wanted": wanted, "output": result["output"], "timed_out": result["timed_out"]}))
+finally:
+    client.close()
+    provider.destroy()
+"""
+
+
+@pytest.mark.parametrize("command", ["su -c true; echo \"su $?\"", "sudo -k true; echo \"sudo $?\""])
+def test_a_setuid_program_asking_a_plain_user_for_a_password_is_a_prompt(command):
+    """su and sudo run as root while they read a plain user's password: the box may not look into
+    them, and still takes their read for a password prompt (the terminal's echo is off)."""
+    from .plain_python import as_user, ensure_user, make_plain_python
+
+    program = command.split()[0]
+    if not shutil.which(program):
+        pytest.skip(f"{program} is not installed")
+    plain = make_plain_python()
+    try:
+        argv = [plain.python, "-c", _ASK_AS_PLAIN_USER, command]
+        if os.getuid() == 0:
+            argv = as_user(ensure_user("owsbx-prompted").pw_name, argv, plain.env)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd="/",
+                              env={**os.environ, **plain.env})
+        assert done.returncode == 0, done.stderr
+        answer = json.loads(done.stdout.splitlines()[-1])
+    finally:
+        shutil.rmtree(plain.root, ignore_errors=True)
+    assert not answer["timed_out"] and answer["wanted"], answer
+    assert answer["wanted"][0]["password"] is True and "assword" in answer["wanted"][0]["prompt"]
+    assert f"{program} 1\n" in answer["output"]
