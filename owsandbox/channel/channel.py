@@ -68,7 +68,7 @@ from .execdws import (
     signal_message,
     start_line,
 )
-from .jsonlines import DEFAULT_MAX_LINE_BYTES, JsonLineDecoder, Record
+from .jsonlines import DEFAULT_MAX_LINE_BYTES, JsonLineDecoder, NotJsonLine, Record
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +94,7 @@ BUSY_RETRY_PAUSE_SECONDS = 0.5
 RecordCallback = Callable[[dict[str, Any], int], Awaitable[None]]
 FailureCallback = Callable[[BaseException], Awaitable[None]]
 StderrCallback = Callable[[str], Awaitable[None]]
+NotJsonCallback = Callable[[str, int], Awaitable[None]]  # (the line, the offset just past it)
 
 # Failures that keep their own type; anything else is a bug somewhere and becomes ChannelDetached.
 _EXPECTED_FAILURES = (RuntimeError, OSError)
@@ -131,7 +132,8 @@ class ExecdJsonLineChannel:
     def __init__(self, endpoint: ExecdEndpoint, *, session_id: str, on_record: RecordCallback,
                  on_failure: FailureCallback, label: str = "program", mode_pty: bool = False,
                  on_stderr: StderrCallback | None = None, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
-                 keepalive_seconds: float | None = KEEPALIVE_SECONDS) -> None:
+                 keepalive_seconds: float | None = KEEPALIVE_SECONDS,
+                 on_not_json: NotJsonCallback | None = None) -> None:
         self.endpoint = endpoint
         self.session_id: str | None = session_id
         self.label = label
@@ -140,9 +142,11 @@ class ExecdJsonLineChannel:
         self._on_record = on_record
         self._on_failure = on_failure
         self._on_stderr = on_stderr
+        self._on_not_json = on_not_json  # given: a live stdout line that is not JSON is told there, not fatal
         self._keepalive = keepalive_seconds
         self._control = ExecdControl(endpoint)
-        self._decoder = JsonLineDecoder(0, max_line_bytes=max_line_bytes, lenient_stdout=mode_pty)
+        self._decoder = JsonLineDecoder(0, max_line_bytes=max_line_bytes, lenient_stdout=mode_pty,
+                                        flag_non_json=on_not_json is not None)
         self._cursor = 0
         self._ws: ClientConnection | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -447,6 +451,9 @@ class ExecdJsonLineChannel:
         while (event := decoder.next_event()) is not None:
             if isinstance(event, Record):
                 await self._on_record(event.value, event.offset)
+            elif isinstance(event, NotJsonLine):
+                if self._on_not_json is not None:
+                    await self._on_not_json(event.text, event.offset)
             elif self._on_stderr is not None:
                 await self._on_stderr(event.text)
             self._cursor = decoder.resume_offset

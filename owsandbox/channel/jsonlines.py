@@ -21,7 +21,9 @@ Rules, each one a defect made impossible:
 * Replayed bytes mix stdout and stderr with nothing marking which is which, so a replayed line
   that is not a JSON object is taken as stderr text, not as an error; only a live STDOUT line that
   is not a JSON object raises (`BadRecord`, naming the offset just past that line, like a record's,
-  and where the line starts). When the replay ends inside a line that live stdout
+  and where the line starts), or, for a decoder made with `flag_non_json`, becomes a `NotJsonLine`
+  event (the kernel shows it flagged and reads on: a program's log line on stdout is a bug to show,
+  not a reason to stop listening). When the replay ends inside a line that live stdout
   then finishes, and only the live part is a JSON object, the replayed head was stderr: it becomes
   text and the live part a record. A program whose records must survive a reattach exactly must
   still keep its stderr apart (`2>file`): a stderr write that lands in the middle of a stdout line
@@ -76,7 +78,19 @@ class StderrText:
     offset: int
 
 
-Event = Record | StderrText
+@dataclass(frozen=True, slots=True)
+class NotJsonLine:
+    """A live stdout line that is not a JSON object, from a decoder made with `flag_non_json`: most
+    often a log line the program printed on stdout. `offset` is the position just past its LF,
+    `start` where it begins; `what` says "non-JSON stdout" or "JSON record is not an object"."""
+
+    text: str
+    offset: int
+    start: int
+    what: str
+
+
+Event = Record | StderrText | NotJsonLine
 
 
 _NOT_JSON = object()
@@ -109,16 +123,19 @@ class JsonLineDecoder:
     """Frames to events for one output stream, resuming at `since`.
 
     `lenient_stdout=True` treats every line that is not a JSON object as text, for a PTY, where the
-    terminal echoes input and programs print freely.
+    terminal echoes input and programs print freely. `flag_non_json=True` makes such a live stdout
+    line a `NotJsonLine` event instead of `BadRecord`, for a caller that shows it and reads on.
     """
 
     def __init__(self, since: int = 0, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
-                 stderr_tail_bytes: int = DEFAULT_STDERR_TAIL_BYTES, lenient_stdout: bool = False) -> None:
+                 stderr_tail_bytes: int = DEFAULT_STDERR_TAIL_BYTES, lenient_stdout: bool = False,
+                 flag_non_json: bool = False) -> None:
         if max_line_bytes < 1 or stderr_tail_bytes < 0:
             raise ValueError("max_line_bytes must be positive and stderr_tail_bytes not negative")
         self.max_line_bytes = max_line_bytes
         self.stderr_tail_bytes = stderr_tail_bytes
         self.lenient_stdout = lenient_stdout
+        self.flag_non_json = flag_non_json
         self._tail = bytearray()
         self.reset(since)
 
@@ -277,6 +294,8 @@ class JsonLineDecoder:
         if replayed or self.lenient_stdout:
             return self._text(line + b"\n")
         what = "non-JSON stdout" if value is _NOT_JSON else "JSON record is not an object"
+        if self.flag_non_json:
+            return NotJsonLine(line.decode("utf-8", "replace"), end, start, what)
         self._fail(BadRecord(what, start=start, end=end, line=line))
 
     def _text(self, data: bytes) -> StderrText:

@@ -3,18 +3,24 @@
 A program runs in an execd pipe session (the runner box's own endpoint, or a real OpenSandbox
 execd). Its records show live in the output area of the cell that attached, as one display that is
 updated at most a few times a second, and keep coming while other cells run: the channels live on
-an asyncio loop of their own thread. `%send` writes records; when a record has an `id`, the cell
-waits for the answer with that id. Session ids and cursors are remembered in the sandbox, so
-`%attach --last` picks up after a kernel restart with nothing lost or repeated. A program that exits
-before it is up (before its first record, within a second) makes `%attach` an error that names its
-exit status and the last lines of its stderr; so does attaching again to a program that has ended.
+an asyncio loop of their own thread. `%send` writes records; a request waits for its answer. A
+program that speaks JSON-RPC 2.0 (MCP, ACP, LSP over lines) is followed as a conversation: calls
+with their latency, notifications, stderr and stray stdout lines in lanes of their own, error
+answers as the cell's error, Stop as the dialect's cancel, and the whole of it saved and replayed
+against a fresh program. Session ids, numbers and cursors are remembered in the sandbox, so
+`%attach --last` picks up after a kernel restart with nothing lost or repeated, under the same
+number. A program that exits before it is up (before its first record, within a second) makes
+`%attach` an error that names its exit status and the last lines of its stderr; so does attaching
+again to a program that has ended.
 
 `AttachManager` ties the parts together, each with one job:
 
 * `attach_loop.py`: the loop thread the channels run on, and the execd endpoints they reach;
 * `attach_registry.py`: the file in the sandbox that remembers programs and cursors;
-* `attach_view.py`: what a program's display shows, and when it is brought up to date;
-* `attach_answers.py`: which record answers a `%send`, and the waits for those answers.
+* `attach_view.py` and `attach_timeline.py`: what a program's display shows, and when;
+* `conversation.py` (with `jsonrpc*.py`): what was said both ways, matched into calls;
+* `attach_answers.py`: the waits for a `%send`'s answers, their timeouts and cancels;
+* `attach_replay.py`: saved conversations and a replay's verdict.
 """
 
 from __future__ import annotations
@@ -25,23 +31,26 @@ import math
 import os
 import shlex
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .attach_answers import Answers
+from . import jsonrpc as R
+from .attach_answers import Answers, NoAnswer, error_in
 from .attach_loop import AttachLoop, ch, endpoint_for, has_ended, restarts_when_ended, session_status
 from .attach_registry import AttachRegistry, saved_tail
+from .attach_replay import Saved
 from .attach_view import LiveDisplay, listing_row
+from .conversation import RECEIVED, SENT, Call, Conversation, Entry
 from .errors import AttachedProgramExited, AttachError, AttachFailed
+from .jsonrpc_dialects import DIALECTS
+from .jsonrpc_errors import JsonRpcError
 
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ..channel import ExecdEndpoint, ExecdJsonLineChannel
 
-KEEP_RECORDS = 1000  # per program, for the display and %records
 # A program that exits this soon after %attach started it makes the cell an error; %attach waits this
 # long at most, and returns at the program's first record.
 START_CHECK_SECONDS = 1.0
@@ -60,12 +69,15 @@ class Program:
     cwd: str
     url: str | None = None  # None for the sandbox's own endpoint
     channel: ExecdJsonLineChannel | None = None
-    records: deque[tuple[int, dict[str, Any]]] = field(default_factory=lambda: deque(maxlen=KEEP_RECORDS))
-    seen: int = 0
+    conversation: Conversation = field(default_factory=Conversation)
     state: str = "starting"
     display_id: str = ""
     parent: dict[str, Any] | None = None
     render_due: bool = False
+    shown: bool = False  # its display went out (after the line saying what was attached)
+    ticking: bool = False  # a frame is due for the timer of a pending call
+    attachments: int = 0  # connections made in this kernel, for a display of each
+    on_change: Callable[[], None] = lambda: None  # the view has news (set by the manager)
     cursor: int = 0
     cursor_tail: bytes = b""  # the output just before `cursor`, checked against execd's ring on reattach
     since: int = 0  # where this attachment started reading
@@ -76,6 +88,18 @@ class Program:
 
     def describe(self) -> str:
         return f"#{self.number} {self.name}"
+
+    @property
+    def seen(self) -> int:
+        """Records received from the program, in every attachment of this kernel."""
+        return self.conversation.counts[RECEIVED]
+
+    @property
+    def attached(self) -> bool:
+        return self.channel is not None and self.channel.is_connected
+
+    def changed(self) -> None:
+        self.on_change()
 
 
 class AttachManager:
@@ -94,18 +118,28 @@ class AttachManager:
     # -- attaching --------------------------------------------------------------------------
 
     def start(self, command: str, name: str | None, cwd: str | None, url: str | None,
-              headers: dict[str, str], parent: dict[str, Any]) -> Program:
+              headers: dict[str, str], parent: dict[str, Any], dialect: str | None = None) -> Program:
+        """Start `command` and attach to it. Its display waits for `show`, so that the cell's line
+        saying what was attached comes before it."""
         endpoint = endpoint_for(url, headers, self._box_endpoint)
         control = ch.ExecdControl(endpoint)
         try:
             session_id = control.create(cwd=cwd)  # the command goes in as the first stdin line
         except ch.ExecdError as exc:
             raise AttachError(f"could not start {command!r}: {exc}") from None
-        program = self._new_program(name or _short_name(command), session_id, endpoint, command, cwd or "", url)
+        program = self._new_program(name or _short_name(command), session_id, endpoint, command, cwd or "", url,
+                                    dialect=dialect)
         # A program that cannot start (a missing file, a bad import) exits at once: wait for that, or
         # for its first record, which says it is up, but not longer than START_CHECK_SECONDS.
         self._connect(program, 0, parent, settle=START_CHECK_SECONDS, until_record=True, command=command)
         return program
+
+    def show(self, program: Program) -> None:
+        """The program's live display, in the cell that attached it (after that cell's first line)."""
+        self._loop.run(self._show(program))
+
+    async def _show(self, program: Program) -> None:
+        self._view.show(program)  # on the loop, where records update it: no frame overtakes this one
 
     def reattach(self, session_id: str | None, last: bool, since: int | None, url: str | None,
                  headers: dict[str, str], parent: dict[str, Any]) -> Program:
@@ -114,7 +148,7 @@ class AttachManager:
         if last:
             if not saved:
                 raise AttachError("no program was attached in this sandbox yet; start one with %attach -- COMMAND")
-            entry = saved[-1]
+            entry = self._last(saved)
         else:
             entry = next((s for s in saved if s["session_id"].startswith(session_id or "")), None)
             if entry is None and session_id:
@@ -122,8 +156,7 @@ class AttachManager:
                          "url": url}
         assert entry is not None
         for program in self.programs.values():
-            if program.session_id == entry["session_id"] and program.channel is not None \
-                    and program.channel.is_connected:
+            if program.session_id == entry["session_id"] and program.attached:
                 raise AttachError(f"{program.describe()} is attached already; %detach {program.number} first")
         endpoint = endpoint_for(url or entry.get("url"), headers, self._box_endpoint)
         # Ask before every reattach whether the program still runs. On the box's own endpoint an
@@ -138,18 +171,50 @@ class AttachManager:
                 f"{who} has ended: execd says it is no longer running (its output reached offset "
                 f"{status.get('output_offset', '?')}). It is not attached again, since this execd would "
                 "start the session anew")
-        program = self._new_program(entry.get("name") or entry["session_id"][:8], entry["session_id"], endpoint,
-                                    entry.get("command", ""), entry.get("cwd", ""), url or entry.get("url"))
+        program = self._program_for(entry, endpoint, url or entry.get("url"))
         self._connect(program, since if since is not None else int(entry.get("cursor", 0)), parent,
                       settle=EXIT_NOTICE_SECONDS if ended else 0.0, until_record=False,
                       since_tail=saved_tail(entry) if since is None else b"")
         return program
 
+    def _last(self, saved: list[dict[str, Any]]) -> dict[str, Any]:
+        """What `--last` means: the most recent program that this kernel is not attached to now (so
+        that, with one program watched and another detached, it picks the detached one)."""
+        attached = {p.session_id for p in self.programs.values() if p.attached}
+        return next((entry for entry in reversed(saved) if entry["session_id"] not in attached), saved[-1])
+
+    def again_hint(self, program: Program) -> str:
+        """How to attach to `program` again: `%attach --last` when that is what it would pick."""
+        try:
+            saved = self._registry.load()
+        except Exception:  # noqa: BLE001 - only a hint: the longer form always works
+            saved = []
+        if saved and self._last(saved)["session_id"] == program.session_id:
+            return "%attach --last attaches again"
+        return f"%attach --session {program.session_id[:8]} attaches again"
+
+    def _program_for(self, entry: dict[str, Any], endpoint: ExecdEndpoint, url: str | None) -> Program:
+        """The program of `entry`'s session, under its number: the one this kernel knows (its
+        conversation goes on), else a new one under the number the registry remembers, if free."""
+        for program in self.programs.values():
+            if program.session_id == entry["session_id"]:
+                program.endpoint, program.url = endpoint, url
+                return program
+        number = entry.get("number")
+        free = isinstance(number, int) and not isinstance(number, bool) and number > 0 and number not in self.programs
+        return self._new_program(entry.get("name") or entry["session_id"][:8], entry["session_id"], endpoint,
+                                 entry.get("command", ""), entry.get("cwd", ""), url,
+                                 number=number if free else None,
+                                 dialect=entry.get("dialect") if entry.get("dialect_named") else None)
+
     def _new_program(self, name: str, session_id: str, endpoint: ExecdEndpoint, command: str, cwd: str,
-                     url: str | None) -> Program:
-        self._numbers += 1
-        program = Program(self._numbers, name, session_id, endpoint, command, cwd, url)
-        program.display_id = f"owsandbox-attach-{session_id}-{program.number}"
+                     url: str | None, number: int | None = None, dialect: str | None = None) -> Program:
+        if number is None:
+            number = max(self._numbers, max(self.programs, default=0)) + 1
+        self._numbers = max(self._numbers, number)
+        chosen = DIALECTS.get(dialect or "")
+        program = Program(number, name, session_id, endpoint, command, cwd, url, conversation=Conversation(chosen))
+        program.on_change = lambda: self._view.render_soon(program)
         self.programs[program.number] = program
         return program
 
@@ -161,18 +226,33 @@ class AttachManager:
         program.parent = parent
         program.cursor = program.since = since
         program.cursor_tail = since_tail
+        program.attachments += 1
+        program.shown = False
+        program.display_id = f"owsandbox-attach-{program.session_id}-{program.number}" + (
+            f"-{program.attachments}" if program.attachments > 1 else "")
+        conversation = program.conversation
 
-        async def on_record(record: dict[str, Any], offset: int) -> None:
-            program.records.append((offset, record))
-            program.seen += 1
+        def moved(offset: int) -> None:
             program.cursor = offset
             program.cursor_tail = program.channel.tail_at(offset) if program.channel is not None else b""
             if until_record and program.news is not None:
                 program.news.set()
-            if program.channel is not None:
-                program.answers.offer(program.channel, record)
             self._view.render_soon(program)
             self._registry.save_soon()
+
+        async def on_record(record: dict[str, Any], offset: int) -> None:
+            entry = conversation.received(record, time.time(), offset)
+            if program.channel is not None:
+                program.answers.offer(program.channel, entry)
+            moved(offset)
+
+        async def on_not_json(text: str, offset: int) -> None:
+            conversation.stdout_text(text, time.time(), offset)
+            moved(offset)
+
+        async def on_stderr(text: str) -> None:
+            conversation.stderr(text, time.time())
+            self._view.render_soon(program)
 
         async def on_failure(exc: BaseException) -> None:
             program.state = f"ended: {exc}"
@@ -190,11 +270,11 @@ class AttachManager:
 
         async def connect() -> None:
             channel = ch.ExecdJsonLineChannel(program.endpoint, session_id=program.session_id, on_record=on_record,
-                                           on_failure=on_failure, label=program.name)
+                                              on_failure=on_failure, label=program.name, on_stderr=on_stderr,
+                                              on_not_json=on_not_json)
             program.channel = channel
             program.state = "attaching"
             program.news = asyncio.Event()
-            self._view.show(program)
             program.connected_at = time.monotonic()
             await channel.connect(since=since, takeover=True, command=command, since_tail=since_tail)
             if channel.fatal is None:
@@ -214,12 +294,11 @@ class AttachManager:
         except (ch.ExecdError, RuntimeError, OSError) as exc:
             if not isinstance(_fatal(program), ch.ProgramExited):
                 program.state = f"not attached: {exc}"
-                self._view.render(program)
                 raise AttachError(f"could not attach to {program.describe()}: {exc}") from None
-        self._view.render(program)
         self._registry.save_quietly()
         fatal = _fatal(program)
         if fatal is not None:
+            self.show(program)  # what it wrote before it failed (its stderr, a line that was not JSON)
             raise _failed_at_once(program, fatal, started=until_record)
 
     # -- using programs ---------------------------------------------------------------------
@@ -234,19 +313,69 @@ class AttachManager:
             raise AttachError(f"no attached program #{number}; %attach --list shows them")
         return program
 
-    def send(self, number: int | None, records: list[dict[str, Any]], wait: float) -> list[dict[str, Any]]:
-        """Write records; wait for the answers to those with an `id`; return them in order."""
+    def send(self, number: int | None, records: list[dict[str, Any]], timeout: float) -> tuple[Program, list[Entry]]:
+        """Write records; wait for the answers to the requests among them (each within `timeout` of its
+        last progress). The entries sent: each request's `call.answer` holds its answer."""
         program = self.pick(number)
         channel = program.channel
         if channel is None or not channel.is_connected:
-            raise AttachError(f"{program.describe()} is not attached ({program.state}); %attach --session "
-                              f"{program.session_id[:8]} attaches again")
-
+            raise AttachError(f"{program.describe()} is not attached ({program.state}); {self.again_hint(program)}")
         try:
-            return self._loop.run(program.answers.exchange(channel, records, wait, program.describe()),
-                                  timeout=wait + 10)
+            sent = self._loop.run(program.answers.exchange(channel, program, records, timeout), timeout=None)
         except (ch.ExecdError, RuntimeError) as exc:
             raise AttachError(f"could not send to {program.describe()}: {exc}") from None
+        return program, sent
+
+    @staticmethod
+    def errors_in(program: Program, sent: list[Entry]) -> list[JsonRpcError]:
+        """The error answers (an `error` member, or MCP's `result.isError`) among the sent requests'."""
+        dialect = program.conversation.dialect
+        found = []
+        for entry in sent:
+            call = entry.call
+            if call is not None and call.asked_by == SENT and call.request is entry:
+                error = error_in(call, dialect.codes, dialect.tool_error, program.describe())
+                if error is not None:
+                    found.append(error)
+        return found
+
+    def replay(self, program: Program, saved: Saved, timeout: float) -> tuple[list[Call], str | None]:
+        """Send a saved client side to `program` in order, each request waiting for its answer (and each
+        answer to one of the program's own requests waiting until it asks). The calls it made, and why
+        it stopped early, if it did."""
+        return self._loop.run(self._replay(program, saved, timeout), timeout=None)
+
+    async def _replay(self, program: Program, saved: Saved, timeout: float) -> tuple[list[Call], str | None]:
+        calls: list[Call] = []
+        conversation = program.conversation
+        for step, record in enumerate(saved.client_side, 1):
+            channel = program.channel
+            if channel is None or not channel.is_connected:
+                return calls, f"{program.describe()} ended before step {step} ({program.state})"
+            if R.kind_of(record) == R.RESPONSE:
+                await self._asked(program, record.get("id"), timeout)
+            try:
+                sent = await program.answers.exchange(channel, program, [record], timeout)
+            except NoAnswer:
+                call = conversation.pending_call(record.get("id"))
+                if call is not None:
+                    calls.append(call)
+                continue
+            except (AttachError, ch.ExecdError, RuntimeError) as exc:
+                return calls, f"step {step} could not be replayed: {exc}"
+            call = sent[0].call
+            if call is not None and call.asked_by == SENT:
+                calls.append(call)
+        return calls, None
+
+    @staticmethod
+    async def _asked(program: Program, request_id: Any, timeout: float) -> None:
+        """Wait (up to `timeout`) until the program has asked the request whose answer comes next."""
+        deadline = time.monotonic() + timeout
+        while program.conversation.pending_call(request_id, RECEIVED) is None and time.monotonic() < deadline:
+            if program.channel is None or not program.channel.is_connected:
+                return
+            await asyncio.sleep(0.02)
 
     def detach(self, number: int | None) -> Program:
         program = self.pick(number)
@@ -286,8 +415,7 @@ class AttachManager:
         rows = []
         for session_id in sorted(set(saved) | set(live), key=lambda s: saved.get(s, {}).get("updated", 0)):
             entry, state = saved.get(session_id, {}), live.get(session_id, {})
-            attached = max((p for p in self.programs.values() if p.session_id == session_id),
-                           key=lambda p: p.number, default=None)  # the newest attachment speaks for it
+            attached = next((p for p in self.programs.values() if p.session_id == session_id), None)
             known_here = listed and not entry.get("url")  # programs of another execd are not in the box's list
             rows.append(listing_row(session_id, entry, state, attached, known_here))
         return rows
@@ -307,12 +435,13 @@ class AttachManager:
         self._loop.stop()
 
     def cancel_waits(self) -> None:
-        """Stop: every %send waiting for an answer gives up now."""
+        """Stop: every %send waiting for an answer gives up now, its request cancelled in the program's
+        dialect (the cell's error says what was sent)."""
         if not self._loop.started:
             return
         for program in self.programs.values():
             if program.channel is not None:
-                program.answers.cancel(program.channel, self._loop)
+                program.answers.cancel(program.channel, program, self._loop)
 
 
 def _fatal(program: Program) -> BaseException | None:

@@ -63,6 +63,10 @@ class AttachLoop:
             future.cancel()
             raise AttachError(f"no answer within {timeout:g} s") from None
 
+    def submit(self, coro: Any) -> None:
+        """Run `coro` on the loop without waiting for it (from any thread): Stop must return at once."""
+        asyncio.run_coroutine_threadsafe(coro, self.loop())
+
     def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> None:
         self.loop().call_later(delay, callback, *args)
 

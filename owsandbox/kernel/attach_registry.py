@@ -1,7 +1,8 @@
 """The programs attached in a sandbox, remembered in the sandbox: a JSON file there (its path comes
-from the runner's hello) holds each session's id, name, command, folder, endpoint and cursor, read
-and written with the runner's `fs.read`/`fs.write`. A kernel restart keeps the sandbox, so
-`%attach --last` picks up where the last kernel stopped reading, with nothing lost or repeated.
+from the runner's hello) holds each session's id, name, number, dialect, command, folder, endpoint
+and cursor, read and written with the runner's `fs.read`/`fs.write`. A kernel restart keeps the
+sandbox, so `%attach --last` picks up where the last kernel stopped reading, with nothing lost or
+repeated, and under the number the program had.
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ class AttachRegistry:
                 "session_id": program.session_id, "name": program.name, "command": program.command,
                 "cwd": program.cwd, "url": program.url, "cursor": program.cursor,
                 "cursor_tail": program.cursor_tail.hex(), "state": program.state,
-                "updated": time.time()}
+                "number": program.number, "dialect": program.conversation.dialect.name,
+                "dialect_named": program.conversation.dialect_fixed, "updated": time.time()}
         for session_id in forget or ():
             known.pop(session_id, None)
         entries = sorted(known.values(), key=lambda s: s.get("updated", 0))[-KEEP_SESSIONS:]

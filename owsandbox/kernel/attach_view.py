@@ -1,41 +1,33 @@
 """What an attached program shows: one display in the output area of the cell that attached it (a
-header with its state and cursor, its latest records, a line counting the earlier ones), updated at
-most a few times a second however fast records arrive, and counted against that cell's output limit
-as the one display it is (kernel/budget.py); and the words of `%attach --list`.
+header with its state and cursor, then its conversation as attach_timeline.py lays it out), updated
+at most a few times a second however fast records arrive (and once a second while a call is
+pending, so that its timer counts), and counted against that cell's output limit as the one
+display it is (kernel/budget.py); and the words of `%attach --list`.
 """
 
 from __future__ import annotations
 
-import json
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from .attach_timeline import RECORD_CHARS as RECORD_CHARS  # the view's line length, named here too
+from .attach_timeline import timeline
+from .conversation import SENT
 
 if TYPE_CHECKING:
     from .attach import Program
     from .attach_loop import AttachLoop
 
-SHOW_RECORDS = 20  # in the live display
-RECORD_CHARS = 1000  # of one record in the live display (%records prints it whole)
 RENDER_SECONDS = 0.2  # the live display is updated at most this often
+PENDING_TICK_SECONDS = 1.0  # and this often while a call is pending, for its timer
 
 
 def bundle(program: Program) -> dict[str, Any]:
-    """The display's content: the header line, then the last SHOW_RECORDS records, one a line."""
+    """The display's content: the header line, then the conversation (attach_timeline.py)."""
     header = (f"{program.describe()} [{program.state}] session {program.session_id[:8]}, cursor "
               f"{program.cursor}, {program.seen} records" + (f" — {program.command}" if program.command else ""))
-    recent = list(program.records)[-SHOW_RECORDS:]
-    lines = [_shortened(json.dumps(record, ensure_ascii=False), program.number) for _, record in recent]
-    if program.seen > len(recent):
-        lines.insert(0, f"… {program.seen - len(recent)} earlier records (%records {program.number})")
-    return {"text/plain": header + "\n" + "\n".join(lines)}
-
-
-def _shortened(line: str, number: int) -> str:
-    """A record's line cut to RECORD_CHARS: the view is a window on the latest records, kept small so that
-    its frames fit the cell's output limit however long the program's records are."""
-    if len(line) <= RECORD_CHARS:
-        return line
-    return f"{line[:RECORD_CHARS]}… ({len(line)} characters; %records {number} prints it whole)"
+    return {"text/plain": "\n".join([header, *timeline(program.conversation, program.number, time.time())])}
 
 
 class LiveDisplay:
@@ -47,15 +39,20 @@ class LiveDisplay:
         self._loop = loop
 
     def show(self, program: Program) -> None:
-        """The program's display, new in the output of the cell that attached it (`program.parent`)."""
-        if program.parent is not None:
-            self._send_display(program.parent, bundle(program), program.display_id, False)
-
-    def render(self, program: Program) -> None:
-        """The program's display, brought up to date now."""
+        """The program's display, new in the output of the cell that attached it (`program.parent`),
+        once that cell has said which program it attached: the line that says so comes first."""
+        program.shown = True
         program.render_due = False
         if program.parent is not None:
+            self._send_display(program.parent, bundle(program), program.display_id, False)
+        self._tick_while_pending(program)
+
+    def render(self, program: Program) -> None:
+        """The program's display, brought up to date now (nothing before `show`)."""
+        program.render_due = False
+        if program.parent is not None and program.shown:
             self._send_display(program.parent, bundle(program), program.display_id, True)
+            self._tick_while_pending(program)
 
     def render_soon(self, program: Program, now: bool = False) -> None:
         """Bring the display up to date within RENDER_SECONDS (at once with `now`), once however many
@@ -66,6 +63,20 @@ class LiveDisplay:
         if not program.render_due:
             program.render_due = True
             self._loop.call_later(RENDER_SECONDS, self.render, program)
+
+    def _tick_while_pending(self, program: Program) -> None:
+        """A pending call's timer counts on screen: one more frame a second while any call waits (each
+        frame replaces the one before, so the cell's output limit counts it once)."""
+        if program.ticking or not program.attached \
+                or not any(call.asked_by == SENT for call in program.conversation.pending_calls()):
+            return
+        program.ticking = True
+
+        def tick() -> None:
+            program.ticking = False
+            self.render_soon(program)
+
+        self._loop.call_later(PENDING_TICK_SECONDS, tick)
 
 
 def listing_row(session_id: str, entry: dict[str, Any], session: dict[str, Any], attached: Program | None,
