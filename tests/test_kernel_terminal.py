@@ -288,6 +288,12 @@ def test_a_prompt_is_typed_in_the_console(open_console) -> None:  # noqa: F811 -
     console.child.send("secret\r")
     shown = console.expect_prompt()
     assert "length 6" in shown and "secret" not in shown
+    console.child.send("python3 -c 'import getpass; print(\"getpass\", len(getpass.getpass()))'\r")
+    console.count += 1
+    console.child.expect("Password: ")
+    console.child.send("hunter2\r")
+    shown = console.expect_prompt()
+    assert "getpass 7" in shown and "hunter2" not in shown
 
 
 @pytest.mark.system
@@ -301,7 +307,8 @@ def test_a_prompt_opens_an_input_box_in_jupyterlab_and_stop_ends_it(tmp_path: Pa
     from .lab_browser import STDOUT, code_cell, lab_in_chromium, notebook_for_test_kernel, stop_from_toolbar
 
     sources = ["read -p 'Your name? ' n; echo \"hello $n\"", "read -s -p 'pw: ' p; echo \"length ${#p}\"",
-               "read -p 'stop me? ' x; echo not-reached", "echo after-stop"]
+               "read -p 'stop me? ' x; echo not-reached", "echo after-stop",
+               "python3 -c 'import getpass; print(\"getpass\", len(getpass.getpass()))'"]
     with lab_in_chromium(tmp_path, "jupyterlab-prompts.png") as (lab, page):
         notebook = notebook_for_test_kernel(lab.root, "prompts.ipynb", {
             "cells": [code_cell(source) for source in sources], "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
@@ -338,3 +345,11 @@ def test_a_prompt_opens_an_input_box_in_jupyterlab_and_stop_ends_it(tmp_path: Pa
         stop_from_toolbar(page, cell)
         cell = run(3)
         expect(cell.locator(STDOUT)).to_have_text("after-stop")
+
+        cell = run(4)  # getpass reads /dev/tty, not stdin: a password box all the same
+        field = cell.locator(".jp-Stdin .jp-Stdin-input")
+        expect(cell.locator(".jp-Stdin .jp-Stdin-prompt")).to_have_text("Password:")
+        expect(field).to_have_attribute("type", "password")
+        field.fill("hunter2")
+        field.press("Enter")
+        expect(cell.locator(STDOUT).filter(has_text="getpass")).to_have_text("getpass 7")
