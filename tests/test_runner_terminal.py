@@ -208,6 +208,18 @@ def test_dev_tty_a_descriptor_opened_from_it_and_the_terminal_opened_again_are_a
     assert unattended["output"].count(EOF_NOTE) == 1
 
 
+def test_a_select_on_dev_tty_alone_is_a_prompt_and_one_that_also_waits_on_a_socket_is_not(box):
+    _, client = box
+    alone = ("python3 -c 'import os, select; fd = os.open(\"/dev/tty\", os.O_RDONLY); os.dup2(fd, 9); "
+             "select.select([9], [], []); print(os.read(9, 100))'")
+    result, seen = run(client, alone, answers=["typed"])
+    assert len(wanted(seen)) == 1 and result["output"].endswith("b'typed\\n'\n"), result["output"]
+    with_socket = ("python3 -c 'import select, socket; a, b = socket.socketpair(); "
+                   "print(select.select([0, a], [], [], 0.5)[0])'")
+    result, seen = run(client, with_socket, answers=[])
+    assert wanted(seen) == [] and result["output"] == "[]\n"  # waiting on the network too: not asking
+
+
 def test_ssh_keygen_asks_for_its_passphrase_twice(box, workspace):
     if not shutil.which("ssh-keygen"):
         pytest.skip("ssh-keygen is not installed (openssh-client)")
