@@ -59,6 +59,9 @@ PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", 
 PROC_MASKED = ("/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug", "/proc/latency_stats",
                "/proc/acpi", "/proc/scsi", "/proc/asound")
 PROGRAM_FOLDERS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
+# Indexes of what /usr holds, read-only: man-db's, for `whatis`, `man -f` and `apropos` (and Shift-Tab
+# inspection, which shows `man -f`); nothing in them is not in /usr already.
+SYSTEM_INDEXES = ("/var/cache/man",)
 
 
 @lru_cache(maxsize=1)
@@ -252,7 +255,9 @@ class BwrapProvider(GuardedWorkspace, LocalProvider):
         size = size if sized else "private (bubblewrap before 0.6: any size)"
         shm = f"private, at most {human_size(self.limits.shm)}" if sized else size
         found += [("/proc", "own (PID namespace)"), ("/dev", "minimal"), ("/dev/shm", shm), ("/tmp", size),
-                  ("/var/tmp", size), ("/run", size),
+                  ("/var/tmp", size)]
+        found += [(f, "read-only (man-db's index: whatis, man -f)") for f in SYSTEM_INDEXES if os.path.isdir(f)]
+        found += [("/run", size),
                   (f"{BOX_RUN}/run", "the daemon's logs and %attach cursors (in /run)"),
                   (self.home, "private (empty home)"),
                   (self.cwd, "read-write (the workspace)")]
@@ -290,6 +295,9 @@ class BwrapProvider(GuardedWorkspace, LocalProvider):
         args += ["--dev", "/dev", "--size", str(self.limits.shm), "--tmpfs", "/dev/shm",
                  "--size", size, "--tmpfs", "/tmp", "--dir", "/var", "--size", size, "--tmpfs", "/var/tmp",
                  "--size", size, "--tmpfs", "/run", "--dir", BOX_RUN]
+        for path in SYSTEM_INDEXES:
+            if os.path.isdir(path):
+                args += ["--ro-bind", path, path]
         assert self.runner_path
         assert self.state_dir
         # The daemon's own folder (output logs, %attach cursors) is in the box's /run, so it has /run's size;

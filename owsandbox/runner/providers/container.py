@@ -158,6 +158,8 @@ def _near(found: int | None, wanted: int) -> bool:
 class ContainerProvider(GuardedWorkspace, ExecProvider):
     name = "container"
     enforcement = "a container"
+    network_fixed = ("a container's network is chosen when it is made: start the kernel with OWSANDBOX_NETWORK=1 "
+                     "(owsandbox install --env OWSANDBOX_NETWORK=1) for the engine's default network, outbound")
 
     def __init__(self, cwd: str | os.PathLike[str] | None = None, image: str | None = None,
                  engine: str | None = None, network: bool | None = None,
