@@ -23,6 +23,10 @@ if TYPE_CHECKING:
     from ..client import Transport
 
 
+class NetworkNotChanged(RuntimeError):
+    """`%network on|off` could not change the box's network; the message says why, and what to do instead."""
+
+
 class Provider(abc.ABC):
     #: The name users choose the provider by (`OWSANDBOX_PROVIDER`), shown by `%sandbox`.
     name = "provider"
@@ -45,6 +49,9 @@ class Provider(abc.ABC):
     #: in words for people; None when it was chosen by name or isolates. Set by `auto` when it makes
     #: the provider; read by the provider's `headline` and `describe`, which say it plainly.
     fallback_reason: str | None = None
+    #: Why this provider's network cannot be switched while its box runs, and how to get one instead, in
+    #: words for people: what the default `set_network` answers `%network on|off` with.
+    network_fixed = "this sandbox's network is set when it is made and cannot be switched while it runs"
 
     @abc.abstractmethod
     def create(self) -> None:
@@ -111,6 +118,12 @@ class Provider(abc.ABC):
         """Called by the kernel at its first cell, once the box runs: the few facts a person must
         know about where their commands run (joined with ` · ` on one line); `describe` has the rest."""
         return [self.name]
+
+    def set_network(self, on: bool) -> str:
+        """Called by the kernel for `%network on|off`, on a magic's thread, while the box runs: turn its
+        outbound network on or off and say, in words, what it has now. A provider that cannot raises
+        NetworkNotChanged with `network_fixed`, its reason."""
+        raise NetworkNotChanged(self.network_fixed)
 
     def network_state(self) -> str | None:
         """Called by the kernel after a failing command: `none` when the box has no network (a failed

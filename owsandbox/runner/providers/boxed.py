@@ -66,6 +66,9 @@ def missing_modules(output: str, python: str) -> str | None:
 class ProgramBoxProvider(Provider):
     """A box reached only by running programs in it (see the module's docstring)."""
 
+    network_fixed = ("the box has its own network, which owsandbox does not control: its commands reach what the "
+                     "box reaches")
+
     shares_host_files = False  # the box's folders are its own: commands start in OWSANDBOX_BOX_CWD or its home
 
     def __init__(self, cwd: str | os.PathLike[str] | None, *, python: str, key: str | None, linger_seconds: float,

@@ -44,6 +44,7 @@ from ..logpump import LogPump
 from ..seccomp import UnsupportedArchitecture, box_policy, compile_filter, native_arch, refused_syscalls
 from .guard import Guard, GuardedWorkspace
 from .local import _LAUNCHER, LocalProvider, runtime_root
+from .network import NetworkError, Pasta, attach
 
 NETWORK_ENV = "OWSANDBOX_NETWORK"
 LIMITS_ENV = "OWSANDBOX_LIMITS"
@@ -214,6 +215,7 @@ class BwrapProvider(GuardedWorkspace, LocalProvider):
         self._pasta: str | None = None  # the pasta program, when the box is to have a network
         self._pasta_pid: int | None = None
         self._pasta_start: str | None = None
+        self._pasta_run: Pasta | None = None  # the pasta this kernel attached, with its watcher
 
     # -- what the box is made of ---------------------------------------------------------------
 
@@ -504,15 +506,12 @@ class BwrapProvider(GuardedWorkspace, LocalProvider):
                            f"process under pid {self.daemon.pid} is that one")
 
     def _network_wrapper(self) -> list[str]:
-        """The command that gives the box outbound network without the host's loopback, run around
-        bwrap (it makes the network namespace), or [] for a box with no network."""
+        """The command run around bwrap to give the box a network: [] now, for root and plain users alike.
+        bubblewrap makes the network namespace and pasta joins it once it exists (`_attach_network`), as
+        `%network on` does later, so that `%network off` can end it without ending the box."""
         pasta = self._pasta = shutil.which("pasta") if self.network else None
         self.network_mode = "pasta" if pasta else ("unavailable" if self.network else "none")
-        if pasta is None:
-            return []
-        if os.getuid() == 0:
-            return []  # root: pasta joins the box's namespace once it exists (see _attach_network)
-        return [*self._pasta_argv(pasta), "--foreground", "--"]
+        return []
 
     @staticmethod
     def _pasta_argv(pasta: str) -> list[str]:
@@ -520,25 +519,62 @@ class BwrapProvider(GuardedWorkspace, LocalProvider):
         return [pasta, "--config-net", "--quiet", "--no-map-gw", "-t", "none", "-u", "none", "-T", "none", "-U", "none"]
 
     def _attach_network(self) -> None:
-        """As root, pasta cannot make the box's user namespace (it would map no one), so it joins the
-        network namespace bubblewrap made; it returns once the box's network is configured."""
+        """pasta joins the network namespace bubblewrap made (network.py); it returns once the box's network
+        is configured, and ends with the box."""
         assert self.state_dir and self.daemon_pid
-        pid_file = os.path.join(self.state_dir, "pasta.pid")
         assert self.network_mode == "pasta" and self._pasta
-        done = subprocess.run([*self._pasta_argv(self._pasta), "--runas", "0", "--pid", pid_file, "--netns",
-                               f"/proc/{self.daemon_pid}/ns/net"], capture_output=True, timeout=20)
-        if done.returncode != 0:
-            raise RuntimeError(f"pasta could not give the sandbox a network: {done.stderr.decode(errors='replace')}")
-        self._pasta_pid = int(Path(pid_file).read_text().split()[0])
-        self._pasta_start = start_time(self._pasta_pid)
+        self._pasta_run = attach(self._pasta_argv(self._pasta), self.daemon_pid, self._init_start, self.state_dir)
+        self._pasta_pid, self._pasta_start = self._pasta_run.pid, self._pasta_run.started
+
+    def _end_pasta(self) -> None:
+        """End the box's pasta, by the pid and start time this machine recorded (never a pid the box wrote)."""
+        pid, self._pasta_pid = self._pasta_pid, None
+        run, self._pasta_run = self._pasta_run, None
+        if pid is not None and self._pasta_start is not None:
+            (run if run is not None and run.pid == pid else Pasta(pid, self._pasta_start)).end()
+
+    def set_network(self, on: bool) -> str:
+        """Turn the running box's outbound network on (pasta joins its namespace) or off (that pasta ends):
+        for `%network`. The host's record of the box says so, for a kernel that restarts."""
+        with self._lifecycle:
+            if self.daemon_pid is None or not _same_process(self.daemon_pid, self._init_start):
+                raise NetworkError("the sandbox is not running: run a cell first, then %network again")
+            if on and self.network_mode != "pasta":
+                pasta = shutil.which("pasta")
+                if pasta is None:
+                    raise NetworkError("outbound network needs pasta, which is not installed here (Debian package "
+                                       "passt: apt-get install passt)")
+                self._pasta, self.network_mode = pasta, "pasta"
+                try:
+                    self._attach_network()
+                except NetworkError:
+                    self.network_mode = "none"
+                    raise
+            elif not on and self.network_mode == "pasta":
+                self._end_pasta()
+                self.network_mode = "none"
+            self.network = on
+            self._update_record(network_mode=self.network_mode, pasta_pid=self._pasta_pid,
+                                pasta_start=self._pasta_start)
+        return " · ".join(self.describe_network())
+
+    def _update_record(self, **facts: Any) -> None:
+        """Change the host's record of the running box (daemon.json), written whole in its place."""
+        assert self.state_dir
+        record = {**(self._record() or {}), **facts}
+        path = Path(self.state_dir, "daemon.json")
+        fresh = path.with_name("daemon.json.new")
+        fresh.write_text(json.dumps(record))
+        fresh.replace(path)
 
     def describe_network(self) -> tuple[str, str]:
         """(what the box has, how): `none` or `outbound`."""
-        if not self.network:
-            return "none", "own network namespace with loopback only; no host socket is mounted"
         if self.network_mode == "pasta":
-            return "outbound", "pasta: an own network stack; the host's loopback services are not reachable"
-        return "none", "outbound network was asked for, but pasta (Debian package passt) is not installed"
+            return "outbound", ("through pasta, out by way of this machine; the host's loopback services are not "
+                                "reachable and no port is forwarded in; %network off ends it")
+        if self.network_mode == "unavailable":
+            return "none", "outbound network was asked for, but pasta (Debian package passt) is not installed"
+        return "none", "own network namespace with loopback only; no host socket is mounted; %network on for outbound"
 
     def _stop_daemon(self) -> None:
         daemon, self.daemon = self.daemon, None
@@ -554,9 +590,7 @@ class BwrapProvider(GuardedWorkspace, LocalProvider):
             deadline = time.monotonic() + 5
             while pid_alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.01)
-        pasta, self._pasta_pid = self._pasta_pid, None
-        if _same_process(pasta, self._pasta_start):
-            os.kill(pasta, signal.SIGKILL)
+        self._end_pasta()
         if self.enforcer is not None:
             self._last_counters = self.enforcer.counters()
             self.enforcer.remove()

@@ -128,6 +128,8 @@ def sweep_dead_state(root: Path, keep: str) -> None:
 class LocalProvider(Provider):
     name = "local"
     enforcement = "none"
+    network_fixed = ("there is no sandbox here (no isolation): commands use this machine's network as you do, and "
+                     "nothing turns it off for them")
     shares_host_files = True  # the daemon runs on this machine (bwrap binds the workspace at its own path)
 
     def __init__(self, cwd: str | os.PathLike[str] | None = None, runner_path: str | os.PathLike[str] | None = None,

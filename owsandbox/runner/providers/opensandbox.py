@@ -66,6 +66,8 @@ def make_provider(*args: Any, **options: Any) -> OpenSandboxProvider:
 class OpenSandboxProvider(ProgramBoxProvider):
     name = "opensandbox"
     enforcement = "the OpenSandbox sandbox"
+    network_fixed = ("an OpenSandbox sandbox has its own network, set by its server (its network policy), not by "
+                     "owsandbox: its commands reach what the sandbox reaches")
 
     def __init__(self, cwd: str | os.PathLike[str] | None = None, url: str | None = None,
                  headers: Mapping[str, str] | None = None, python: str = "python3", key: str | None = None,
