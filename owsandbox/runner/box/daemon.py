@@ -179,7 +179,10 @@ def serve(socket_path: str, cwd: str | None, exit_with_parent: bool, log_dir: st
     if linger > 0:
         _watch_clients(daemon, linger, stop)
     # Tell whoever started us that the socket is ready, then keep stdout for nothing else.
-    ready = {"ready": True, "socket": daemon.socket_path, "pid": os.getpid(), "instance_id": daemon.instance_id}
+    # The execd token goes to the host here, once, so that the host's own record of the sandbox lets a
+    # terminal (`owsandbox shell`) reach the endpoint without taking the kernel's place on the runner socket.
+    ready = {"ready": True, "socket": daemon.socket_path, "pid": os.getpid(), "instance_id": daemon.instance_id,
+             "execd_token": daemon.execd.token}
     sys.stdout.write(json.dumps(ready) + "\n")
     sys.stdout.flush()
     devnull = os.open(os.devnull, os.O_WRONLY)

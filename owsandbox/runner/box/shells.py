@@ -54,6 +54,7 @@ from typing import IO, Any
 
 from . import procstat
 from . import protocol as P
+from .colours import COLOUR_INIT
 from .output import LiveBatcher, MarkerScanner, OutputRecord, ShellChatter, StreamDecoder, WholeLines
 from .procstat import session_members
 from .protocol import INTERNAL_ERROR, INVALID_PARAMS, SHELL_BUSY, RunnerError
@@ -116,6 +117,7 @@ export -f owdisplay
 _INIT = (
     "PS1=''; PS2=''; PS0=''; PROMPT_COMMAND=''; set +H +o history +m; unset HISTFILE; "
     f"exec {_MARK_OUT_FD}>&1 {_MARK_ERR_FD}>&2\n" + "__ows_status() { return \"$1\"; }\n" + OWDISPLAY_FUNCTION
+    + COLOUR_INIT
 )
 
 _ANSI_C = {i: f"\\x{i:02x}" for i in range(256) if not 32 <= i < 127}
