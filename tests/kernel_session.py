@@ -48,10 +48,12 @@ class CellRun:
 
 class KernelSession:
     def __init__(self, workspace: Path, env: dict[str, str] | None = None, kernel_name: str = KERNEL_NAME,
-                 connection_file: str | None = None, stderr: Any = None) -> None:
+                 connection_file: str | None = None, stderr: Any = None, **manager: Any) -> None:
+        """`manager`: more settings of the KernelManager (`transport="ipc", ip=PATH` for a kernel in another
+        network namespace, which the test's TCP cannot reach)."""
         self.workspace = workspace
         self.closed = False
-        self.km = KernelManager(kernel_name=kernel_name)
+        self.km = KernelManager(kernel_name=kernel_name, **manager)
         if connection_file is not None:  # named kernel-*.json, as Jupyter's servers name them
             self.km.connection_file = connection_file
         kernel_env = {**os.environ, **(env or {})}

@@ -573,6 +573,13 @@ class _Context:
         shown = self.kernel.outbox.page(self.parent, text, withheld or Withheld())
         self.payloads.append({"source": "page", "data": {"text/plain": shown}, "start": 0})
 
+    def set_network(self, on: bool) -> str:
+        """`%network on|off`: the provider switches the running box's network (`Provider.set_network`), and
+        the next cell's first line says where commands run again, with the network as it is now."""
+        said = self.kernel.sandbox.wait().provider.set_network(on)
+        self.kernel._said_where = False
+        return said
+
     def describe_sandbox(self) -> dict[str, Any]:
         timeout = self.settings["timeout"]
         shell = self.settings["shell"]

@@ -10,9 +10,11 @@ import html
 from typing import Any
 
 from ..runner.box import protocol as P
+from ..runner.providers.base import NetworkNotChanged
 from .budget import Withheld
+from .errors import CellError
 from .magics import MagicContext, magic, show_table
-from .sandbox_view import FOOTER, as_json, every_row, summary
+from .sandbox_view import FOOTER, as_json, every_row, network, summary
 from .terminal_text import shown_text
 
 
@@ -66,5 +68,20 @@ def _sandbox(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
         show_table(ctx, ["path in the sandbox", "what the sandbox sees there"], [[k, v] for k, v in mounts.items()])
 
 
+@magic("network", "line", "Show the sandbox's network, or turn outbound network on or off while it runs "
+       "(bubblewrap: through pasta, never the host's loopback; no port forwarded).",
+       lambda p: p.add_argument("setting", nargs="?", choices=["on", "off"], help="none: show the network"))
+def _network(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
+    if args.setting is None:
+        ctx.result(f"network: {network(ctx.describe_sandbox())}")
+        return
+    try:
+        said = ctx.set_network(args.setting == "on")
+    except NetworkNotChanged as exc:
+        raise CellError("NetworkNotChanged", f"%network {args.setting}: {exc}") from None
+    state, _, how = said.partition(" · ")
+    ctx.stream(f"network: {state}" + (f" ({how})" if how else "") + "\n")
+
+
 # The magics of this module, for the kernel's table (`magic_table.all_magics`).
-SANDBOX_MAGICS = (_sandbox,)
+SANDBOX_MAGICS = (_sandbox, _network)

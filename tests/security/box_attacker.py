@@ -8,6 +8,7 @@ Steps (one JSON object a line; one JSON answer a line):
     {"run": "COMMAND"}              run a command on the main shell: exit_code, output
     {"describe": true}              the provider's describe()
     {"counters": true}              the limit counters
+    {"network": true|false}         turn the running box's outbound network on or off (%network): said
     {"state": true}                 the host-side facts: state folder, init pid, its pid namespace
     {"restart": true}               kill and restart the daemon as a sandbox restart does
     {"host": "COMMAND"}             run a command on the host, as this script's user and in its session
@@ -47,6 +48,9 @@ def main() -> int:
             elif "describe" in step:
                 assert workspace is not None
                 answer = json.loads(json.dumps(workspace.provider.describe(), default=str))
+            elif "network" in step:
+                assert workspace is not None
+                answer = {"said": workspace.provider.set_network(bool(step["network"]))}
             elif "counters" in step:
                 assert workspace is not None
                 answer = workspace.provider.limit_counters()
@@ -54,7 +58,7 @@ def main() -> int:
                 assert workspace is not None
                 provider = workspace.provider
                 pid = provider.daemon_pid
-                answer = {"state_dir": provider.state_dir, "init_pid": pid,
+                answer = {"state_dir": provider.state_dir, "init_pid": pid, "pasta_pid": provider._pasta_pid,
                           "pidns": os.readlink(f"/proc/{pid}/ns/pid") if pid else None}
             elif "host" in step:
                 done = subprocess.run(["bash", "-c", step["host"]], capture_output=True, text=True, timeout=60)

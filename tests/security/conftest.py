@@ -62,7 +62,8 @@ def readable_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class Attacker:
     """One sandbox, started by `who`, and the code run in it. Answers are JSON from box_attacker."""
 
-    def __init__(self, who: str, code: Path, home: Path, env: dict[str, str], wrapper: tuple[str, ...] = ()) -> None:
+    def __init__(self, who: str, code: Path, home: Path, env: dict[str, str], wrapper: tuple[str, ...] = (),
+                 outer: tuple[str, ...] = ()) -> None:
         self.who = who
         self.home = home
         python = SYSTEM_PYTHON if os.path.exists(SYSTEM_PYTHON) else shutil.which("python3") or "python3"
@@ -71,6 +72,7 @@ class Attacker:
                     "LANG": "C.UTF-8", **env}
         if who == "user" and os.getuid() == 0:
             argv = as_user(PLAIN_USER, argv, full_env)
+        argv = [*outer, *argv]  # outer: run as root around it all (`ip netns exec NAME`)
         self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                         env=full_env, cwd="/", start_new_session=True)
         self.runner = str(next((code / "dist").glob("runner-*.pyz")))
@@ -144,8 +146,8 @@ def home(owner: pwd.struct_passwd) -> Iterator[Path]:
 def attacker_factory(who: str, readable_copy: Path, home: Path) -> Iterator[Any]:
     made: list[Attacker] = []
 
-    def make(wrapper: tuple[str, ...] = (), **env: str) -> Attacker:
-        attacker = Attacker(who, readable_copy, home, env, wrapper)
+    def make(wrapper: tuple[str, ...] = (), outer: tuple[str, ...] = (), **env: str) -> Attacker:
+        attacker = Attacker(who, readable_copy, home, env, wrapper, outer)
         made.append(attacker)
         return attacker
 

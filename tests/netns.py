@@ -1,0 +1,155 @@
+"""Two network namespaces of the test's own, for a box's outbound network to reach: nothing else is touched.
+
+`client` is where the kernel (or the attacker's host process) runs, so its pasta is there and carries
+the box's connections out from there; `server` holds an HTTP server. A veth pair joins them with
+addresses of TEST-NET-2 (198.51.100.0/24, never routed anywhere) on the pair's two ends only, and the
+client's default route goes to the server: the box can reach nothing but the server, and no address
+of this machine's own network changes. The client's loopback has a server of its own, standing in for
+the host's loopback services (Jupyter, databases), which the box must never reach.
+
+Made with `ip netns` as root; every namespace and server goes away when the context ends, however it ends.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+CLIENT_ADDRESS = "198.51.100.1"
+SERVER_ADDRESS = "198.51.100.2"
+SERVER_PORT = 8080
+LOOPBACK_PORT = 8081
+GREETING = "hello from the test's own server\n"
+
+#: An HTTP server of the standard library that says on stdout when it listens (argv: address, port, folder).
+SERVER = r"""
+import functools, http.server, sys
+handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=sys.argv[3])
+server = http.server.ThreadingHTTPServer((sys.argv[1], int(sys.argv[2])), handler)
+print("listening", flush=True)
+server.serve_forever()
+"""
+
+
+@dataclass
+class OwnNetwork:
+    client: str  # the namespace the kernel runs in
+    server: str
+    served: Path  # the server's folder: what it serves at /
+    loopback_served: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://{SERVER_ADDRESS}:{SERVER_PORT}/"
+
+    def in_client(self, argv: list[str]) -> list[str]:
+        """`argv` run in the client namespace (as root)."""
+        return ["ip", "netns", "exec", self.client, *argv]
+
+    def processes_in_client(self, name: str) -> list[int]:
+        """The pids of the processes run as `name` (their argv[0]: pasta's comm is `passt.avx2`) whose network
+        namespace is the client's."""
+        inode = os.stat(f"/run/netns/{self.client}").st_ino
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                program = (entry / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+                if os.path.basename(program) == name and os.stat(entry / "ns" / "net").st_ino == inode:
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+        return found
+
+
+def require_network_namespaces() -> None:
+    """Skip where the tests cannot make network namespaces (not root, or no `ip`); in CI that is a failure."""
+    problem = None
+    if os.getuid() != 0:
+        problem = "network namespaces of the test's own need root"
+    elif shutil.which("ip") is None:
+        problem = "ip (iproute2) is not installed"
+    elif shutil.which("pasta") is None:
+        problem = "pasta (Debian package passt) is not installed"
+    if problem is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the network tests: {problem}")
+        pytest.skip(problem)
+
+
+def _ip(*args: str) -> None:
+    done = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=20)
+    if done.returncode != 0:
+        raise RuntimeError(f"ip {' '.join(args)}: {done.stderr.strip()}")
+
+
+def _serve(namespace: str, address: str, port: int, folder: Path) -> subprocess.Popen[str]:
+    python = shutil.which("python3") or sys.executable
+    server = subprocess.Popen(["ip", "netns", "exec", namespace, python, "-c", SERVER, address, str(port),
+                               str(folder)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                              start_new_session=True)
+    assert server.stdout is not None
+    line = server.stdout.readline()  # the server's own word that it listens (or nothing: it died)
+    if line.strip() != "listening":
+        server.kill()
+        server.wait()
+        raise RuntimeError(f"the test's HTTP server in {namespace} did not start (exit {server.poll()})")
+    return server
+
+
+@contextmanager
+def own_network() -> Iterator[OwnNetwork]:
+    require_network_namespaces()
+    tag = str(os.getpid())
+    client, server = f"owsbx-cl-{tag}", f"owsbx-sv-{tag}"
+    client_end, server_end = f"owsbxc{tag}"[:15], f"owsbxs{tag}"[:15]
+    folder = Path(tempfile.mkdtemp(prefix="owsbx-net-"))
+    os.chmod(folder, 0o755)
+    served, loopback_served = folder / "served", folder / "loopback"
+    for place, words in ((served, GREETING), (loopback_served, "the host's loopback service\n")):
+        place.mkdir()
+        (place / "hello.txt").write_text(words)
+        for path in (place, place / "hello.txt"):
+            os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    servers: list[subprocess.Popen[str]] = []
+    made: list[str] = []
+    try:
+        for name in (client, server):
+            _ip("netns", "add", name)
+            made.append(name)
+        _ip("link", "add", client_end, "type", "veth", "peer", "name", server_end)
+        _ip("link", "set", client_end, "netns", client)
+        _ip("link", "set", server_end, "netns", server)
+        for name, end, address in ((client, client_end, CLIENT_ADDRESS), (server, server_end, SERVER_ADDRESS)):
+            _ip("-n", name, "link", "set", "lo", "up")
+            _ip("-n", name, "addr", "add", f"{address}/24", "dev", end)
+            _ip("-n", name, "link", "set", end, "up")
+        _ip("-n", client, "route", "add", "default", "via", SERVER_ADDRESS)
+        servers.append(_serve(server, SERVER_ADDRESS, SERVER_PORT, served))
+        servers.append(_serve(client, "127.0.0.1", LOOPBACK_PORT, loopback_served))
+        yield OwnNetwork(client, server, served, loopback_served)
+    finally:
+        for running in servers:
+            with suppress(ProcessLookupError):
+                os.killpg(running.pid, signal.SIGKILL)
+            running.wait()
+        for name in made:
+            subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=20)  # the veth pair goes too
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def fetch(url: str, timeout: float = 5) -> str:
+    """A bash line for the box: print what `url` answers, or the error, and fail when it cannot be had."""
+    return (f"python3 -c \"import sys, urllib.request\ntry:\n    print(urllib.request.urlopen('{url}', "
+            f"timeout={timeout}).read().decode(), end='')\nexcept OSError as e:\n    sys.exit(f'unreachable: {{e}}')\"")
