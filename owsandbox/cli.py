@@ -1,5 +1,5 @@
 """The `owsandbox` command: `runner build|serve|attach`, `run` (one command in a sandbox), `install`/`uninstall`
-(the Jupyter kernelspec)."""
+(the Jupyter kernelspec), `shell --existing` (a terminal in a running kernel's sandbox)."""
 
 from __future__ import annotations
 
@@ -69,11 +69,18 @@ def _tour(argv: list[str]) -> int:
     return tour_main(argv)
 
 
+def _shell(argv: list[str]) -> int:
+    from .terminal.cli import main as shell_main
+
+    return shell_main(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"runner": _runner, "run": _run, "install": _install, "uninstall": _uninstall, "tour": _tour}
+    commands = {"runner": _runner, "run": _run, "install": _install, "uninstall": _uninstall, "tour": _tour,
+                "shell": _shell}
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
-        print("usage: owsandbox {tour, run, install, uninstall, runner build|serve|attach} ...",
+        print("usage: owsandbox {tour, run, shell --existing, install, uninstall, runner build|serve|attach} ...",
               file=sys.stdout if not argv or argv[0] in ("-h", "--help") else sys.stderr)
         if argv and argv[0] not in ("-h", "--help"):
             print(f"owsandbox: unknown command '{argv[0]}'", file=sys.stderr)

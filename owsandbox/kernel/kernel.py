@@ -18,9 +18,7 @@ counted against the cell's output limit (`budget.py`).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
-import os
 import re
 import signal
 import threading
@@ -31,6 +29,7 @@ from ipykernel.kernelbase import Kernel
 
 from .. import __version__
 from ..runner.box import protocol as P
+from ..terminal.locate import sandbox_key
 from . import box_text, magics
 from .attach import AttachManager
 from .budget import Withheld
@@ -45,6 +44,7 @@ from .output import DEFAULT_OUTPUT_LIMIT, CellOutput, Display, InputWanted, Noti
 from .placement import refuse_misplaced_cell_magic
 from .sandbox import Sandbox, SandboxUnavailable
 from .stdin import CellPrompts, StdinChannel
+from .terminal_open import terminal_open
 
 log = logging.getLogger(__name__)
 
@@ -89,13 +89,7 @@ class OwSandboxKernel(Kernel):
         name where Jupyter's servers and consoles give it one (`kernel-<id>.json`), else a digest of its
         path (jupyter_client's own managers write a temporary `tmpXXXX.json`)."""
         connection_file = getattr(self.parent, "connection_file", "") or ""
-        if not connection_file:
-            return None
-        stem = os.path.splitext(os.path.basename(connection_file))[0]
-        if stem.startswith("kernel-"):
-            return stem
-        path = os.path.realpath(connection_file)
-        return "kernel-file-" + hashlib.sha256(path.encode("utf-8", "surrogateescape")).hexdigest()[:20]
+        return sandbox_key(connection_file) if connection_file else None  # as `owsandbox shell` finds it
 
     # -- what %attach needs -----------------------------------------------------------------
 
@@ -579,6 +573,11 @@ class _Context:
         said = self.kernel.sandbox.wait().provider.set_network(on)
         self.kernel._said_where = False
         return said
+
+    def terminal_open(self) -> dict[str, Any]:
+        """`%terminal open`: the command (and in JupyterLab the button) that opens a terminal in this sandbox."""
+        return terminal_open(getattr(self.kernel.parent, "connection_file", "") or None,
+                             self.kernel.sandbox.wait().provider.name)
 
     def describe_sandbox(self) -> dict[str, Any]:
         timeout = self.settings["timeout"]

@@ -53,6 +53,7 @@ class MagicContext(Protocol):
     def display(self, data: dict[str, Any], metadata: dict[str, Any] | None = None,
                 display_id: str | None = None, update: bool = False, withheld: Withheld | None = None) -> None: ...
     def describe_sandbox(self) -> dict[str, Any]: ...
+    def terminal_open(self) -> dict[str, Any]: ...  # %terminal open: how to open a terminal in the sandbox
     def set_network(self, on: bool) -> str: ...  # the running box's outbound network (%network), in words
     def shell_folder(self) -> str: ...
     def result(self, text: str) -> None: ...
@@ -521,12 +522,17 @@ TERMINAL_SIZES = {"cols": (20, 1000), "rows": (2, 1000)}
 
 
 @magic("terminal", "line", "Show or set how the current shell's commands run: on a terminal (on, the default) "
-       "or on pipes with their exact bytes (off), and the terminal's size.",
-       lambda p: p.add_argument("setting", nargs="*", metavar="on|off|cols N|rows N",
+       "or on pipes with their exact bytes (off), and the terminal's size; open: how to open a real terminal "
+       "(vim, less, top) on a new shell in this sandbox.",
+       lambda p: p.add_argument("setting", nargs="*", metavar="on|off|cols N|rows N|open",
                                 help="on, off, cols N (20-1000), rows N (2-1000); none: show the settings. "
-                                     "Each shell has its own; %%%%shell NAME cells use NAME's"),
-       usage="%terminal [on|off] [cols N] [rows N]")
+                                     "Each shell has its own; %%%%shell NAME cells use NAME's. open: the "
+                                     "command that opens a terminal in this sandbox"),
+       usage="%terminal [on|off] [cols N] [rows N] | %terminal open")
 def _terminal(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
+    if [word.lower() for word in args.setting] == ["open"]:
+        ctx.display(ctx.terminal_open())
+        return
     shell = _shell(ctx)
     current = terminal_settings(ctx.settings, shell)
     if not args.setting:
@@ -547,7 +553,7 @@ def _terminal(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
                 raise UsageError(f"%terminal {word} takes a whole number from {low} to {high}, not '{value}'")
             setattr(changed, word, int(value))
         else:
-            raise UsageError(f"%terminal takes on, off, cols N or rows N, not '{word}'")
+            raise UsageError(f"%terminal takes on, off, cols N, rows N or open (alone), not '{word}'")
     ctx.settings["terminals"][shell] = changed
     ctx.stream(changed.describe(shell) + "\n")
 

@@ -1,0 +1,189 @@
+"""Which kernel a terminal is for, and where its sandbox's execd endpoint is, from what the host owns.
+
+`owsandbox shell --existing [FILE]` follows `jupyter console --existing`: a connection file by path,
+by name in Jupyter's runtime folder (`kernel-<id>.json`, `<id>`, or a part of the name), or with none
+the newest connection file whose kernel has a live owsandbox sandbox. A kernel finds its sandbox by a
+key made from its connection file (`sandbox_key`); the `local` and `bwrap` providers keep each
+keyed sandbox's state in a folder of that name in this user's private runtime folder. Everything the
+terminal connects with comes from there, never from the box: the execd socket the host made
+(`run/execd.sock`, inherited by the box's daemon, so the box cannot swap it) and the token in the
+host's record of the sandbox (`daemon.json`, which the box cannot reach). A kernel whose sandbox is
+elsewhere (a container, ssh, OpenSandbox) has no such folder, and the error says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..channel.endpoint import TOKEN_HEADER, ExecdEndpoint
+
+EXECD_SOCKET = ("run", "execd.sock")  # in a sandbox's state folder, made by the host
+RECORD = "daemon.json"  # the host's record of the sandbox, with the execd token the daemon gave it
+PROBE_TIMEOUT_SECONDS = 5.0
+_TOKEN = re.compile(r"[A-Za-z0-9_\-]{16,200}")  # secrets.token_urlsafe's alphabet
+
+
+class NoSandbox(RuntimeError):
+    """No live owsandbox sandbox for the kernel asked for (or for any kernel); the message says why."""
+
+
+@dataclass(frozen=True)
+class KernelSandbox:
+    """A running kernel's sandbox, as a terminal reaches it."""
+
+    connection_file: Path
+    key: str
+    state_dir: Path
+    endpoint: ExecdEndpoint
+
+    @property
+    def kernel_id(self) -> str:
+        return self.key.removeprefix("kernel-")
+
+
+def sandbox_key(connection_file: str) -> str:
+    """The key a kernel finds its sandbox by, from its connection file, which every client keeps across a
+    restart: its name where Jupyter's servers and consoles give it one (`kernel-<id>.json`), else a digest
+    of its path (jupyter_client's own managers write a temporary `tmpXXXX.json`)."""
+    stem = os.path.splitext(os.path.basename(connection_file))[0]
+    if stem.startswith("kernel-"):
+        return stem
+    path = os.path.realpath(connection_file)
+    return "kernel-file-" + hashlib.sha256(path.encode("utf-8", "surrogateescape")).hexdigest()[:20]
+
+
+def runtime_dir() -> Path:
+    """Jupyter's runtime folder, where servers and consoles write connection files."""
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    return Path(jupyter_runtime_dir())
+
+
+def connection_files() -> list[Path]:
+    """The kernels' connection files in Jupyter's runtime folder, newest first."""
+    found = []
+    for path in runtime_dir().glob("kernel-*.json"):
+        try:
+            found.append((path.stat().st_mtime, path))
+        except OSError:
+            continue  # gone meanwhile
+    return [path for _, path in sorted(found, reverse=True)]
+
+
+def resolve_connection_file(name: str) -> Path:
+    """A connection file named as `jupyter console --existing` takes it: a path, a file in the runtime
+    folder, or a part of a name there (the newest match)."""
+    given = Path(name).expanduser()
+    if given.is_file():
+        return given.resolve()
+    folder = runtime_dir()
+    for candidate in (name, f"{name}.json", f"kernel-{name}.json"):
+        if os.sep not in candidate and (folder / candidate).is_file():
+            return folder / candidate
+    matches = [path for path in connection_files() if name in path.name]
+    if matches:
+        return matches[0]
+    raise NoSandbox(f"no connection file '{name}': not a file, and nothing of that name in {folder}")
+
+
+def _private_problem(path: Path) -> str | None:
+    """Why `path` is not a folder only this user can enter (None when it is one); nothing is made."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return f"{path} does not exist"
+    except OSError as exc:
+        return f"{path} cannot be read: {exc}"
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        return f"{path} is not a folder of its own (a link or a file is there)"
+    if info.st_uid != os.getuid():
+        return f"{path} belongs to user id {info.st_uid}, not to you ({os.getuid()})"
+    if info.st_mode & 0o077:
+        return f"{path} is open to other users (mode {stat.S_IMODE(info.st_mode):o}, not 700)"
+    return None
+
+
+def state_folder(key: str) -> Path:
+    """The sandbox's state folder for `key`, in the first private runtime folder that has it."""
+    from ..runner.providers.local import runtime_candidates
+
+    problems = []
+    for root in runtime_candidates():
+        folder = root / key
+        if not os.path.lexists(folder):
+            continue
+        problem = _private_problem(root) or _private_problem(folder)
+        if problem is not None:
+            problems.append(problem)
+            continue
+        return folder
+    looked = ", ".join(str(root) for root in runtime_candidates())
+    why = f" ({'; '.join(problems)})" if problems else ""
+    raise NoSandbox(f"no sandbox state for {key} in {looked}{why}: the kernel has no sandbox of the local or "
+                    "bwrap provider on this machine (a container, ssh or OpenSandbox box has none here), or it "
+                    "has ended")
+
+
+def endpoint_in(folder: Path) -> ExecdEndpoint:
+    """The execd endpoint of the sandbox whose state is in `folder`: the host's socket and record only."""
+    sock = folder.joinpath(*EXECD_SOCKET)
+    try:
+        info = os.lstat(sock)
+    except OSError:
+        raise NoSandbox(f"{folder.name}'s sandbox has no execd socket ({sock} is missing): it has ended") from None
+    if not stat.S_ISSOCK(info.st_mode) or info.st_uid != os.getuid():
+        raise NoSandbox(f"{sock} is not a socket of yours: refusing to connect to it")
+    try:
+        record = json.loads((folder / RECORD).read_text())
+    except (OSError, ValueError) as exc:
+        raise NoSandbox(f"{folder.name}'s sandbox has no readable record ({folder / RECORD}: {exc})") from None
+    token = record.get("execd_token") if isinstance(record, dict) else None
+    if not isinstance(token, str) or not _TOKEN.fullmatch(token):
+        raise NoSandbox(f"{folder.name}'s sandbox was started by an older owsandbox, whose record has no "
+                        "execd token: restart the kernel to open a terminal in its sandbox")
+    return ExecdEndpoint(unix_socket=str(sock), headers={TOKEN_HEADER: token})
+
+
+def answering(endpoint: ExecdEndpoint) -> str | None:
+    """None when the endpoint answers an authorised request; else what went wrong."""
+    from ..channel.control import ExecdControl
+    from ..channel.errors import ExecdError
+
+    try:
+        ExecdControl(endpoint, timeout=PROBE_TIMEOUT_SECONDS).list_sessions()
+    except ExecdError as exc:
+        return str(exc)
+    return None
+
+
+def sandbox_of(connection_file: Path) -> KernelSandbox:
+    """The live sandbox of the kernel with this connection file; NoSandbox naming why there is none."""
+    key = sandbox_key(str(connection_file))
+    folder = state_folder(key)
+    endpoint = endpoint_in(folder)
+    problem = answering(endpoint)
+    if problem is not None:
+        raise NoSandbox(f"the sandbox of {key} does not answer ({problem}): it has ended or is ending")
+    return KernelSandbox(connection_file, key, folder, endpoint)
+
+
+def find_sandbox(existing: str | None) -> KernelSandbox:
+    """The sandbox for `--existing [existing]`: that connection file's, or with none the newest kernel's
+    that has a live owsandbox sandbox."""
+    if existing:
+        return sandbox_of(resolve_connection_file(existing))
+    files = connection_files()
+    for path in files:
+        try:
+            return sandbox_of(path)
+        except NoSandbox:
+            continue
+    raise NoSandbox(f"no running owsandbox kernel with a live sandbox: {len(files)} connection file(s) in "
+                    f"{runtime_dir()}, none of them an owsandbox kernel's whose sandbox (local or bwrap) answers. "
+                    "Name one: owsandbox shell --existing CONNECTION_FILE (%terminal open in the notebook prints it)")
