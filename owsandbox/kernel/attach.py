@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import jsonrpc as R
-from .attach_answers import Answers, NoAnswer, error_in
+from .attach_answers import Answers, NoAnswer, Waiter, error_in
 from .attach_loop import AttachLoop, ch, endpoint_for, has_ended, restarts_when_ended, session_status
 from .attach_registry import AttachRegistry, saved_tail
 from .attach_replay import Saved
@@ -313,9 +313,10 @@ class AttachManager:
             raise AttachError(f"no attached program #{number}; %attach --list shows them")
         return program
 
-    def send(self, number: int | None, records: list[dict[str, Any]], timeout: float) -> tuple[Program, list[Entry]]:
+    def send(self, number: int | None, records: list[dict[str, Any]],
+             timeout: float | None) -> tuple[Program, list[Entry]]:
         """Write records; wait for the answers to the requests among them (each within `timeout` of its
-        last progress). The entries sent: each request's `call.answer` holds its answer."""
+        last progress; None: not at all). The entries sent: each request's `call.answer` holds its answer."""
         program = self.pick(number)
         channel = program.channel
         if channel is None or not channel.is_connected:
@@ -340,32 +341,53 @@ class AttachManager:
         return found
 
     def replay(self, program: Program, saved: Saved, timeout: float) -> tuple[list[Call], str | None]:
-        """Send a saved client side to `program` in order, each request waiting for its answer (and each
-        answer to one of the program's own requests waiting until it asks). The calls it made, and why
-        it stopped early, if it did."""
+        """Send a saved client side to `program` in the saved order: a record goes once what came
+        before it in the saved conversation has come again (the answers it waited for; for an answer
+        to the program's own request, that request). The calls made, and why it stopped early, if it did."""
         return self._loop.run(self._replay(program, saved, timeout), timeout=None)
 
     async def _replay(self, program: Program, saved: Saved, timeout: float) -> tuple[list[Call], str | None]:
+        shadow = saved.conversation()  # the saved conversation, matched again as the replay goes
+        waiting: dict[Call, Waiter] = {}  # a saved call → the wait for its fresh answer
         calls: list[Call] = []
-        conversation = program.conversation
-        for step, record in enumerate(saved.client_side, 1):
+        step = 0
+
+        async def answered(waiter: Waiter) -> None:
+            try:
+                await program.answers.wait(channel, program, [waiter])
+            except NoAnswer:
+                pass  # the verdict says "no answer"
+
+        for entry in saved.entries:
+            record = entry.get("record")
+            if not isinstance(record, dict) or entry.get("failed"):
+                continue
+            if entry.get("dir") == RECEIVED:
+                seen = shadow.received(record, float(entry.get("at") or 0))
+                if seen.call is not None and seen.call.answer is seen and seen.call in waiting:
+                    await answered(waiting.pop(seen.call))
+                continue
+            if entry.get("dir") != SENT:
+                continue
+            step += 1
+            mine = shadow.sent(record, float(entry.get("at") or 0))
             channel = program.channel
             if channel is None or not channel.is_connected:
                 return calls, f"{program.describe()} ended before step {step} ({program.state})"
             if R.kind_of(record) == R.RESPONSE:
                 await self._asked(program, record.get("id"), timeout)
             try:
-                sent = await program.answers.exchange(channel, program, [record], timeout)
-            except NoAnswer:
-                call = conversation.pending_call(record.get("id"))
-                if call is not None:
-                    calls.append(call)
-                continue
+                sent, waiters = await program.answers.post(channel, program, [record], timeout)
             except (AttachError, ch.ExecdError, RuntimeError) as exc:
                 return calls, f"step {step} could not be replayed: {exc}"
-            call = sent[0].call
-            if call is not None and call.asked_by == SENT:
-                calls.append(call)
+            if waiters:
+                calls.append(sent[0].call or waiters[0].call)
+                if mine.call is not None:
+                    waiting[mine.call] = waiters[0]
+                else:
+                    await answered(waiters[0])
+        for waiter in waiting.values():  # asked, but never answered in the saved conversation
+            await answered(waiter)
         return calls, None
 
     @staticmethod

@@ -91,9 +91,20 @@ class Answers:
             waiter.deadline = asyncio.get_running_loop().time() + waiter.timeout
 
     async def exchange(self, channel: ExecdJsonLineChannel, talk: Talk, records: list[dict[str, Any]],
-                       timeout: float) -> list[Entry]:
-        """Send `records` in order, then wait for the answer to each that waits (each within
-        `timeout` of its last news); the entries sent, their calls' answers filled in."""
+                       timeout: float | None) -> list[Entry]:
+        """Send `records` in order, then wait for the answer to each request among them (each within
+        `timeout` of its last news; None: not at all); the entries sent, their calls' answers filled in."""
+        sent, waiters = await self.post(channel, talk, records, timeout or 0.0)
+        if timeout is not None:
+            await self.wait(channel, talk, waiters)
+        else:
+            for waiter in waiters:
+                self._drop(channel, waiter)
+        return sent
+
+    async def post(self, channel: ExecdJsonLineChannel, talk: Talk, records: list[dict[str, Any]],
+                   timeout: float) -> tuple[list[Entry], list[Waiter]]:
+        """Send `records` in order; a waiter for each request among them, its `timeout` running."""
         conversation = talk.conversation
         ids: set[tuple[str, Any]] = set()
         for record in records:
@@ -123,24 +134,28 @@ class Answers:
                 talk.changed()
                 raise
         talk.changed()
+        return sent, waiters
+
+    async def wait(self, channel: ExecdJsonLineChannel, talk: Talk, waiters: list[Waiter]) -> None:
+        """Wait for each waiter's answer in turn; the first that fails (no answer in time, Stop, the
+        channel's end) raises, and nobody waits for the others any more."""
         try:
             for waiter in waiters:
                 await self._wait(channel, talk, waiter)
         finally:
-            for waiter in waiters:  # those not answered when one failed: nobody waits for them any more
+            for waiter in waiters:
                 if waiter.call in self.waiting:
                     self._drop(channel, waiter)
-        return sent
 
     async def _wait(self, channel: ExecdJsonLineChannel, talk: Talk, waiter: Waiter) -> None:
         loop = asyncio.get_running_loop()
         while True:
+            if waiter.future.done():
+                waiter.future.result()  # raises the channel's failure, or Stop's
+                return
             left = waiter.deadline - loop.time()
             if left > 0:
-                done, _ = await asyncio.wait({waiter.future}, timeout=left)
-                if done:
-                    waiter.future.result()  # raises the channel's failure, or Stop's
-                    return
+                await asyncio.wait({waiter.future}, timeout=left)
                 continue
             self._drop(channel, waiter)
             call = waiter.call

@@ -14,9 +14,9 @@ from typing import Any
 from ..runner.box import protocol as P
 from . import jsonrpc as R
 from .attach import Program
-from .attach_replay import ReplayDiffers, compare, label, parse, report, saved_text
+from .attach_replay import ReplayDiffers, compare, labels, parse, report, saved_text
 from .attach_timeline import NOT_JSON_SAID
-from .conversation import ARROWS, RECEIVED, STDOUT, Entry
+from .conversation import ARROWS, RECEIVED, SENT, STDOUT, Entry
 from .errors import UsageError
 from .jsonrpc_dialects import DIALECTS
 from .magics import MagicContext, magic, read_whole, show_table
@@ -141,7 +141,7 @@ def _sent_line(entry: Entry, who: str) -> str:
     return f"sent a record without an id to {who} (nothing to wait for)\n"
 
 
-def _exchange(ctx: MagicContext, number: int | None, records: list[dict[str, Any]], timeout: float) -> None:
+def _exchange(ctx: MagicContext, number: int | None, records: list[dict[str, Any]], timeout: float | None) -> None:
     """Send, show each answer expanded (indented text; JupyterLab's JSON tree opened), then make an
     error answer the cell's error, naming its code and message."""
     manager = ctx.attach
@@ -156,6 +156,9 @@ def _exchange(ctx: MagicContext, number: int | None, records: list[dict[str, Any
             answer = call.answer.record
             ctx.display({"application/json": answer, "text/plain": json.dumps(answer, indent=2, ensure_ascii=False)},
                         metadata={"application/json": {"expanded": True}})
+        elif call is not None and call.request is entry and call.asked_by == SENT:
+            said += (f"sent request {json.dumps(call.id)} ({call.method}) to {program.describe()} without waiting: "
+                     "its answer shows in the program's view\n")
         else:
             said += _sent_line(entry, program.describe())
     if said:
@@ -168,17 +171,18 @@ def _exchange(ctx: MagicContext, number: int | None, records: list[dict[str, Any
         raise first
 
 
-def _send_options(text: str) -> tuple[int | None, float | None, str]:
-    """`[N] [--timeout S]` before the JSON of `%send`, and the JSON."""
+def _send_options(text: str) -> tuple[int | None, float | None, bool, str]:
+    """`[N] [--timeout S] [--no-wait]` before the JSON of `%send`, and the JSON."""
     stripped = text.strip()
     starts = [i for i in (stripped.find("{"), stripped.find("[")) if i >= 0]
     head, rest = (stripped[:min(starts)], stripped[min(starts):]) if starts else (stripped, "")
     try:
         words = shlex.split(head)
     except ValueError:
-        return None, None, stripped
+        return None, None, False, stripped
     number: int | None = None
     timeout: float | None = None
+    no_wait = False
     while words:
         word = words.pop(0)
         if word.isascii() and word.isdigit() and number is None:
@@ -187,9 +191,11 @@ def _send_options(text: str) -> tuple[int | None, float | None, str]:
             timeout = _seconds(words.pop(0))
         elif word.startswith(("--timeout=", "--wait=")):
             timeout = _seconds(word.partition("=")[2])
+        elif word == "--no-wait":
+            no_wait = True
         else:
-            return None, None, stripped  # not options: the JSON parser says what is wrong
-    return number, timeout, rest
+            return None, None, False, stripped  # not options: the JSON parser says what is wrong
+    return number, timeout, no_wait, rest
 
 
 def _seconds(text: str) -> float:
@@ -203,24 +209,26 @@ def _seconds(text: str) -> float:
 
 
 @magic("send", "line", "Send one JSON record to an attached program; a request waits for its answer.",
-       raw=True, usage="%send [N] [--timeout S] JSON")
+       raw=True, usage="%send [N] [--timeout S | --no-wait] JSON")
 def _send(ctx: MagicContext, text: str, _body: str) -> None:
-    number, timeout, rest = _send_options(text)
+    number, timeout, no_wait, rest = _send_options(text)
     if not rest.strip():
         raise UsageError("%send needs a JSON record, as in: %send {\"id\": 1, \"type\": \"echo\"}")
     records = _parse_records(rest.strip())
     if len(records) != 1:
         raise UsageError("%send sends one record; use %%send for several")
-    _exchange(ctx, number, records, timeout or ctx.settings.get("send_wait", DEFAULT_TIMEOUT))
+    _exchange(ctx, number, records, None if no_wait else timeout or ctx.settings.get("send_wait", DEFAULT_TIMEOUT))
 
 
 @magic("send", "cell", "Send one JSON record a line to an attached program; wait for the answers to the requests.",
        lambda p: (p.add_argument("number", nargs="?", type=int),
                   p.add_argument("--timeout", "--wait", dest="timeout", type=_seconds, default=DEFAULT_TIMEOUT,
                                  metavar="S", help="seconds to wait for each answer, again after each progress "
-                                                   f"notification ({DEFAULT_TIMEOUT:g})")))
+                                                   f"notification ({DEFAULT_TIMEOUT:g})"),
+                  p.add_argument("--no-wait", action="store_true",
+                                 help="send requests without waiting (their answers show in the program's view)")))
 def _send_cell(ctx: MagicContext, args: argparse.Namespace, body: str) -> None:
-    _exchange(ctx, args.number, _parse_records(body), args.timeout)
+    _exchange(ctx, args.number, _parse_records(body), None if args.no_wait else args.timeout)
 
 
 def _records_options(p: argparse.ArgumentParser) -> None:
@@ -338,16 +346,16 @@ def _replay(ctx: MagicContext, text: str, _body: str) -> None:
         calls, stopped = manager.replay(program, saved, args.timeout)
     finally:
         if not args.keep:
-            manager.kill(program)
+            manager.kill(program.number)
     verdict = compare(saved.calls(), calls, frozenset(args.ignore))
     ctx.stream(report(verdict, args.file, f"{program.describe()} ({command})")
                + ("" if args.keep else f"ended {program.describe()} (--keep leaves it running)\n"))
-    differ = [label(call) for call, _ in verdict.differ]
+    differ = [call for call, _ in verdict.differ]
     if stopped:
         raise ReplayDiffers(f"the replay stopped early: {stopped}; {len(differ)} of {verdict.compared} answers "
-                            f"differ{': ' + ', '.join(differ) if differ else ''}")
+                            f"differ{': ' + labels(differ) if differ else ''}")
     if differ:
-        raise ReplayDiffers(f"{len(differ)} of {verdict.compared} answers differ from {args.file}: {', '.join(differ)}")
+        raise ReplayDiffers(f"{len(differ)} of {verdict.compared} answers differ from {args.file}: {labels(differ)}")
 
 
 # The magics of this module, for the kernel's table (`magic_table.all_magics`).

@@ -64,10 +64,14 @@ class Saved:
         name = self.header.get("dialect")
         return name if self.header.get("dialect_named") and name in DIALECTS else None
 
+    def conversation(self) -> Conversation:
+        """An empty conversation with the recording's dialect, to match the saved entries again."""
+        dialect = DIALECTS.get(self.header.get("dialect") or "")
+        return Conversation(dialect if self.header.get("dialect_named") else None)
+
     def calls(self) -> list[Call]:
         """The saved conversation's calls that the client asked, with their answers, matched again."""
-        dialect = DIALECTS.get(self.header.get("dialect") or "")
-        conversation = Conversation(dialect if self.header.get("dialect_named") else None)
+        conversation = self.conversation()
         for entry in self.entries:
             record, at = entry.get("record"), float(entry.get("at") or 0)
             if not isinstance(record, dict) or entry.get("failed"):
@@ -181,13 +185,24 @@ def _without(value: Any, ignore: frozenset[str]) -> Any:
     return root[0]
 
 
+def labels(calls: list[Call], most: int = 5) -> str:
+    """Calls named one after another, the first `most` of them."""
+    named = ", ".join(label(call) for call in calls[:most])
+    return named + (f" and {len(calls) - most} more" if len(calls) > most else "")
+
+
 def report(verdict: Verdict, saved_path: str, against: str) -> str:
-    """The cell's text for a verdict: a line for the whole, the diff of each answer that changed."""
-    lines = [f"replayed {len(verdict.same) + len(verdict.differ)} requests of {saved_path} against {against}: "
+    """The cell's text for a verdict: a line for the whole, then each diff once, with the answers it
+    is the diff of (a change that breaks twenty answers alike is one diff, not twenty)."""
+    lines = [f"replayed {verdict.compared} requests of {saved_path} against {against}: "
              f"{len(verdict.same)} answers the same, {len(verdict.differ)} different"]
+    alike: dict[tuple[str, ...], list[Call]] = {}
     for call, diff in verdict.differ:
-        lines.append(f"≠ {label(call)}")
-        lines += [f"  {line}" for line in diff]
+        alike.setdefault(tuple(diff[2:]), []).append(call)  # past the ---/+++ lines
+    shown = {tuple(diff[2:]): diff for _, diff in verdict.differ}
+    for key, calls in alike.items():
+        lines.append(f"≠ {labels(calls)}" + (f" ({len(calls)} answers, this same diff)" if len(calls) > 1 else ""))
+        lines += [f"  {line}" for line in shown[key]]
     if verdict.same:
-        lines.append("= " + ", ".join(label(call) for call in verdict.same))
+        lines.append("= " + labels(verdict.same, 20))
     return "\n".join(lines) + "\n"
