@@ -4,14 +4,16 @@ the kernel starts and removed when it shuts down.
 `OWSANDBOX_IMAGE` names the image, `OWSANDBOX_ENGINE` the engine (`podman` or `docker`; by default
 whichever is on PATH, podman first). The engine must run on this machine: the workspace is bound in.
 
-* **The container**: `run -d --rm` named from the kernel's key (`owsandbox-UID-KEY`), the workspace
+* **The container**: `run -d` named from the kernel's key (`owsandbox-UID-KEY`), the workspace
   bound read-write at `/workspace` (where commands start), no network unless `OWSANDBOX_NETWORK=1`,
   memory (swap included), process and CPU limits from `OWSANDBOX_LIMITS` (the bwrap provider's
   `Limits`), every capability dropped, `no-new-privileges`, a read-only root (unless
   `OWSANDBOX_WRITABLE_ROOT=1`) with private size-limited `/tmp`, `/var/tmp`, `/dev/shm` and the
   runner's own `/run/owsandbox`, an empty home (`/root`, else `/home/sandbox`), the image's user or
-  `OWSANDBOX_CONTAINER_USER`, labels naming the key, user, creation time and settings (`owsandbox.*`),
-  and for podman its log kept here (`k8s-file` at a path of ours), which outlives `--rm`.
+  `OWSANDBOX_CONTAINER_USER`, labels naming the key, user, creation time and settings (`owsandbox.*`).
+  Podman runs it with `--rm` and keeps its log here (`k8s-file` at a path of ours), which outlives the
+  container; Docker's `--rm` would take its log with it, so a Docker container is not run with `--rm`:
+  an ended one stays (no process, its log readable) until it is removed here.
 * **The runner** goes in and starts as the `exec` provider does it, through `ENGINE exec -i NAME`
   (this class is an `ExecProvider` with that prefix): the box's bootstrap checks the image's
   `python3` (a partial one such as Debian's python3-minimal is named), takes the zipapp in (sent with
@@ -20,12 +22,13 @@ whichever is on PATH, podman first). The engine must run on this machine: the wo
   (`LEASE_SECONDS`), bound read-only into the box; the container's first process (`WAITER`, in the
   image's `python3` with the standard library's core only) reaps orphans and ends the container once
   the lease has not moved for the linger time (and a touch more). So a kernel killed for good leaves
-  nothing after that, and `--rm` takes the container away; nothing inside can keep it alive, since
+  nothing running after that: podman's `--rm` takes the container away, Docker's ended one is removed
+  by this user's next start (below); nothing inside can keep it alive, since
   the box can neither touch the lease nor kill its first process. `release` (a kernel restart) stops
   touching and leaves the container with its daemon lingering; the next kernel with the same key
   finds it by name and reuses it when it runs with the same settings (label `owsandbox.spec`), else
-  replaces it. `destroy` removes it (`rm -f`). Each start removes this user's ended containers that
-  an engine left behind (found by label), and the folders here of containers long gone.
+  replaces it. `destroy` removes it (`rm -f`). Each start removes this user's ended containers (found
+  by label: Docker's, and any an engine left behind), and the folders here of containers long gone.
 * **Limit events** are read from the container's own cgroup (OOM kills, refused forks), on this
   machine, where the box cannot write: found from its first process's `/proc/PID/cgroup`.
 """
@@ -272,7 +275,10 @@ class ContainerProvider(GuardedWorkspace, ExecProvider):
     def run_args(self) -> list[str]:
         """The engine's `run` arguments, up to and including the image and the first process."""
         tmpfs = f"rw,nosuid,nodev,size={self.limits.tmp}"
-        args = ["run", "--detach", "--rm", "--name", self.container, "--pull", "never", "--hostname", "sandbox",
+        # Docker's --rm would remove the container's log with it: a Docker container that ended is removed
+        # here, after its last words were read (destroy, _start_failed, _make_again, the sweep).
+        keep = [] if self.engine_name == "docker" else ["--rm"]
+        args = ["run", "--detach", *keep, "--name", self.container, "--pull", "never", "--hostname", "sandbox",
                 "--label", f"owsandbox.key={self.key}", "--label", f"owsandbox.user={self.uid}",
                 "--label", f"owsandbox.created={int(time.time())}", "--label", f"owsandbox.spec={self.spec()}",
                 "--label", f"owsandbox.image={self.image}", "--label", f"owsandbox.workspace={self.host_cwd}",
@@ -327,7 +333,9 @@ class ContainerProvider(GuardedWorkspace, ExecProvider):
 
     def _seccomp_options(self) -> list[str]:
         """The engine's default seccomp profile with no setuid or setgid modes (see container_seccomp),
-        written to this machine's folder of the container; [] where there is no default to extend."""
+        written to this machine's folder of the container; [] where there is no default to extend.
+        Docker's own default is built into dockerd, not on disk: containers-common's file, in the same
+        format, is extended for Docker too."""
         base = default_profile_path()
         if base is None or self.state_dir is None:
             return []
@@ -335,6 +343,13 @@ class ContainerProvider(GuardedWorkspace, ExecProvider):
         path = self.state_dir / "seccomp.json"
         path.write_text(json.dumps(profile))
         return ["--security-opt", f"seccomp={path}"]
+
+    def _seccomp_words(self) -> str:
+        """The container's seccomp profile, in words (its file here is written when the container is made)."""
+        if self.state_dir is not None and (self.state_dir / "seccomp.json").is_file():
+            return f"seccomp: {default_profile_path() or 'the default profile'} and no setuid or setgid modes"
+        return (f"seccomp: {self.engine_name}'s built-in default, setuid modes NOT refused (no profile file to "
+                "extend: install containers-common)")
 
     def _empty_folder(self) -> str:
         """An empty folder here, to put over a folder of the workspace that must stay hidden."""
@@ -405,8 +420,9 @@ class ContainerProvider(GuardedWorkspace, ExecProvider):
         return time.monotonic() - started
 
     def _sweep(self, found: dict[str, tuple[str, str, str]]) -> None:
-        """Remove this user's ended containers (the engine's `--rm` did not, after a reboot say), and the
-        folders here of containers long gone (a kernel killed for good leaves its folder)."""
+        """Remove this user's ended containers (Docker's, run without `--rm`; podman's that `--rm` did not
+        take, after a reboot say), and the folders here of containers long gone (a kernel killed for good
+        leaves its folder)."""
         for name, (state, _, _) in found.items():
             if state == "ended" and name != self.container:
                 self._remove(name)
@@ -436,10 +452,13 @@ class ContainerProvider(GuardedWorkspace, ExecProvider):
         if done.returncode != 0:
             text = done.stderr + done.stdout
             if re.search(rf"{re.escape(self.python)}.*(not found|no such file)", text, re.IGNORECASE | re.DOTALL):
-                raise BoxError(f"the image {self.image} has no {self.python}, which the runner needs: add python3 "
-                               f"to it (Debian/Ubuntu: apt-get install python3) ({self.engine_name} said: "
-                               f"{text.strip()[-600:]})")
-            raise self._failed(f"start a container of {self.image}", done)
+                error = BoxError(f"the image {self.image} has no {self.python}, which the runner needs: add "
+                                 f"python3 to it (Debian/Ubuntu: apt-get install python3) ({self.engine_name} said: "
+                                 f"{text.strip()[-600:]})")
+            else:
+                error = self._failed(f"start a container of {self.image}", done)
+            self._remove(self.container)  # Docker (no --rm) keeps a container that was made but never started
+            raise error
         self.container_id = done.stdout.strip().splitlines()[-1][:12] if done.stdout.strip() else ""
         self.created_now = self._fresh = True
         # Podman says so when it cannot limit (rootless on cgroup v1): "Resource limits are not supported
@@ -651,8 +670,8 @@ class ContainerProvider(GuardedWorkspace, ExecProvider):
                 "network": "outbound (the engine's default network)" if self.network else "none (--network none)",
                 "mounts": mounts, "limits": self.limits.describe(),
                 "limits enforced by": self._enforced_by(),
-                "privileges": "every capability dropped, no-new-privileges" + (f", user {self.user}" if self.user
-                                                                               else ""),
+                "privileges": "every capability dropped, no-new-privileges, " + self._seccomp_words()
+                + (f", user {self.user}" if self.user else ""),
                 "environment": ", ".join(["OWSANDBOX_SANDBOX", *[n for n in self.env_names if n in os.environ]])
                 + " (and the image's own)",
                 "dies with": f"its kernel: removed at shutdown; after a restart or a crash it lingers "
