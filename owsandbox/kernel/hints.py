@@ -18,8 +18,9 @@ _LOOKUP_FAILED = re.compile(
     r"Network is unreachable|No route to host", re.IGNORECASE)
 _TAIL_CHARS = 16384  # a lookup failure is in the last lines a command printed
 
-NO_NETWORK_HINT = ("[this sandbox has no network, so names do not resolve; for outbound network set "
-                   "OWSANDBOX_NETWORK=1 (owsandbox install --env OWSANDBOX_NETWORK=1); %sandbox says more]")
+NO_NETWORK_HINT = ("[this sandbox has no network, so names do not resolve; %network on turns outbound network on "
+                   "while it runs (bubblewrap), or start the kernel with OWSANDBOX_NETWORK=1 (owsandbox install --env "
+                   "OWSANDBOX_NETWORK=1); %sandbox says more]")
 
 
 def network_hint(result: dict[str, Any], network: str | None) -> str | None:
