@@ -96,6 +96,21 @@ def test_network_on_reaches_out_never_the_hosts_loopback_and_off_ends_it(kernel_
     wait_until(lambda: not network.processes_in_client("pasta"), 10, "the box's pasta to end with the kernel")
 
 
+def test_a_restarted_kernel_finds_the_network_it_turned_on_and_can_end_it(kernel_in_network, network):
+    """The box lingers for a restarting kernel with its pasta; the host's record says which pasta it is."""
+    kernel = kernel_in_network
+    assert kernel.run("%network on").status == "ok"
+    pasta = network.processes_in_client("pasta")
+    kernel.km.restart_kernel(now=False)
+    kernel.kc.wait_for_ready(timeout=60)
+    kernel.drain()
+    again = kernel.run(fetch(network.url + "hello.txt"))
+    assert _reached(again) and "· network out (pasta) ·" in again.notes(), again.outputs
+    assert network.processes_in_client("pasta") == pasta
+    assert kernel.run("%network off").status == "ok"
+    assert wait_gone(pasta) == [] and kernel.run(fetch(network.url + "hello.txt")).status == "error"
+
+
 def test_the_packages_recipe_a_venv_made_in_a_cell_takes_pip_install_over_the_network(kernel_in_network, network):
     """README's "Packages in the box": %network on, a venv, pip install, %network off; the index is the
     test's own server, holding one wheel the test made."""

@@ -122,7 +122,11 @@ def attach(pasta_argv: list[str], init_pid: int, init_start: str | None, state_d
         if os.getuid() == 0:
             argv += ["--runas", "0"]  # else pasta drops to nobody, who may not enter the namespace
         else:
-            owner = fcntl.ioctl(net, NS_GET_USERNS)
+            try:
+                owner = fcntl.ioctl(net, NS_GET_USERNS)
+            except OSError as exc:
+                raise NetworkError(f"the user namespace that owns the sandbox's network is not to be had: {exc}") \
+                    from None
             held.append(owner)
             argv += ["--userns", f"/proc/self/fd/{owner}"]
         argv += ["--netns", f"/proc/self/fd/{net}"]
