@@ -34,7 +34,7 @@ from .conftest import KERNEL_NAME
 from .processes import command_line
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
-RECORD_LINE = re.compile(r"^\s*(\d+)  (\{.*\})$", re.M)  # a line of %records: offset, two spaces, record
+RECORD_LINE = re.compile(r"^\s*(\d+) ← (\{.*\})$", re.M)  # a received line of %records: offset, ←, record
 SESSION = r"session ([0-9a-f]{8}), cursor (\d+)"
 
 
@@ -291,12 +291,18 @@ def test_debugging_attach_send_and_records(debugging):
     assert answers(cell(nb, '%send {"id": 6,')) == [{"id": 6, "type": "response", "ok": False,
                                                      "error": "pretend the disk is full"}]
     assert answers(cell(nb, '%send {"id": 7,')) == [{"id": 7, "type": "response", "ok": True, "slept": 1}]
-    assert_errors_only_where_tagged(nb, {})  # an error answer is data: no cell failed
+    # the echo engine's error answer is data; the JSON-RPC server's fail their cells, as tagged
+    assert_errors_only_where_tagged(nb, {
+        '%send {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "divide", "arguments": {"a": 1, '
+        '"b": 0}}}': "ToolError",
+        '%send {"jsonrpc": "2.0", "id": 5, "method": "prompts/list"}': "MethodNotFound",
+        "%replay tools-session.jsonl --against python3 engines/tools_server.py --v2": "ReplayDiffers"})
 
 
 def test_debugging_detach_and_reattach_lose_and_repeat_nothing(debugging):
     nb, folder = debugging
-    detached = re.fullmatch(rf"detached from #1 echo \({SESSION}\)\n", text(cell(nb, "%detach")))
+    detached = re.fullmatch(rf"detached from #1 echo \({SESSION}\); %attach --last attaches again\n",
+                            text(cell(nb, "%detach")))
     session, cursor = detached.group(1), int(detached.group(2))
     log = text(cell(nb, "sleep 2"))
     assert "echo-engine: failing on purpose: pretend the disk is full\n" in log
@@ -307,24 +313,61 @@ def test_debugging_detach_and_reattach_lose_and_repeat_nothing(debugging):
     running, offset, listed_cursor, state = row[-4:]
     assert (running, int(listed_cursor), state) == ("running", cursor, "detached")
     assert int(offset) > cursor  # ticks were written while nobody watched
-    again = re.fullmatch(r"attached again to #2 echo \(session ([0-9a-f]{8})\), reading from offset (\d+)\n",
+    again = re.fullmatch(r"attached again to #1 echo \(session ([0-9a-f]{8})\), reading from offset (\d+)\n",
                          text(cell(nb, "%attach --last")))
-    assert again.group(1) == session and int(again.group(2)) == cursor  # it resumed where #1 stopped
-    before = records(cell(nb, "%records 1 --type tick"))
-    after = records(cell(nb, "%records 2 --type tick"))
+    assert again.group(1) == session and int(again.group(2)) == cursor  # the same #1, resumed where it stopped
+    ticks = records(cell(nb, "%records --type tick"))
+    before = [(offset, r) for offset, r in ticks if offset <= cursor]
+    after = [(offset, r) for offset, r in ticks if offset > cursor]
     assert before and after  # the 1 s request kept #1 attached past a tick; `sleep 2` left ticks to replay
-    ticks = [r["n"] for _, r in before + after]
-    assert ticks == list(range(ticks[0], ticks[0] + len(ticks)))  # each tick once, in order
-    # #2 resumed exactly at #1's cursor: its first record starts there, and each ends where the next starts.
+    numbers = [r["n"] for _, r in ticks]
+    assert numbers == list(range(numbers[0], numbers[0] + len(numbers)))  # each tick once, in order
+    # The reattach resumed exactly at the cursor: its first record starts there, and each ends where the next starts.
     position = cursor
     for offset, record in after:
         position += len(json.dumps(record, ensure_ascii=False).encode()) + 1
         assert offset == position
-    assert before[-1][0] <= cursor
-    ended = text(cell(nb, "%attach --kill"))
-    assert ended.startswith(f"ended #2 echo (session {session}")
+    ended = text(cell(nb, "%attach --kill", exact=True))
+    assert ended.startswith(f"ended #1 echo (session {session}")
     assert text(cell(nb, "rm -f echo-engine.log")) == "tidied up\n"
     assert sorted(p.name for p in folder.iterdir()) == ["debugging.ipynb", "engines"]
+
+
+def test_debugging_a_json_rpc_server(debugging):
+    nb, _ = debugging
+    assert "JSON-RPC 2.0, one message per" in text(cell(nb, "%read engines/tools_server.py"))
+    assert re.fullmatch(r"attached to #2 tools \(session [0-9a-f]{8}\)\n", text(cell(nb, "%attach --name tools")))
+    [initialized] = answers(cell(nb, '%send {"jsonrpc": "2.0", "id": 1,'))
+    assert initialized["result"]["serverInfo"] == {"name": "tools-server", "version": "1"}
+    bundle = shown(cell(nb, '%send {"jsonrpc": "2.0", "id": 1,'))[0]
+    assert bundle["text/plain"] == json.dumps(initialized, indent=2)  # expanded, not one long line
+    assert text(cell(nb, '%send {"jsonrpc": "2.0", "method"')).startswith("sent the notification "
+                                                                          "notifications/initialized to #2 tools")
+    [added] = answers(cell(nb, '%send {"jsonrpc": "2.0", "id": 2,'))
+    assert added["result"]["content"][0]["text"] == "5"
+    [slept] = answers(cell(nb, "%send --timeout 1"))
+    assert slept["result"]["content"][0]["text"] == "slept 2 s"  # 2 s under a 1 s timeout: progress reset it
+    call = text(cell(nb, "%records --id 3")).splitlines()
+    assert call[0].split()[0] == "→" and len(call) == 5 and '"method": "notifications/progress"' in call[2]
+    tool_error = [o for o in cell(nb, '%send {"jsonrpc": "2.0", "id": 4,').outputs if o["output_type"] == "error"]
+    assert tool_error[0]["evalue"].startswith('the tool "divide" failed: division by zero, the answer to request 4')
+    unknown = [o for o in cell(nb, '%send {"jsonrpc": "2.0", "id": 5,').outputs if o["output_type"] == "error"]
+    assert unknown[0]["evalue"].startswith("-32601 Method not found (data: prompts/list)")
+    assert answers(cell(nb, '%send {"jsonrpc": "2.0", "id": 6,'))[0]["result"]["content"][0]["text"] == "done"
+    flagged = text(cell(nb, "%records --last 3")).splitlines()
+    assert flagged[1].split("!", 1)[1] == (" tools-server: chatty was called  (not JSON: the program wrote a log "
+                                           "line to stdout)")
+    assert "saved " in text(cell(nb, "%records --save")) and "%replay tools-session.jsonl" in text(
+        cell(nb, "%records --save"))
+    same = text(cell(nb, "%replay tools-session.jsonl", exact=True))
+    assert ": 6 answers the same, 0 different\n" in same and "ended #3 replay" in same
+    changed = cell(nb, "%replay tools-session.jsonl --against")
+    said = text(changed)
+    assert ": 5 answers the same, 1 different\n≠ id 2 (tools/call)\n" in said
+    assert '-        "text": "5",' in said and '+        "text": "23",' in said
+    error = [o for o in changed.outputs if o["output_type"] == "error"][0]
+    assert error["evalue"] == "1 of 6 answers differ from tools-session.jsonl: id 2 (tools/call)"
+    assert text(cell(nb, "%attach --kill 2")).startswith("ended #2 tools")
 
 
 # -- the console command -----------------------------------------------------------------------
