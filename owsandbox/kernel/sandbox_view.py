@@ -71,6 +71,8 @@ def isolation(info: Info) -> str | None:
         parts.append(f"privileges: {info['privileges']}")
     if info.get("pid namespace"):
         parts.append(f"{info['pid namespace']} PID namespace")
+    if len(parts) == 1:  # a box reached, not made: what isolates is the box's own doing
+        parts.append("as strong as that box (owsandbox adds nothing inside it)")
     return ", ".join(parts)
 
 
