@@ -255,7 +255,7 @@ def test_killing_the_daemon_from_inside_brings_a_fresh_sandbox(attacker: Attacke
 
 def test_with_network_on_the_hosts_loopback_services_stay_out_of_reach(attacker_factory, home: Path):
     """Network on means out, not in: the box gets a route out (pasta), not the host's loopback services.
-    As a plain user pasta wraps the sandbox; as root it joins the sandbox's network afterwards."""
+    pasta joins the sandbox's network once it exists, as root and as a plain user."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(4)
@@ -263,9 +263,9 @@ def test_with_network_on_the_hosts_loopback_services_stay_out_of_reach(attacker_
         attacker = attacker_factory()
         attacker.start(home / "project", network=True)
         assert attacker.step(describe=True)["network"] == "outbound"
-        # The host's record of the box's init is the init itself (pid 1 of the box's namespace), though a
-        # plain user's bubblewrap runs inside pasta and reports the pid pasta's namespace gives it (once
-        # taken for the host's: pid 2, kthreadd, was what shutdown signalled).
+        # The host's record of the box's init is the init itself (pid 1 of the box's namespace): when a plain
+        # user's bubblewrap ran inside pasta it reported the pid pasta's namespace gave it (once taken for the
+        # host's: pid 2, kthreadd, was what shutdown signalled).
         init = attacker.step(state=True)["init_pid"]
         assert namespace_pids(init)[-1] == 1 and command_line(init).startswith("bwrap"), (init, command_line(init))
         routes = attacker.run("cat /proc/net/route")["output"].splitlines()[1:]
