@@ -493,8 +493,9 @@ class BwrapProvider(GuardedWorkspace, LocalProvider):
 
     def _host_pid(self, reported: int) -> int:
         """The host's pid of the sandbox's init. bubblewrap reports it as its own PID namespace sees it,
-        which is the host's only when nothing wraps bubblewrap: run inside another namespace (pasta around it,
-        as a plain user's network once was) it is that namespace's, where the init may be pid 2, and the host's pid 2 is someone else.
+        which is the host's only when nothing wraps bubblewrap: run inside another namespace (pasta around
+        it, as a plain user's network once was) it is that namespace's, where the init may be pid 2, and the
+        host's pid 2 is someone else.
         So the init is found among what was started here: the process that is pid 1 of its namespace and
         has `reported` one namespace up."""
         assert self.daemon is not None
