@@ -194,6 +194,18 @@ def debian_image(podman) -> str:
     return podman.image()
 
 
+@pytest.fixture(scope="session")
+def docker(podman):
+    """A dockerd of the session's own (tests/containers.py: its own folders and socket, no bridge, no
+    firewall rules), with the test images loaded from podman's when asked for; stopped, and its folder
+    removed, when the session ends however it ends. Skips where Docker is missing, fails so in CI."""
+    from .containers import Docker, require_docker
+
+    require_docker()
+    with Docker.started(podman) as started:
+        yield started
+
+
 @pytest.fixture
 def debian_container(podman, debian_image: str):
     """A running container of `debian_image`, removed after the test; its name."""

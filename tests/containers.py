@@ -1,4 +1,4 @@
-"""Real containers for tests: Debian 12 images made here and run with podman, as root.
+"""Real containers for tests: Debian 12 images made here and run with podman, and with Docker, as root.
 
 Images cannot be pulled, so the first use builds one with debootstrap from the mirror apt already
 uses (about half a minute) and imports it; later runs find it in podman's store. The image's recipe
@@ -13,16 +13,27 @@ our own (`CONTAINERS_CONF`), which picks the `runc` runtime and clears podman's 
 * `Podman.no_python_image()`: the same with no python3 at all (its programs removed).
 * `Podman.container(image)`: a running container (`sleep infinity`, no network), removed afterwards
   however the test ends; `exec_prefix(name)` is the `exec` provider's command for it.
+* `Docker.started(podman)`: a dockerd of the tests' own, for a session (Debian's docker.io): its data,
+  exec root, socket (reached through `DOCKER_HOST`), config file and pidfile in a folder of its own,
+  with no bridge, no iptables rules and no IP forwarding, so the host's firewall and network are left
+  alone; stopped by its pid (and what it started, if it could not stop them), its mounts and folder
+  removed, however the session ends. The same images, loaded from podman's store (`podman save |
+  docker load`) when first asked for. `Podman` and `Docker` are used alike: `name`, `path` (the
+  engine's program), `settings` (the environment the engine needs), `run()` and the images.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -82,10 +93,14 @@ def apt_mirror() -> str:
 
 
 class Podman:
+    name = "podman"
+    path = "podman"
+
     def __init__(self, folder: Path) -> None:
         conf = folder / "containers.conf"
         conf.write_text(_CONTAINERS_CONF)
-        self.env = {**os.environ, "CONTAINERS_CONF": str(conf)}
+        self.settings = {"CONTAINERS_CONF": str(conf)}
+        self.env = {**os.environ, **self.settings}
 
     def run(self, *args: str, check: bool = True, timeout: float = 120,
             stdin: int | None = None) -> subprocess.CompletedProcess[str]:
@@ -170,3 +185,192 @@ class Podman:
     @staticmethod
     def exec_prefix(name: str) -> list[str]:
         return ["podman", "exec", "-i", name]
+
+
+# -- Docker ---------------------------------------------------------------------------------------
+
+def docker_tools() -> tuple[str, str] | None:
+    """(dockerd, the docker client installed beside it), or None. Debian's docker.io puts dockerd in
+    /usr/sbin and its client in /usr/bin; another `docker` earlier on PATH (a newer static client, say)
+    is not the one the daemon came with."""
+    dockerd = _tool("dockerd")
+    if dockerd is None:
+        return None
+    beside = Path(dockerd).resolve().parent.parent / "bin" / "docker"
+    client = str(beside) if os.access(beside, os.X_OK) else shutil.which("docker")
+    return (dockerd, client) if client else None
+
+
+def require_docker() -> None:
+    """Skip where Docker's daemon is missing, or without root; in CI that is a failure."""
+    problem = None
+    if docker_tools() is None:
+        problem = "Docker (dockerd and its client) is not installed"
+    elif os.geteuid() != 0:
+        problem = "a dockerd of the tests' own needs root"
+    if problem is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the Docker tests: {problem} (apt-get install --no-install-recommends docker.io)")
+        pytest.skip(problem)
+
+
+class Docker:
+    name = "docker"
+    START_SECONDS = 60.0
+
+    def __init__(self, podman: Podman) -> None:
+        tools = docker_tools()
+        if tools is None:
+            raise RuntimeError("Docker is not installed: no dockerd (apt-get install docker.io)")
+        self.dockerd, self.path = tools
+        self.podman = podman
+        self.folder = Path(tempfile.mkdtemp(prefix="owsbx-docker-"))  # short: containerd's socket goes in it
+        self.socket = self.folder / "docker.sock"
+        self.settings = {"DOCKER_HOST": f"unix://{self.socket}"}
+        self.env = {**os.environ, **self.settings}
+        self.process: subprocess.Popen[bytes] | None = None
+        self.start_seconds = 0.0  # dockerd's start to its first answer
+        self.load_seconds: dict[str, float] = {}  # podman save | docker load, per image
+
+    @classmethod
+    @contextlib.contextmanager
+    def started(cls, podman: Podman) -> Iterator[Docker]:
+        docker = cls(podman)
+        try:
+            docker.start()
+            yield docker
+        finally:
+            docker.stop()
+
+    def _version(self) -> int:
+        done = subprocess.run([self.dockerd, "--version"], capture_output=True, text=True, timeout=30)
+        found = re.search(r"version (\d+)\.", done.stdout)
+        if found is None:
+            raise RuntimeError(f"{self.dockerd} --version said {done.stdout.strip() or done.stderr.strip()!r}")
+        return int(found.group(1))
+
+    def start(self) -> None:
+        config: dict[str, str] = {}
+        if self._version() < 23:  # dockerd 20.10 writes an identity key to /etc/docker unless told where
+            config["deprecated-key-path"] = str(self.folder / "key.json")
+        (self.folder / "daemon.json").write_text(json.dumps(config))  # and reads no /etc/docker/daemon.json
+        namespace = f"owsbx-test-{uuid.uuid4().hex[:8]}"  # apart from any other dockerd's, should containerd be shared
+        argv = [self.dockerd, "--data-root", str(self.folder / "data"), "--exec-root", str(self.folder / "exec"),
+                "--host", self.settings["DOCKER_HOST"], "--pidfile", str(self.folder / "dockerd.pid"),
+                "--config-file", str(self.folder / "daemon.json"), "--containerd-namespace", namespace,
+                "--containerd-plugins-namespace", f"{namespace}-plugins",
+                # the host's firewall and network stay as they are: no rules, no forwarding, no bridge
+                "--iptables=false", "--ip6tables=false", "--ip-forward=false", "--ip-masq=false", "--bridge=none",
+                "--userland-proxy=false"]
+        setpriv = _tool("setpriv")
+        if setpriv is not None:  # dockerd ends with the tests even when they are killed
+            argv = [setpriv, "--pdeathsig", "TERM", "--", *argv]
+        started = time.monotonic()
+        with open(self.folder / "dockerd.log", "wb") as log:
+            self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                            cwd=self.folder, start_new_session=True)
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"dockerd ended at its start (status {self.process.returncode}): {self._log()}")
+            answer = self.run("version", "--format", "{{.Server.Version}}", check=False, timeout=10)
+            if answer.returncode == 0:
+                break
+            if time.monotonic() - started > self.START_SECONDS:
+                raise RuntimeError(f"dockerd did not answer on {self.socket} within {self.START_SECONDS:g} s: "
+                                   f"{answer.stderr.strip()}; its log: {self._log()}")
+            time.sleep(0.1)
+        self.start_seconds = time.monotonic() - started
+
+    def _log(self) -> str:
+        try:
+            return (self.folder / "dockerd.log").read_text(errors="replace")[-2000:]
+        except OSError as exc:
+            return f"(no log: {exc})"
+
+    def stop(self) -> None:
+        """End this dockerd (SIGTERM stops its containers and its containerd), by its pid; what it left
+        running, its mounts and its folder go too."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        self._end_leftovers()
+        self._unmount()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _end_leftovers(self) -> None:
+        """After a dockerd that could not stop cleanly: its containers' processes (by their cgroups), and
+        its containerd and shims (their command lines name this folder, which no one else's do)."""
+        pids: set[int] = set()
+        containers = self.folder / "data" / "containers"
+        for container in containers.iterdir() if containers.is_dir() else []:
+            for cgroup in (f"pids/docker/{container.name}", f"docker/{container.name}",
+                           f"system.slice/docker-{container.name}.scope"):
+                with contextlib.suppress(OSError, ValueError):
+                    pids.update(int(pid) for pid in Path(f"/sys/fs/cgroup/{cgroup}/cgroup.procs").read_text().split())
+        mine = str(self.folder).encode()
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError):
+                    if mine in (entry / "cmdline").read_bytes():
+                        pids.add(int(entry.name))
+        pids.discard(os.getpid())
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+    def _unmount(self) -> None:
+        """What dockerd mounted under its folder (overlays, network namespaces), deepest first."""
+        mine = str(self.folder) + "/"
+        points = []
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4])
+            if point.startswith(mine):
+                points.append(point)
+        for point in sorted(points, key=len, reverse=True):
+            subprocess.run(["umount", "--lazy", point], capture_output=True, timeout=30)
+
+    def run(self, *args: str, check: bool = True, timeout: float = 120,
+            stdin: int | None = None) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run([self.path, *args], env=self.env, capture_output=True, text=True, timeout=timeout,
+                              stdin=stdin)
+        if check and done.returncode != 0:
+            raise RuntimeError(f"docker {' '.join(args)} failed (status {done.returncode}): {done.stderr.strip()}")
+        return done
+
+    def has_image(self, name: str) -> bool:
+        return self.run("image", "inspect", name, check=False).returncode == 0
+
+    def _loaded(self, name: str) -> str:
+        """`name` from podman's store, loaded the first time it is asked for."""
+        if self.has_image(name):
+            return name
+        started = time.monotonic()
+        save = subprocess.Popen([self.podman.path, "save", "--quiet", name], env=self.podman.env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            loaded = self.run("load", "--quiet", stdin=save.stdout.fileno() if save.stdout else None, check=False,
+                              timeout=600)
+        finally:
+            if save.stdout is not None:
+                save.stdout.close()
+            said = save.stderr.read().decode(errors="replace") if save.stderr else ""
+            save.wait(600)
+        if save.returncode != 0:
+            raise RuntimeError(f"podman save {name} failed (status {save.returncode}): {said.strip()}")
+        if loaded.returncode != 0:
+            raise RuntimeError(f"docker load of {name} failed (status {loaded.returncode}): {loaded.stderr.strip()}")
+        self.load_seconds[name] = time.monotonic() - started
+        return name
+
+    def image(self) -> str:
+        return self._loaded(self.podman.image())
+
+    def minimal_image(self) -> str:
+        return self._loaded(self.podman.minimal_image())
+
+    def no_python_image(self) -> str:
+        return self._loaded(self.podman.no_python_image())
