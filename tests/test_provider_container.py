@@ -1,9 +1,13 @@
-"""The container provider with real podman: a fresh container per kernel from an image, removed at the end.
+"""The container provider with real engines: a fresh container per kernel from an image, removed at the end.
 
-The image is the Debian 12 one of tests/containers.py (its marker file is not on the host), run by
-podman as root with the tests' containers.conf. The runner's own checks of shells, files, Stop,
-delivery and terminals run again here, on a container that binds the workspace at the host's path
-(`workspace_in_box`), so that they can keep using it; the rest uses `/workspace` as users get it.
+The image is the Debian 12 one of tests/containers.py (its marker file is not on the host), run as
+root by podman (with the tests' containers.conf) and by Docker (a dockerd of the session's own,
+reached through DOCKER_HOST): each test that takes `engine` runs on both. The runner's own checks of
+shells, files, Stop, delivery and terminals run again here, on a container that binds the workspace
+at the host's path (`workspace_in_box`), so that they can keep using it; the rest uses `/workspace`
+as users get it. Where the engines differ the test says so: the tests' dockerd has no bridge (it
+leaves the host's firewall alone), and Docker keeps an ended container (run without `--rm`, so that
+its log can be read) until this user's next start removes it. Rootless podman is podman's alone.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -71,25 +76,36 @@ CONFORMANCE = [
 ]
 
 
-@pytest.fixture
-def engine(podman, monkeypatch):
-    """Podman with the tests' containers.conf, for providers made in this process."""
-    monkeypatch.setenv("CONTAINERS_CONF", podman.env["CONTAINERS_CONF"])
+@pytest.fixture(params=["podman", "docker"])
+def engine(request, monkeypatch):
+    """Podman with the tests' containers.conf, or the session's dockerd, for providers made in this
+    process (and, through `engine.env`, for kernels)."""
     for name in ("OWSANDBOX_ENGINE", "OWSANDBOX_IMAGE", "OWSANDBOX_LIMITS", "OWSANDBOX_NETWORK", "OWSANDBOX_ENV",
                  "OWSANDBOX_CONTAINER_OPTIONS", "OWSANDBOX_CONTAINER_USER", "OWSANDBOX_WRITABLE_ROOT"):
         monkeypatch.delenv(name, raising=False)
-    return podman
+    found = request.getfixturevalue(request.param)
+    for name, value in found.settings.items():
+        monkeypatch.setenv(name, value)
+    return found
 
 
-def labelled(podman, label: str) -> list[str]:
-    """The containers, running or not, that carry `label` (`name=value`)."""
-    done = podman.run("ps", "--all", "--filter", f"label={label}", "--format", "{{.Names}}")
+@pytest.fixture
+def image(engine) -> str:
+    """The Debian test image, in the engine's store."""
+    return engine.image()
+
+
+def labelled(engine, label: str, *, running_only: bool = False) -> list[str]:
+    """The containers, running (or, by default, not) that carry `label` (`name=value`)."""
+    done = engine.run("ps", *([] if running_only else ["--all"]), "--filter", f"label={label}", "--format",
+                      "{{.Names}}")
     return done.stdout.split()
 
 
-def container_kernel(workspace: Path, podman, image: str, **env: str) -> KernelSession:
+def container_kernel(workspace: Path, engine, image: str, **env: str) -> KernelSession:
     return KernelSession(workspace, kernel_name=DEFAULT_KERNEL_NAME,
-                         env={**podman.env, "OWSANDBOX_PROVIDER": "container", "OWSANDBOX_IMAGE": image, **env})
+                         env={**engine.env, "OWSANDBOX_PROVIDER": "container", "OWSANDBOX_IMAGE": image,
+                              "OWSANDBOX_ENGINE": engine.path, **env})
 
 
 def sandbox_table(kernel: KernelSession) -> str:
@@ -101,8 +117,8 @@ def sandbox_table(kernel: KernelSession) -> str:
 # -- the runner's own checks, in a container --------------------------------------------------------
 
 @pytest.mark.parametrize(("module", "name"), CONFORMANCE, ids=[name[5:] for _, name in CONFORMANCE])
-def test_the_runner_conformance_checks_pass_in_a_container(engine, debian_image, workspace, module, name):
-    provider = ContainerProvider(workspace, image=debian_image, engine="podman", relay_silence_seconds=0,
+def test_the_runner_conformance_checks_pass_in_a_container(engine, image, workspace, module, name):
+    provider = ContainerProvider(workspace, image=image, engine=engine.path, relay_silence_seconds=0,
                                  workspace_in_box=str(workspace))
     check = getattr(module, name)
     with running(provider) as pair:
@@ -113,7 +129,7 @@ def test_the_runner_conformance_checks_pass_in_a_container(engine, debian_image,
 
 # -- what the box is -------------------------------------------------------------------------------
 
-def test_the_box_is_the_image_with_the_workspace_and_nothing_of_the_host(engine, debian_image, tmp_path,
+def test_the_box_is_the_image_with_the_workspace_and_nothing_of_the_host(engine, image, tmp_path,
                                                                           monkeypatch):
     home = tmp_path / "home"  # the workspace is the user's home: its secrets stay hidden
     (home / ".ssh").mkdir(parents=True)
@@ -125,7 +141,7 @@ def test_the_box_is_the_image_with_the_workspace_and_nothing_of_the_host(engine,
     monkeypatch.setenv("OWSANDBOX_ENV", "GREETING,CONTAINERS_CONF")  # the engine's setting stays out
     monkeypatch.setenv("SECRET_TOKEN", "do-not-pass")
     assert not Path(MARKER).exists()
-    provider = ContainerProvider(home, image=debian_image, engine="podman", limits="memory=512M,pids=256,cpu=1",
+    provider = ContainerProvider(home, image=image, engine=engine.path, limits="memory=512M,pids=256,cpu=1",
                                  key="kernel-box-facts")
     workspace = RunnerWorkspace(provider, str(home))
     try:
@@ -157,12 +173,13 @@ def test_the_box_is_the_image_with_the_workspace_and_nothing_of_the_host(engine,
         assert out("cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max") == (
             f"{512 << 20}\n")
         info = provider.describe()
-        assert info["engine"].startswith("podman") and info["image"] == debian_image
+        assert info["engine"] == f"{engine.name} ({shutil.which(engine.path)})" and info["image"] == image
         assert len(info["image id"]) >= 12 and info["container id"] and info["container"] == provider.container
         assert info["limits"]["memory"] == "512 MiB" and info["limits"]["cpu"] == "1"
         assert "confirmed" in info["limits enforced by"] and info["network"].startswith("none")
         assert info["mounts"]["/workspace/.ssh"].startswith("hidden")
-        assert provider.headline() == ["podman container", f"image {debian_image}",
+        assert "and no setuid or setgid modes" in info["privileges"]
+        assert provider.headline() == [f"{engine.name} container", f"image {image}",
                                        f"writes to {home} (as /workspace)", "no network", "512 MiB, 256 processes"]
         labels = json.loads(engine.run("inspect", "--format", "{{json .Config.Labels}}", provider.container).stdout)
         assert labels["owsandbox.key"] == "kernel-box-facts" and labels["owsandbox.user"] == str(os.getuid())
@@ -172,12 +189,12 @@ def test_the_box_is_the_image_with_the_workspace_and_nothing_of_the_host(engine,
     assert labelled(engine, "owsandbox.key=kernel-box-facts") == []
 
 
-def test_what_the_host_loads_in_the_workspace_is_read_only_in_the_container(engine, debian_image, workspace):
+def test_what_the_host_loads_in_the_workspace_is_read_only_in_the_container(engine, image, workspace):
     """The same guard as bubblewrap's: a Python environment's site-packages, git's hooks and config."""
     (workspace / ".venv" / "lib").mkdir(parents=True)
     (workspace / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
     subprocess.run(["git", "init", "-q", str(workspace / "repo")], check=True)
-    provider = ContainerProvider(workspace, image=debian_image, engine="podman")
+    provider = ContainerProvider(workspace, image=image, engine=engine.path)
     with running(provider) as (_, client):
         ran = RunnerExecutor(client).run("touch .venv/lib/zz.pth 2>&1; touch repo/.git/hooks/pre-commit 2>&1; "
                                          "echo '[core]' >> repo/.git/config 2>&1; touch repo/mine && echo ok")
@@ -186,13 +203,13 @@ def test_what_the_host_loads_in_the_workspace_is_read_only_in_the_container(engi
     assert provider.describe()["mounts"]["/workspace/.venv"] == "read-only (a Python environment)"
 
 
-def test_a_workspace_that_holds_the_private_folder_cannot_reach_the_lease(engine, debian_image, workspace,
+def test_a_workspace_that_holds_the_private_folder_cannot_reach_the_lease(engine, image, workspace,
                                                                           monkeypatch):
     """A notebook in /tmp, or TMPDIR in the workspace: the lease that decides the container's life, and
     its log, go where the workspace does not reach, and the folder in the workspace shows empty."""
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(workspace))
     private = workspace / f"owsandbox-{os.getuid()}"
-    provider = ContainerProvider(workspace, image=debian_image, engine="podman")
+    provider = ContainerProvider(workspace, image=image, engine=engine.path)
     with running(provider) as (_, client):
         assert provider.state_dir is not None and not str(provider.state_dir).startswith(str(workspace))
         ran = RunnerExecutor(client).run(f"ls -A /workspace/{private.name} 2>&1; touch -d 2030-01-01 "
@@ -201,12 +218,12 @@ def test_a_workspace_that_holds_the_private_folder_cannot_reach_the_lease(engine
     assert not (private / provider.container).exists()
 
 
-def test_a_container_user_writes_the_workspace_as_that_user(engine, debian_image, workspace, monkeypatch):
+def test_a_container_user_writes_the_workspace_as_that_user(engine, image, workspace, monkeypatch):
     """OWSANDBOX_CONTAINER_USER, as for a rootful engine run by a plain user (the Docker recipe): what a
     cell writes is that user's, and the user gets a private home of its own under the read-only root."""
     os.chown(workspace, 1000, 1000)
     monkeypatch.setenv("OWSANDBOX_CONTAINER_USER", "1000:1000")
-    provider = ContainerProvider(workspace, image=debian_image, engine="podman")
+    provider = ContainerProvider(workspace, image=image, engine=engine.path)
     with running(provider) as (_, client):
         ran = RunnerExecutor(client).run("id -u; echo $HOME; touch ~/x && echo made > f.txt && echo ok")
         assert ran["output"] == "1000\n/home/sandbox\nok\n"
@@ -214,23 +231,27 @@ def test_a_container_user_writes_the_workspace_as_that_user(engine, debian_image
     assert provider.describe()["privileges"].endswith("user 1000:1000")
 
 
-def test_network_on_is_the_engines_default_network(engine, debian_image, workspace, monkeypatch):
+def test_network_on_is_the_engines_default_network(engine, image, workspace, monkeypatch):
+    if engine.name == "docker":
+        pytest.skip("the tests' dockerd has no bridge (--bridge=none, so that it leaves the host's firewall alone): "
+                    "its default network gives a container only loopback. --network none, the provider's default, "
+                    "is checked on Docker by the other tests")
     monkeypatch.setenv("OWSANDBOX_NETWORK", "1")
-    provider = ContainerProvider(workspace, image=debian_image, engine="podman")
+    provider = ContainerProvider(workspace, image=image, engine=engine.path)
     with running(provider) as (_, client):
         assert RunnerExecutor(client).run("ls /sys/class/net")["output"] != "lo\n"
         assert provider.network_state() == "outbound" and "network out" in provider.headline()
         assert provider.describe()["network"].startswith("outbound")
 
 
-def test_a_memory_limit_hit_is_counted_where_the_box_cannot_write(engine, debian_image, workspace, tmp_path,
+def test_a_memory_limit_hit_is_counted_where_the_box_cannot_write(engine, image, workspace, tmp_path,
                                                                    monkeypatch):
     """...and leaves nothing in the folder the kernel was started from (podman's conmon writes a file
     `oom` into its own working folder when the limit is hit)."""
     here = tmp_path / "notebook-folder"
     here.mkdir()
     monkeypatch.chdir(here)
-    provider = ContainerProvider(workspace, image=debian_image, engine="podman", limits="memory=128M")
+    provider = ContainerProvider(workspace, image=image, engine=engine.path, limits="memory=128M")
     with running(provider) as (_, client):
         before = provider.limit_counters()
         assert before == {"oom_kills": 0, "refused_forks": 0}
@@ -241,13 +262,13 @@ def test_a_memory_limit_hit_is_counted_where_the_box_cannot_write(engine, debian
     assert list(here.iterdir()) == []
 
 
-def test_a_container_removed_from_outside_is_made_again(engine, debian_image, workspace):
-    provider = ContainerProvider(workspace, image=debian_image, engine="podman", relay_silence_seconds=0)
+def test_a_container_removed_from_outside_is_made_again(engine, image, workspace):
+    provider = ContainerProvider(workspace, image=image, engine=engine.path, relay_silence_seconds=0)
     with running(provider) as (_, client):
         ex = RunnerExecutor(client)
         ex.run("mkdir -p deep && cd deep && export GONE=1")
         first = provider.container_id
-        engine.run("rm", "--force", "--time", "0", provider.container)
+        engine.run("rm", "--force", *(["--time", "0"] if engine.name == "podman" else []), provider.container)
         # The pipe ends; the reconnection finds no container and makes one: a sandbox restart.
         wait_until(lambda: client.restarts == 1, 60, "the client to see a new sandbox")
         assert ex.run("echo [$GONE] $PWD")["output"] == "[] /workspace/deep\n"  # variables gone, folder kept
@@ -257,10 +278,10 @@ def test_a_container_removed_from_outside_is_made_again(engine, debian_image, wo
 # -- clear errors ---------------------------------------------------------------------------------
 
 def test_a_missing_image_names_the_pull_command(engine, workspace):
-    provider = ContainerProvider(workspace, image="localhost/owsandbox-no-such-image:1", engine="podman")
+    provider = ContainerProvider(workspace, image="localhost/owsandbox-no-such-image:1", engine=engine.path)
     with pytest.raises(BoxError) as raised:
         provider.create()
-    assert "podman pull localhost/owsandbox-no-such-image:1" in str(raised.value)
+    assert f"{engine.name} pull localhost/owsandbox-no-such-image:1" in str(raised.value)
     assert not provider.state_dir or not provider.state_dir.exists()
 
 
@@ -284,41 +305,45 @@ def test_a_missing_engine_names_what_to_install(monkeypatch, tmp_path, workspace
 
 
 def test_an_image_without_a_full_python3_names_what_to_add(engine, workspace):
-    provider = ContainerProvider(workspace, image=engine.minimal_image(), engine="podman")
+    provider = ContainerProvider(workspace, image=engine.minimal_image(), engine=engine.path)
     with pytest.raises(BoxError) as raised:
         provider.create()
     message = str(raised.value)
     assert "python3-minimal" in message and "json" in message and "RUN apt-get install -y python3" in message
     assert "Traceback" not in message
-    provider = ContainerProvider(workspace, image=engine.no_python_image(), engine="podman")
+    provider = ContainerProvider(workspace, image=engine.no_python_image(), engine=engine.path)
     with pytest.raises(BoxError) as raised:
         provider.create()
     assert "has no python3" in str(raised.value) and "apt-get install python3" in str(raised.value)
     assert labelled(engine, f"owsandbox.workspace={workspace}") == []
 
 
-def test_a_container_that_dies_at_once_says_so_with_its_last_words(engine, debian_image, workspace, monkeypatch):
+def test_a_container_that_dies_at_once_says_so_with_its_last_words(engine, image, workspace, monkeypatch):
+    """Podman's --rm has removed it, and its log kept here tells; Docker's (no --rm) is still there to
+    ask for its log, and is removed after."""
     monkeypatch.setattr(container_module, "WAITER", "import sys\nprint('the last words', flush=True)\nsys.exit(3)")
-    provider = ContainerProvider(workspace, image=debian_image, engine="podman")
+    provider = ContainerProvider(workspace, image=image, engine=engine.path)
     with pytest.raises(BoxError) as raised:
         provider.create()
     message = str(raised.value)
-    assert f"the container {provider.container} is gone" in message and "the last words" in message
+    state = "is gone" if engine.name == "podman" else "is exited (exit status 3"
+    assert f"the container {provider.container} {state}" in message, message
+    assert "the last lines of its log:\nthe last words" in message, message
     assert labelled(engine, f"owsandbox.key={provider.key}") == []
 
 
 # -- the kernel -----------------------------------------------------------------------------------
 
-def test_the_kernel_runs_in_a_container_named_in_its_first_cell(podman, debian_image, tmp_path):
-    kernel = container_kernel(tmp_path, podman, debian_image, OWSANDBOX_LIMITS="memory=256M,pids=64")
+def test_the_kernel_runs_in_a_container_named_in_its_first_cell(engine, image, tmp_path):
+    kernel = container_kernel(tmp_path, engine, image, OWSANDBOX_LIMITS="memory=256M,pids=64")
     try:
         first = kernel.run(f"cat {MARKER}; pwd")
         assert first.status == "ok", first.outputs
         assert first.text() == f"{IMAGE}\n/workspace\n"
-        assert first.notes() == (f"[sandbox: podman container · image {debian_image} · writes to {tmp_path} (as "
+        assert first.notes() == (f"[sandbox: {engine.name} container · image {image} · writes to {tmp_path} (as "
                                  "/workspace) · no network · 256 MiB, 64 processes]\n")
         table = sandbox_table(kernel)
-        assert "podman" in table and debian_image in table and "container id" in table and str(tmp_path) in table
+        assert engine.name in table and image in table and "container id" in table and str(tmp_path) in table
         started = kernel.run("%attach -- cat")  # through the forward bridge, by `exec -i` into the container
         assert started.status == "ok", started.error
         answer = kernel.run('%send {"id": 1, "text": "in the container"}')
@@ -334,41 +359,53 @@ def test_the_kernel_runs_in_a_container_named_in_its_first_cell(podman, debian_i
         assert kernel.run("echo after").text() == "after\n"
     finally:
         kernel.close()
-    wait_until(lambda: labelled(podman, f"owsandbox.workspace={tmp_path}") == [], 30, "the container to be removed")
+    wait_until(lambda: labelled(engine, f"owsandbox.workspace={tmp_path}") == [], 30, "the container to be removed")
 
 
-def test_a_kernel_restart_keeps_the_container_and_shutdown_removes_it(podman, debian_image, tmp_path):
-    kernel = container_kernel(tmp_path, podman, debian_image)
+def test_a_kernel_restart_keeps_the_container_and_shutdown_removes_it(engine, image, tmp_path):
+    kernel = container_kernel(tmp_path, engine, image)
     try:
         kernel.run("export BEFORE=1; echo kept > /tmp/kept")
         daemon = kernel.run("echo $PPID").text().strip().splitlines()[-1]
-        containers = labelled(podman, f"owsandbox.workspace={tmp_path}")
+        containers = labelled(engine, f"owsandbox.workspace={tmp_path}")
         assert len(containers) == 1
         kernel.km.restart_kernel(now=False)
         kernel.kc.wait_for_ready(timeout=60)
         kernel.drain()
         assert kernel.run("echo [$BEFORE]; cat /tmp/kept").text().endswith("[]\nkept\n")  # fresh shells, same box
         assert kernel.run("echo $PPID").text().strip().splitlines()[-1] == daemon
-        assert labelled(podman, f"owsandbox.workspace={tmp_path}") == containers
+        assert labelled(engine, f"owsandbox.workspace={tmp_path}") == containers
         assert "an earlier kernel with this key (reused)" in sandbox_table(kernel)
     finally:
         kernel.close()
-    wait_until(lambda: labelled(podman, f"owsandbox.workspace={tmp_path}") == [], 30, "the container to be removed")
+    wait_until(lambda: labelled(engine, f"owsandbox.workspace={tmp_path}") == [], 30, "the container to be removed")
 
 
-def test_a_kernel_killed_for_good_leaves_no_container_after_the_linger_time(podman, debian_image, tmp_path):
-    kernel = container_kernel(tmp_path, podman, debian_image, OWSANDBOX_LINGER="2")
+def test_a_kernel_killed_for_good_leaves_no_container_after_the_linger_time(engine, image, tmp_path):
+    """Podman's --rm removes the container that ended; Docker's stays, ended (no process), until this
+    user's next start removes it."""
+    kernel = container_kernel(tmp_path, engine, image, OWSANDBOX_LINGER="2")
     try:
         assert kernel.run("setsid sleep 600 & disown; echo started").text() == "started\n"
-        assert len(labelled(podman, f"owsandbox.workspace={tmp_path}")) == 1
+        [left] = labelled(engine, f"owsandbox.workspace={tmp_path}")
         os.kill(kernel.pid, signal.SIGKILL)
         killed = time.monotonic()
-        wait_until(lambda: labelled(podman, f"owsandbox.workspace={tmp_path}") == [], 60,
-                   "the container to end after the daemon's linger")
-        # linger (2 s), the container's gap (5 s) and podman's removal: well under the 60 s allowed
+        gone = "ended" if engine.name == "docker" else "ended and removed"
+        wait_until(lambda: labelled(engine, f"owsandbox.workspace={tmp_path}", running_only=engine.name == "docker")
+                   == [], 60, f"the container to be {gone} after the daemon's linger")
+        # linger (2 s), the container's gap (5 s) and the engine's removal: well under the 60 s allowed
         assert time.monotonic() - killed < 30
     finally:
         kernel.close()
+    if engine.name == "docker":
+        assert labelled(engine, f"owsandbox.workspace={tmp_path}") == [left]
+        later = ContainerProvider(tmp_path, image=image, engine=engine.path, key="kernel-after-the-killed-one")
+        try:
+            later.create()
+            assert labelled(engine, f"owsandbox.workspace={tmp_path}") == [later.container]
+        finally:
+            later.destroy()
+    wait_until(lambda: labelled(engine, f"owsandbox.workspace={tmp_path}") == [], 30, "the container to be removed")
 
 
 # -- rootless podman ------------------------------------------------------------------------------

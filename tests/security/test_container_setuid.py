@@ -1,6 +1,8 @@
-"""Root in a rootful podman container is root on the host, and the workspace is the host's folder:
-a cell tries to leave a setuid root program there for any host user to run. The container's seccomp
-profile (podman's default plus no setuid or setgid modes) refuses every way of making one."""
+"""Root in a rootful container (podman as root, Docker's root daemon) is root on the host, and the
+workspace is the host's folder: a cell tries to leave a setuid root program there for any host user
+to run. The container's seccomp profile (containers-common's default plus no setuid or setgid modes;
+Docker's own default is built into dockerd, so the same file, in the same format, stands for it)
+refuses every way of making one."""
 
 from __future__ import annotations
 
@@ -24,15 +26,18 @@ from .test_syscalls import python_in_box
 pytestmark = [pytest.mark.timeout(300), pytest.mark.system]  # the first container test may build the image
 
 
-@pytest.fixture
-def engine(podman, monkeypatch):
-    monkeypatch.setenv("CONTAINERS_CONF", podman.env["CONTAINERS_CONF"])
+@pytest.fixture(params=["podman", "docker"])
+def engine(request, monkeypatch):
+    """Rootful podman with the tests' containers.conf, or the session's dockerd."""
+    if os.getuid() != 0:
+        pytest.skip("the rootful half: run as root (CI)")
     for name in ("OWSANDBOX_ENGINE", "OWSANDBOX_IMAGE", "OWSANDBOX_LIMITS", "OWSANDBOX_NETWORK", "OWSANDBOX_ENV",
                  "OWSANDBOX_CONTAINER_OPTIONS", "OWSANDBOX_CONTAINER_USER", "OWSANDBOX_WRITABLE_ROOT"):
         monkeypatch.delenv(name, raising=False)
-    if os.getuid() != 0:
-        pytest.skip("the rootful half: run as root (CI)")
-    return podman
+    found = request.getfixturevalue(request.param)
+    for name, value in found.settings.items():
+        monkeypatch.setenv(name, value)
+    return found
 
 
 @pytest.fixture
@@ -44,10 +49,10 @@ def shared_folder() -> Iterator[Path]:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_a_rootful_container_leaves_no_setuid_program_in_the_workspace(engine, debian_image, shared_folder):
+def test_a_rootful_container_leaves_no_setuid_program_in_the_workspace(engine, shared_folder):
     if container_seccomp.default_profile_path() is None:
-        pytest.fail("podman's default seccomp profile (containers-common) is missing")
-    provider = ContainerProvider(shared_folder, image=debian_image, engine="podman", key="kernel-setuid-attack")
+        pytest.fail("the default seccomp profile to extend (containers-common's seccomp.json) is missing")
+    provider = ContainerProvider(shared_folder, image=engine.image(), engine=engine.path, key="kernel-setuid-attack")
     workspace = RunnerWorkspace(provider, str(shared_folder))
     try:
         ex = workspace.executor
@@ -73,5 +78,21 @@ def test_a_rootful_container_leaves_no_setuid_program_in_the_workspace(engine, d
                              capture_output=True, text=True, timeout=60, cwd="/")
         assert ran.stdout.strip() == str(other.pw_uid), ran
         assert provider.state_dir is not None and (provider.state_dir / "seccomp.json").is_file()
+        assert "and no setuid or setgid modes" in provider.describe()["privileges"]
     finally:
         workspace.close()
+
+
+def test_the_engines_default_profile_alone_lets_the_attack_through(engine, shared_folder):
+    """The attack is real: a container with the engine's own default profile (built into dockerd, or
+    podman's) and the same privileges otherwise makes the setuid copy, which a test removes at once."""
+    control = shared_folder / "control"
+    control.mkdir()
+    try:
+        engine.run("run", "--rm", "--network", "none", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+                   "--mount", f"type=bind,source={control},destination=/w", "--entrypoint", "sh", engine.image(), "-c",
+                   "cp /usr/bin/id /w/id && chmod 4755 /w/id")
+        mode = (control / "id").stat()
+        assert mode.st_mode & 0o4000 and mode.st_uid == 0, oct(mode.st_mode)
+    finally:
+        shutil.rmtree(control, ignore_errors=True)
