@@ -147,6 +147,7 @@ def test_a_program_that_exits_says_so_with_its_stderr(kernel):
     assert "exited with code 3" in ended and "exiting with 3" in ended  # the stderr tail tells why
     refused = kernel.run('%send {"id": 1, "type": "echo"}')
     assert refused.status == "error" and "not attached" in refused.error["evalue"]
+    assert refused.error["evalue"].endswith("; it has ended; %attach -- COMMAND starts a new one")  # not --last
 
 
 def test_a_program_that_exits_at_once_makes_attach_an_error(kernel):

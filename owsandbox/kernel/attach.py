@@ -184,7 +184,10 @@ class AttachManager:
         return next((entry for entry in reversed(saved) if entry["session_id"] not in attached), saved[-1])
 
     def again_hint(self, program: Program) -> str:
-        """How to attach to `program` again: `%attach --last` when that is what it would pick."""
+        """How to attach to `program` again: `%attach --last` when that is what it would pick (and
+        nothing, for a program that has ended: attaching again would only say so)."""
+        if isinstance(_fatal(program), ch.ProgramExited):
+            return "it has ended; %attach -- COMMAND starts a new one"
         try:
             saved = self._registry.load()
         except Exception:  # noqa: BLE001 - only a hint: the longer form always works
