@@ -8,9 +8,10 @@ Jupyter's stdin channel when the client allows it (`stdin.py`), and gets end-of-
 Stop (an `interrupt_request`, or SIGINT from a client that signals) becomes `shell.interrupt`: the
 command ends (and its open prompt with it), the shell and its variables stay. A non-zero exit status
 is an error reply with exactly one `error` output, so a notebook run stops at a failing cell (the
-errors, by name, are in `errors.py`). Magics live in `magics.py` and `attach_magics.py`, found through
-the kernel's table (`magic_table.py`); output handling in `output.py` (terminal text in
-`terminal_text.py`), the bash completeness check in `completeness.py`, tab completion in `completion.py`.
+errors, by name, are in `errors.py`). Magics live in `magics.py`, `attach_magics.py` and
+`sandbox_magics.py`, found through the kernel's table (`magic_table.py`); a cell magic below the first line is
+refused (`placement.py`); output handling in `output.py` (terminal text in `terminal_text.py`), the bash
+completeness check in `completeness.py`, tab completion in `completion.py`.
 Every output leaves through `outbox.py`: the box's text filtered for a terminal (`box_text.py`) and
 counted against the cell's output limit (`budget.py`).
 """
