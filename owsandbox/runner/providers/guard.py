@@ -114,7 +114,7 @@ class Guard:
         sockets = [p for p in self.hidden if self.why[p] == "socket"]
         if sockets:
             lines["sockets hidden"] = str(len(sockets))
-        lines["workspace scan"] = (f"{self.scanned_folders} folders" + (
+        lines["workspace scan"] = (f"{self.scanned_folders:,} folder{'s' if self.scanned_folders != 1 else ''}" + (
             f"; not scanned (limit of {SCAN_FOLDERS} folders, depth {SCAN_DEPTH}): "
             + ", ".join(self._relative(p) for p in self.unscanned[:5])
             + (f" and {len(self.unscanned) - 5} more" if len(self.unscanned) > 5 else "") if self.unscanned
