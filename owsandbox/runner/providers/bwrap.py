@@ -32,6 +32,8 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -601,6 +603,20 @@ class BwrapProvider(GuardedWorkspace, LocalProvider):
             if self.daemon_pid is not None and not _same_process(self.daemon_pid, self._init_start):
                 self.daemon_pid = None  # gone, and its pid may already be another process's
         return super().open_runner()
+
+    @contextmanager
+    def stopped(self) -> Iterator[None]:
+        """The box ended with everything in it while the caller works on the workspace (a snapshot's
+        restore), then a new box: nothing inside writes while the host does, and the new box's /tmp and
+        home start empty. A client reconnecting meanwhile waits for the new box and sees a new instance."""
+        with self._lifecycle:
+            self._stop_daemon()
+            try:
+                yield
+            finally:
+                self.note_box_made()
+                self.guard = None  # the workspace the caller left is scanned again
+                self._start_daemon()
 
     def execd_socket(self, hello: dict[str, Any]) -> str:
         """The host's own socket, never a path the box names."""

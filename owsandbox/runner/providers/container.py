@@ -44,6 +44,8 @@ import shutil
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -602,6 +604,23 @@ class ContainerProvider(GuardedWorkspace, ExecProvider):
         except BoxError as exc:
             raise BoxError(f"{note}; it could not be made again: {exc}") from None
         self._find_cgroup()
+
+    @contextmanager
+    def stopped(self) -> Iterator[None]:
+        """The container removed (everything in it ends) while the caller works on the workspace (a
+        snapshot's restore), then a new one from the image: nothing inside writes while the host does, and
+        its /tmp and home start empty. A client reconnecting meanwhile waits, and sees a new instance."""
+        with self._lifecycle:
+            self._remove(self.container)
+            try:
+                yield
+            finally:
+                self.note_box_made()
+                self.guard = None  # the workspace the caller left is scanned again
+                self._check_image()
+                self._run_container()
+                self._start()
+                self._find_cgroup()
 
     def release(self) -> None:
         """Leave the container and its lingering daemon for a kernel that restarts with the same key
