@@ -9,6 +9,7 @@ command's own streams come filtered and counted already (`output.CellOutput`) an
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -19,16 +20,32 @@ from .budget import OutputBudget, Withheld
 from .notes import is_note, note_content
 from .terminal_text import shown_text
 
+log = logging.getLogger(__name__)
+
 KEEP_BUDGETS = 1000  # cells whose budget is remembered (a cell's %attach view sends after the cell ended)
 
 
 class Outbox:
     def __init__(self, send: Callable[[dict[str, Any], str, dict[str, Any]], None],
                  limit: Callable[[], int]) -> None:
-        self._send = send  # send(parent, msg_type, content) on IOPub
+        self._wire = send  # send(parent, msg_type, content) on IOPub
         self._limit = limit  # the output limit a new cell's budget gets
         self._budgets: OrderedDict[str, OutputBudget] = OrderedDict()
         self._lock = threading.Lock()
+        self._watchers: list[Callable[[dict[str, Any], str, dict[str, Any]], None]] = []
+
+    def watch(self, watcher: Callable[[dict[str, Any], str, dict[str, Any]], None]) -> None:
+        """`watcher(parent, msg_type, content)` is shown each message as it went out, filtered and cut
+        (a `%record`ing keeps what the notebook showed); what it raises is logged, never the cell's."""
+        self._watchers.append(watcher)
+
+    def _send(self, parent: dict[str, Any], msg_type: str, content: dict[str, Any]) -> None:
+        self._wire(parent, msg_type, content)
+        for watcher in self._watchers:
+            try:
+                watcher(parent, msg_type, content)
+            except Exception:  # noqa: BLE001 - a watcher's failure is not the cell's
+                log.exception("an outbox watcher failed")
 
     def budget(self, parent: dict[str, Any]) -> OutputBudget:
         """The budget of the cell that `parent` is the request of (new at its first output)."""
