@@ -43,6 +43,7 @@ from .magics import RunOnShell, terminal_settings
 from .outbox import Outbox
 from .output import DEFAULT_OUTPUT_LIMIT, CellOutput, Display, InputWanted, Notice, Stream
 from .placement import refuse_misplaced_cell_magic
+from .recording import Recorder, session_stem
 from .sandbox import Sandbox, SandboxUnavailable
 from .stdin import CellPrompts, StdinChannel
 from .terminal_open import terminal_open
@@ -74,6 +75,8 @@ class OwSandboxKernel(Kernel):
         self.sandbox.start_in_background()
         self.settings: dict[str, Any] = {"shell": "main", "timeout": None, "output_limit": DEFAULT_OUTPUT_LIMIT}
         self.outbox = Outbox(lambda *message: self._send_raw(*message), lambda: self.settings["output_limit"])
+        self.recorder = Recorder(lambda: self.sandbox.host_cwd, self._terminal_size, session_stem())  # %record
+        self.outbox.watch(self.recorder.saw)
         self.magics: MagicTable = all_magics()
         self._running: dict[str, str] = {}  # shell → the call id of the cell running on it
         self._running_lock = threading.Lock()
@@ -163,11 +166,42 @@ class OwSandboxKernel(Kernel):
     async def do_execute(self, code: str, silent: bool, store_history: bool = True,
                          user_expressions: dict[str, Any] | None = None, allow_stdin: bool = False) -> dict[str, Any]:
         parent = self.get_parent("shell")
+        reply: dict[str, Any] | None = None
+        said = self.recorder.first_cell_note()  # a kernelspec that records every session (OWSANDBOX_RECORD)
+        if said:
+            self._note(parent, said)
+        self.recorder.cell_started(parent, self.execution_count, code)
         try:
             reply = await self._execute(parent, code, store_history, allow_stdin)
         finally:
             self.outbox.end_cell(parent)
+            self.recorder.cell_ended(parent, reply)
         return box_text.clean("execute_reply", reply)
+
+    def _terminal_size(self) -> tuple[int, int]:
+        setup = terminal_settings(self.settings, self.settings["shell"])
+        return setup.cols, setup.rows
+
+    def run_quietly(self, shell: str, code: str) -> dict[str, Any]:
+        """Run `code` on `shell` and return its result, showing none of its output (`%%check`'s tests, whose
+        report the kernel reads): on pipes, with no prompt answered, and stopped by Stop and the cell time
+        limit as a cell is. Called from a magic's worker thread."""
+        client = self.sandbox.client
+        params: dict[str, Any] = {"shell": shell, "command": code, "cwd": self.sandbox.folder_of(shell),
+                                  "terminal": False, "stderr": "apart", "stdin": False, "output_limit": 1_000_000}
+        if self.settings["timeout"] is not None:
+            params["timeout_s"] = self.settings["timeout"]
+        call = client.start_call("shell.run", params)
+        with self._running_lock:
+            self._running[shell] = call.request_id
+        try:
+            result = client.wait(call)
+        finally:
+            with self._running_lock:
+                if self._running.get(shell) == call.request_id:
+                    del self._running[shell]
+        self.sandbox.remember_folder(shell, result.get("cwd"))
+        return result
 
     async def _execute(self, parent: dict[str, Any], code: str, store_history: bool,
                        allow_stdin: bool) -> dict[str, Any]:
@@ -341,7 +375,9 @@ class OwSandboxKernel(Kernel):
         with `shell.input` on the shell it runs on."""
 
         def ask(prompt: str, password: bool, cancelled: threading.Event) -> str | None:
-            return self.stdin.ask(prompt, password, parent, stdin.ident, cancelled)
+            value = self.stdin.ask(prompt, password, parent, stdin.ident, cancelled)
+            self.recorder.answered(parent, prompt, value, password)  # a password's answer is never kept
+            return value
 
         def send_input(params: dict[str, Any]) -> None:
             try:
@@ -466,6 +502,7 @@ class OwSandboxKernel(Kernel):
 
     async def do_shutdown(self, restart: bool) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
+        self.recorder.stop("the kernel restarted" if restart else "the kernel shut down")
         await loop.run_in_executor(None, self.attach.close)  # programs keep running; cursors are saved
         await loop.run_in_executor(None, self.sandbox.close, restart)
         return {"status": "ok", "restart": restart}
@@ -552,6 +589,18 @@ class _Context:
     @property
     def attach(self) -> AttachManager:
         return self.kernel.attach
+
+    @property
+    def sandbox(self) -> Sandbox:
+        return self.kernel.sandbox
+
+    @property
+    def recorder(self) -> Recorder:
+        return self.kernel.recorder
+
+    def run_quietly(self, shell: str, code: str) -> dict[str, Any]:
+        """`%%check`'s tests on `shell`, their output kept from the notebook (see OwSandboxKernel.run_quietly)."""
+        return self.kernel.run_quietly(shell, code)
 
     def shell_folder(self) -> str:
         return self.kernel.shell_folder(self.settings["shell"])

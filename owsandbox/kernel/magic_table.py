@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Iterator, Mapping
 
-from . import attach_magics, magics, sandbox_magics
+from . import attach_magics, magics, sandbox_magics, teaching_magics
 from .errors import UsageError
 from .magics import Magic, magic_prefix
 
@@ -52,4 +52,5 @@ class MagicTable(Mapping[tuple[str, str], Magic]):
 
 
 def all_magics() -> MagicTable:
-    return MagicTable([*magics.BUILTIN_MAGICS, *attach_magics.ATTACH_MAGICS, *sandbox_magics.SANDBOX_MAGICS])
+    return MagicTable([*magics.BUILTIN_MAGICS, *attach_magics.ATTACH_MAGICS, *sandbox_magics.SANDBOX_MAGICS,
+                       *teaching_magics.TEACHING_MAGICS])
