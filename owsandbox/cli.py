@@ -75,12 +75,19 @@ def _shell(argv: list[str]) -> int:
     return shell_main(argv)
 
 
+def _replay(argv: list[str]) -> int:
+    from .kernel.recording import replay_main
+
+    return replay_main(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {"runner": _runner, "run": _run, "install": _install, "uninstall": _uninstall, "tour": _tour,
-                "shell": _shell}
+                "shell": _shell, "replay": _replay}
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
-        print("usage: owsandbox {tour, run, shell --existing, install, uninstall, runner build|serve|attach} ...",
+        print("usage: owsandbox {tour, run, shell --existing, replay FILE.cast, install, uninstall, "
+              "runner build|serve|attach} ...",
               file=sys.stdout if not argv or argv[0] in ("-h", "--help") else sys.stderr)
         if argv and argv[0] not in ("-h", "--help"):
             print(f"owsandbox: unknown command '{argv[0]}'", file=sys.stderr)

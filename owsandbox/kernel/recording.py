@@ -418,3 +418,26 @@ def session_stem(env: dict[str, str] | None = None) -> str:
     name = (os.environ if env is None else env).get("JPY_SESSION_NAME", "")
     stem = os.path.splitext(os.path.basename(name))[0]
     return stem or "session"
+
+
+def replay_main(argv: list[str]) -> int:
+    """`owsandbox replay FILE.cast [--speed N] [--idle-limit SECONDS]`: the exit status."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="owsandbox replay", description="Play a recording (%record, asciicast "
+                                     "v2) in this terminal at its pace.")
+    parser.add_argument("file", metavar="FILE.cast")
+    parser.add_argument("--speed", type=float, default=1.0,
+                        help="how many times faster than it was recorded (2: twice as fast)")
+    parser.add_argument("--idle-limit", type=float, default=MAX_IDLE, metavar="SECONDS",
+                        help=f"the longest pause between two outputs (default {MAX_IDLE:g}; 0: as recorded)")
+    args = parser.parse_args(argv)
+    try:
+        play(args.file, sys.stdout, args.speed, args.idle_limit or None)
+    except (CastError, OSError) as exc:
+        print(f"owsandbox replay: {args.file}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0

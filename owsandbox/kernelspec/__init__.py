@@ -57,6 +57,8 @@ def kernel_dict(
     limits: list[str] | None = None,
     image: str | None = None,
     engine: str | None = None,
+    baseline: str | None = None,
+    record: str | None = None,
 ) -> dict[str, Any]:
     """The content of kernel.json.
 
@@ -75,6 +77,10 @@ def kernel_dict(
             raise ValueError(f"--engine {engine!r}: the container engine must be podman or docker")
     if image:
         kernel_env["OWSANDBOX_IMAGE"] = image
+    if baseline:
+        kernel_env["OWSANDBOX_BASELINE"] = baseline_value(baseline)
+    if record:
+        kernel_env["OWSANDBOX_RECORD"] = os.path.abspath(os.path.expanduser(record))
     if engine:
         kernel_env["OWSANDBOX_ENGINE"] = engine
     if provider:
@@ -105,6 +111,22 @@ def kernel_dict(
     return spec
 
 
+def baseline_value(given: str) -> str:
+    """`--baseline`: a folder of the lab's starting files (made absolute; it must be here) or a snapshot's name."""
+    if "/" in given or given.startswith(("~", ".")):
+        folder = os.path.realpath(os.path.expanduser(given))
+        if not os.path.isdir(folder):
+            raise ValueError(f"--baseline {given!r}: {folder} is not a folder (give a folder of the lab's starting "
+                             "files, or the name of a snapshot)")
+        return folder
+    from ..runner.snapshots import SnapshotError, check_name
+
+    try:
+        return check_name(given)
+    except SnapshotError as exc:
+        raise ValueError(f"--baseline {given!r}: {exc}") from None
+
+
 def write_kernelspec(dest: Path | str, **kw: Any) -> Path:
     """Write kernel.json (from `kernel_dict(**kw)`) and the three logos into `dest`; return `dest`."""
     dest = Path(dest)
@@ -126,6 +148,8 @@ def install(
     limits: list[str] | None = None,
     image: str | None = None,
     engine: str | None = None,
+    baseline: str | None = None,
+    record: str | None = None,
 ) -> str:
     """Install the kernelspec and return the folder it landed in.
 
@@ -148,7 +172,7 @@ def install(
     with tempfile.TemporaryDirectory(prefix="owsandbox-kernelspec-") as tmp:
         staged = write_kernelspec(
             Path(tmp) / name, provider=provider, env=env, display_name=display_name, executable=sys.executable,
-            limits=limits, image=image, engine=engine,
+            limits=limits, image=image, engine=engine, baseline=baseline, record=record,
         )
         return KernelSpecManager().install_kernel_spec(str(staged), name, user=user, prefix=prefix)
 
@@ -223,6 +247,12 @@ def _parser() -> argparse.ArgumentParser:
                            "implies --provider container)")
     inst.add_argument("--engine", default=None, choices=("podman", "docker"),
                       help="the container engine (sets OWSANDBOX_ENGINE; default: podman, else docker, on PATH)")
+    inst.add_argument("--baseline", default=None, metavar="DIR|NAME",
+                      help="what %%snapshot restore --baseline returns the workspace to: a folder of the lab's "
+                           "starting files, or a snapshot's name (sets OWSANDBOX_BASELINE)")
+    inst.add_argument("--record", default=None, metavar="DIR",
+                      help="record every session as an asciicast file in DIR, a folder outside the students' "
+                           "workspaces (sets OWSANDBOX_RECORD)")
 
     uninst = commands.add_parser("uninstall", help="remove an installed kernelspec",
                                  description="Remove an installed owsandbox kernelspec.")
@@ -245,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         dest = install(user=args.user, prefix=args.prefix, sys_prefix=args.sys_prefix, name=args.name,
                        display_name=args.display_name, provider=args.provider, env=dict(args.env),
-                       limits=args.limit, image=args.image, engine=args.engine)
+                       limits=args.limit, image=args.image, engine=args.engine, baseline=args.baseline,
+                       record=args.record)
     except ValueError as e:
         print(f"owsandbox install: error: {e}", file=sys.stderr)
         return 2
