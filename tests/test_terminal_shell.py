@@ -330,3 +330,27 @@ def test_no_terminal_for_a_kernel_that_is_not_there(runtime: Path, kernel: objec
                        env={**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime)}, timeout=30)
     output, status = done
     assert status == 1 and f"no sandbox state for {stray.stem}" in output, output
+
+
+# -- what a terminal user expects in the notebook's own shells too --------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_the_notebooks_shells_colour_ls_and_grep_on_a_terminal_and_keep_the_bytes_on_pipes(kernel: object) -> None:
+    shown = kernel.run("alias; ls -d /; echo sandbox | grep box")  # type: ignore[attr-defined]
+    text = shown.text()
+    assert "alias ls='ls --color=auto'" in text and "alias grep='grep --color=auto'" in text
+    assert re.search(r"\x1b\[[0-9;]*m/\x1b\[0m", text), repr(text)  # the folder in its LS_COLORS colour
+    assert re.search(r"sand\x1b\[[0-9;]*m(\x1b\[K)?box", text), repr(text)  # grep's match
+    assert kernel.run("%terminal off").status == "ok"  # type: ignore[attr-defined]
+    try:
+        assert kernel.run("ls -d /").text() == "/\n"  # type: ignore[attr-defined]
+    finally:
+        kernel.run("%terminal on")  # type: ignore[attr-defined]
+
+
+@pytest.mark.timeout(60)
+def test_shift_tab_shows_what_man_f_says(kernel: object) -> None:
+    reply = kernel.kc.inspect("ls", 2, reply=True, timeout=30)["content"]  # type: ignore[attr-defined]
+    assert reply["found"], reply
+    assert "list directory contents" in reply["data"]["text/plain"], reply
