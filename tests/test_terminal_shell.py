@@ -35,7 +35,7 @@ from owsandbox.terminal import locate
 from owsandbox.terminal.boxshell import shell_command
 from owsandbox.terminal.launch import LAB_TERMINALS_ENV, kernel_of_lab_terminal, lab_terminal_name
 
-from .conftest import DEFAULT_KERNEL_NAME, require_bwrap
+from .conftest import DEFAULT_KERNEL_NAME, KERNEL_NAME, require_bwrap
 from .waiting import wait_until
 
 START_SECONDS = 30
@@ -320,6 +320,34 @@ def test_a_terminal_that_hangs_up_leaves_nothing_either(kernel: object, runtime:
         term.close()
     wait_until(lambda: sessions(kernel) == [], 10, "the session to be deleted")
     assert box_processes(kernel, "^sleep 1301$") == "none"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_local_kernels_terminal_ends_and_says_why_when_the_kernel_shuts_down(tmp_path: Path) -> None:
+    from .kernel_session import KernelSession
+
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    session = KernelSession(workspace, kernel_name=KERNEL_NAME,
+                            connection_file=str(runtime / f"kernel-{uuid.uuid4()}.json"))
+    term: Terminal | None = None
+    try:
+        assert session.run("echo ready").status == "ok"  # the sandbox is up
+        term = Terminal(runtime, [*SHELL, "--existing"], transcript=tmp_path / "terminal-transcript.txt")
+        term.ready()
+        assert str(workspace) in term.run("pwd")  # the local provider: the kernel's folder on this machine
+        session.close()
+        term.child.expect(pexpect.EOF, timeout=30)
+        assert "the kernel's sandbox has ended" in plain(term.child.before)
+        term.child.close()
+        assert term.child.exitstatus == 255
+    finally:
+        if term is not None:
+            term.close()
+        session.close()
 
 
 @pytest.mark.slow

@@ -46,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     except (TerminalError, NotATerminal) as exc:
         print(f"owsandbox shell: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # a SIGINT from elsewhere: keys never make one in raw mode
+        print("owsandbox shell: interrupted; the terminal's session is deleted", file=sys.stderr)
+        return 130
     if outcome.problem:
         print(f"owsandbox shell: {outcome.problem}", file=sys.stderr)
     return outcome.exit_code

@@ -31,7 +31,10 @@ def raw_mode(fd: int) -> Iterator[None]:
     try:
         yield
     finally:
-        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+        try:
+            termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+        except termios.error:
+            pass  # the terminal has hung up: there is nothing left to put back
 
 
 def window_size(fd: int) -> tuple[int, int]:

@@ -28,7 +28,7 @@ from websockets.exceptions import ConnectionClosed
 
 from ..channel.control import ExecdControl, session_path
 from ..channel.endpoint import ExecdEndpoint
-from ..channel.errors import ExecdError
+from ..channel.errors import ExecdError, ExecdUnreachable
 from ..channel.execdws import (
     KEEPALIVE_SECONDS,
     REPLAY,
@@ -92,15 +92,14 @@ class TerminalSession:
             raise TerminalError(f"the sandbox did not open a terminal: {exc}") from exc
         try:
             with raw_mode(self.stdin_fd):
-                ws = self._open()
-                try:
-                    self._pump(ws)
-                finally:
-                    ws.close_socket()
+                self._pump(self._open())
         finally:
             self._delete()
-        if self._exit_code is not None:
-            return Outcome(self._exit_code if self._exit_code >= 0 else LOST_CONNECTION, self._problem)
+        if self._exit_code is not None and self._exit_code >= 0:
+            return Outcome(self._exit_code, self._problem)
+        if self._exit_code is not None:  # execd's -1: a signal ended the shell
+            return Outcome(LOST_CONNECTION, self._problem or "the shell was killed: the kernel's sandbox has ended, "
+                                                             "or something in it ended the shell")
         return Outcome(LOST_CONNECTION, self._problem or "the connection to the sandbox closed before the shell "
                                                           "ended: the kernel's sandbox has ended, or is restarting")
 
@@ -120,6 +119,8 @@ class TerminalSession:
             return
         try:
             self._control.delete(self.session_id)
+        except ExecdUnreachable:
+            pass  # the sandbox is gone, and the session's processes with it
         except ExecdError as exc:
             self._problem = self._problem or f"the terminal's session {self.session_id} could not be deleted: {exc}"
 
@@ -135,7 +136,8 @@ class TerminalSession:
                 output.start()
                 self._send_input(ws, wake_r)
         finally:
-            output.join(1.0)
+            ws.close_socket()  # ends the output thread's wait, if the input side ended first
+            output.join(2.0)
             os.close(wake_r)
             os.close(wake_w)
 
