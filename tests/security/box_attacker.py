@@ -11,6 +11,8 @@ Steps (one JSON object a line; one JSON answer a line):
     {"network": true|false}         turn the running box's outbound network on or off (%network): said
     {"state": true}                 the host-side facts: state folder, init pid, its pid namespace
     {"restart": true}               kill and restart the daemon as a sandbox restart does
+    {"snapshot": {"action": A, "name": N}}  save, restore (the box stopped around it) or drop a snapshot of
+                                    the workspace, as %snapshot does: the report, and the store's folder
     {"host": "COMMAND"}             run a command on the host, as this script's user and in its session
                                     (its keyrings): exit_code, output
     {"close": true}                 end the sandbox, then this script
@@ -63,6 +65,9 @@ def main() -> int:
             elif "host" in step:
                 done = subprocess.run(["bash", "-c", step["host"]], capture_output=True, text=True, timeout=60)
                 answer = {"exit_code": done.returncode, "output": done.stdout + done.stderr}
+            elif "snapshot" in step:
+                assert workspace is not None
+                answer = snapshot_step(workspace.provider, step["snapshot"])
             elif "restart" in step:
                 assert workspace is not None
                 workspace.provider.restart_daemon()
@@ -78,6 +83,22 @@ def main() -> int:
     if workspace is not None:
         workspace.close()
     return 0
+
+
+def snapshot_step(provider: object, step: dict) -> dict:
+    from dataclasses import asdict
+
+    from owsandbox.runner.sandbox_snapshots import SandboxSnapshots
+
+    snapshots = SandboxSnapshots(provider)
+    action = step["action"]
+    if action == "save":
+        report = asdict(snapshots.save(step["name"]))
+    elif action == "restore":
+        report = asdict(snapshots.restore(step["name"]))
+    else:
+        report = {"freed": snapshots.drop(step["name"])}
+    return {**report, "store": str(snapshots.store.folder)}
 
 
 if __name__ == "__main__":
