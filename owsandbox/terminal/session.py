@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection
 
 from ..channel.control import ExecdControl, session_path
 from ..channel.endpoint import ExecdEndpoint
@@ -105,7 +106,7 @@ class TerminalSession:
 
     # -- opening and closing ----------------------------------------------------------------
 
-    def _open(self):  # type: ignore[no-untyped-def]
+    def _open(self) -> ClientConnection:
         assert self.session_id is not None
         try:
             return open_sync(self.endpoint, session_path(self.session_id, "/ws"), {"pty": "1"},
@@ -126,7 +127,7 @@ class TerminalSession:
 
     # -- the two directions -----------------------------------------------------------------
 
-    def _pump(self, ws) -> None:  # type: ignore[no-untyped-def]
+    def _pump(self, ws: ClientConnection) -> None:
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_r, False)
         os.set_blocking(wake_w, False)
@@ -141,7 +142,7 @@ class TerminalSession:
             os.close(wake_r)
             os.close(wake_w)
 
-    def _send_input(self, ws, wake_r: int) -> None:  # type: ignore[no-untyped-def]
+    def _send_input(self, ws: ClientConnection, wake_r: int) -> None:
         """Keys to the box, window changes as resizes, until the output side ends or the user's terminal goes."""
         with selectors.DefaultSelector() as selector:
             selector.register(self.stdin_fd, selectors.EVENT_READ, "keys")
@@ -164,7 +165,7 @@ class TerminalSession:
                     except ConnectionClosed:
                         return  # the output side says why
 
-    def _on_wake(self, ws, wake_r: int) -> bool:  # type: ignore[no-untyped-def]
+    def _on_wake(self, ws: ClientConnection, wake_r: int) -> bool:
         """Handle what woke the input side; False once the terminal is to end."""
         try:
             woken = os.read(wake_r, 256)
@@ -184,7 +185,7 @@ class TerminalSession:
                     return False
         return True
 
-    def _show_output(self, ws, wake_w: int) -> None:  # type: ignore[no-untyped-def]
+    def _show_output(self, ws: ClientConnection, wake_w: int) -> None:
         """What the box's terminal writes, to the user's terminal as it is; the shell's exit status."""
         try:
             for message in ws:
