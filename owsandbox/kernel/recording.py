@@ -144,42 +144,65 @@ def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
-def _nearest_real(path: str) -> str:
-    """`path` with its existing part resolved (links in it followed), for telling where it really is."""
-    head, tail = path, ""
-    while head and not os.path.lexists(head):
-        head, name = os.path.split(head)
-        tail = os.path.join(name, tail) if tail else name
-    return os.path.join(os.path.realpath(head or "/"), tail) if tail else os.path.realpath(head or "/")
-
-
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+MAX_LINKS = 40  # links followed on the way to a recording, as the system's own limit
+
+
+def locate(path: str, workspace: str | None) -> tuple[str, list[str] | None]:
+    """Where `path` (absolute) leads: (the real path, None) when it stays outside the workspace, or (the
+    workspace, the names below it) as soon as it enters it. Links are followed only outside the
+    workspace, where the box cannot make them; inside, the names are walked without following any."""
+    current, pending, hops = "/", [part for part in path.split("/") if part], 0
+    while pending:
+        if workspace and _inside(current, workspace):
+            break
+        part = pending.pop(0)
+        if part in (".", ".."):
+            current = os.path.dirname(current) if part == ".." else current
+            continue
+        step = os.path.join(current, part)
+        if os.path.islink(step):
+            hops += 1
+            if hops > MAX_LINKS:
+                raise OSError(errno.ELOOP, "too many links on the way")
+            target = os.readlink(step)
+            current = "/" if target.startswith("/") else current
+            pending = [p for p in target.split("/") if p] + pending
+            continue
+        current = step
+    if workspace and _inside(current, workspace):
+        below = os.path.relpath(current, workspace).split("/") if current != workspace else []
+        return workspace, [part for part in below if part != "."] + pending
+    return current, None
 
 
 def open_new(path: Path, workspace: str | None) -> tuple[int, bool]:
     """A new file at `path`, for the host to write; (its descriptor, whether it is in the workspace).
-    Never an existing file. Inside the workspace, each folder is opened (or made) from its parent's
-    descriptor without following a link, so a link the box planted leads nowhere."""
-    target = _nearest_real(os.path.abspath(path))
-    if workspace and _inside(target, workspace):
-        fd = os.open(workspace, _DIR)
-        try:
-            for part in os.path.relpath(os.path.dirname(target), workspace).split("/"):
-                if part in ("", "."):
-                    continue
-                try:
-                    os.mkdir(part, 0o755, dir_fd=fd)
-                except FileExistsError:
-                    pass
-                child = os.open(part, _DIR, dir_fd=fd)
-                os.close(fd)
-                fd = child
-            return os.open(os.path.basename(target), _NEW_FILE, 0o644, dir_fd=fd), True
-        finally:
+    Never an existing file (a link, a FIFO, another name of a file). In the workspace, each folder is
+    opened (or made) from its parent's descriptor without following a link, so a link the box planted
+    leads nowhere."""
+    real, below = locate(os.path.abspath(path), workspace)
+    if below is None:
+        os.makedirs(os.path.dirname(real), mode=0o755, exist_ok=True)
+        return os.open(real, _NEW_FILE, 0o644), False
+    if not below or ".." in below:
+        raise OSError(errno.EINVAL, "not a file name in the workspace")
+    fd = os.open(real, _DIR)
+    try:
+        for part in below[:-1]:
+            if part == ".":
+                continue
+            try:
+                os.mkdir(part, 0o755, dir_fd=fd)
+            except FileExistsError:
+                pass
+            child = os.open(part, _DIR, dir_fd=fd)
             os.close(fd)
-    os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
-    return os.open(target, _NEW_FILE, 0o644), False
+            fd = child
+        return os.open(below[-1], _NEW_FILE, 0o644, dir_fd=fd), True
+    finally:
+        os.close(fd)
 
 
 def where(path: Path, in_workspace: bool) -> str:
@@ -247,9 +270,9 @@ class Recorder:
                 raise RecordingError(f"{chosen} exists, and a recording never writes over a file: choose another "
                                      "name, or remove it first") from None
             except OSError as exc:
-                if exc.errno == errno.ELOOP:
-                    raise RecordingError(f"a folder on the way to {chosen} is a link in the workspace: nothing is "
-                                         "written through it") from None
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise RecordingError(f"a folder on the way to {chosen} is a link (or a file) in the workspace: "
+                                         "nothing is written through it") from None
                 raise RecordingError(f"cannot record to {chosen}: {exc.strerror or exc}") from None
             width, height = self._size()
             self._transcript = Transcript(width, height, self._clock, self._wall(), title=self._stem)
