@@ -349,6 +349,10 @@ def test_the_store_is_never_where_a_box_could_see_it(tmp_path, monkeypatch):
     monkeypatch.setenv("OWSANDBOX_SNAPSHOT_DIR", str(workspace / ".snapshots"))
     with pytest.raises(SnapshotError, match="OWSANDBOX_SNAPSHOT_DIR to a folder outside it"):
         store_root(str(workspace))
+    (tmp_path / "shortcut").symlink_to(workspace)  # the user's own link into the workspace
+    monkeypatch.setenv("OWSANDBOX_SNAPSHOT_DIR", str(tmp_path / "shortcut" / "store"))
+    with pytest.raises(SnapshotError, match="would be inside the workspace"):
+        store_root(str(workspace))
     monkeypatch.setenv("OWSANDBOX_SNAPSHOT_DIR", str(tmp_path / "mine"))
     folder = store_root(str(workspace))
     assert folder.parent == tmp_path / "mine" and stat.S_IMODE(folder.stat().st_mode) == 0o700

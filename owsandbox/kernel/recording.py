@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..runner.hostpaths import locate
 from .notes import is_note
 from .terminal_text import shown_text
 
@@ -146,37 +147,6 @@ def _inside(path: str, folder: str) -> bool:
 
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-MAX_LINKS = 40  # links followed on the way to a recording, as the system's own limit
-
-
-def locate(path: str, workspace: str | None) -> tuple[str, list[str] | None]:
-    """Where `path` (absolute) leads: (the real path, None) when it stays outside the workspace, or (the
-    workspace, the names below it) as soon as it enters it. Links are followed only outside the
-    workspace, where the box cannot make them; inside, the names are walked without following any."""
-    current, pending, hops = "/", [part for part in path.split("/") if part], 0
-    while pending:
-        if workspace and _inside(current, workspace):
-            break
-        part = pending.pop(0)
-        if part in (".", ".."):
-            current = os.path.dirname(current) if part == ".." else current
-            continue
-        step = os.path.join(current, part)
-        if os.path.islink(step):
-            hops += 1
-            if hops > MAX_LINKS:
-                raise OSError(errno.ELOOP, "too many links on the way")
-            target = os.readlink(step)
-            current = "/" if target.startswith("/") else current
-            pending = [p for p in target.split("/") if p] + pending
-            continue
-        current = step
-    if workspace and _inside(current, workspace):
-        below = os.path.relpath(current, workspace).split("/") if current != workspace else []
-        return workspace, [part for part in below if part != "."] + pending
-    return current, None
-
-
 def open_new(path: Path, workspace: str | None) -> tuple[int, bool]:
     """A new file at `path`, for the host to write; (its descriptor, whether it is in the workspace).
     Never an existing file (a link, a FIFO, another name of a file). In the workspace, each folder is

@@ -20,6 +20,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
+from .hostpaths import locate
 from .snapshots import BASELINE, RestoreReport, SaveReport, Scope, SnapshotError, SnapshotInfo, SnapshotStore
 
 BASELINE_ENV = "OWSANDBOX_BASELINE"
@@ -97,10 +98,10 @@ class SandboxSnapshots:
                                 f"snapshot), which sets {BASELINE_ENV}")
         if not setting.startswith("/"):
             return self.restore(setting)
-        folder = os.path.realpath(setting)
         workspace = self.target.workspace
-        if folder == workspace or folder.startswith(workspace.rstrip("/") + "/"):
-            raise SnapshotError(f"the baseline folder {folder} is inside the workspace, where the box can change it: "
+        folder, below = locate(os.path.abspath(setting), workspace)
+        if below is not None:
+            raise SnapshotError(f"the baseline folder {setting} is inside the workspace, where the box can change it: "
                                 "keep a course's starting files outside the students' workspaces")
         if not os.path.isdir(folder):
             raise SnapshotError(f"the baseline folder {folder} ({BASELINE_ENV}) is not a folder here")

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .hostpaths import locate
 from .limits import human_size, parse_size
 from .privatedir import UnsafeFolder, private_folder
 
@@ -117,9 +118,13 @@ def store_root(workspace: str, env: dict[str, str] | None = None) -> Path:
     workspace = os.path.realpath(workspace)
     configured = env.get(STORE_ENV, "").strip()
     if configured:
-        base = Path(os.path.realpath(os.path.expanduser(configured)))
         if not configured.startswith(("/", "~")):
             raise SnapshotError(f"{STORE_ENV}={configured!r} must be an absolute path")
+        real, below = locate(os.path.abspath(os.path.expanduser(configured)), workspace)
+        if below is not None:
+            raise SnapshotError(f"the snapshot store {configured} would be inside the workspace {workspace}, where "
+                                f"the box could reach it: set {STORE_ENV} to a folder outside it")
+        base = Path(real)
         base.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     else:
         from .providers.local import runtime_root  # the providers import this module's users, not it
