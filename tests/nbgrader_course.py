@@ -102,22 +102,22 @@ def chown_tree(path: Path, owner: pwd.struct_passwd) -> None:
             os.lchown(os.path.join(root, name), owner.pw_uid, owner.pw_gid)
 
 
-def make_course(folder: Path, grader: Grader, secret: str) -> Path:
+def make_course(folder: Path, grader: Grader, secret: str, assignment: str = ASSIGNMENT) -> Path:
     """A course folder with the lesson released (`nbgrader generate_assignment`) and the students in
     its gradebook; the grader's copy of the solutions and config carry the secret."""
     course = folder
     (course / "source").mkdir(parents=True)
     config = (HERE / "nbgrader_config.py").read_text()
     (course / "nbgrader_config.py").write_text(f"{config}\n# grader's own note: {secret}-config\n")
-    shutil.copytree(HERE / "source" / ASSIGNMENT, course / "source" / ASSIGNMENT)
-    source = course / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    shutil.copytree(HERE / "source" / assignment, course / "source" / assignment)
+    source = course / "source" / assignment / f"{assignment}.ipynb"
     notebook = nbformat.read(source, as_version=4)
     for cell in notebook.cells:
         cell.source = cell.source.replace("### BEGIN SOLUTION\n", f"### BEGIN SOLUTION\n# grader: {secret}-solution\n")
     nbformat.write(notebook, source)
     if grader.user is not None:
         chown_tree(course, pwd.getpwnam(grader.user))
-    done = grader.run(course, "generate_assignment", ASSIGNMENT)
+    done = grader.run(course, "generate_assignment", assignment)
     if done.returncode != 0:
         raise RuntimeError(f"nbgrader generate_assignment failed:\n{done.stderr}")
     add_students(course, grader, secret)
@@ -138,21 +138,22 @@ def add_students(course: Path, grader: Grader, secret: str) -> None:
 
 # -- submissions -------------------------------------------------------------------------------
 
-def answer(course: Path, grade_id: str) -> str:
+def answer(course: Path, grade_id: str, assignment: str = ASSIGNMENT) -> str:
     """The source's answer for one cell, without the solution markers (and without the grader's note)."""
-    notebook = nbformat.read(course / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
+    notebook = nbformat.read(course / "source" / assignment / f"{assignment}.ipynb", as_version=4)
     cell = next(c for c in notebook.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
     return "\n".join(line for line in cell.source.splitlines()
                      if "SOLUTION" not in line and not line.startswith("# grader: "))
 
 
-def correct_answers(course: Path) -> dict[str, str]:
-    return {grade_id: answer(course, grade_id) for grade_id in ("files_answer", "pipeline_answer", "status_answer")}
+def correct_answers(course: Path, assignment: str = ASSIGNMENT) -> dict[str, str]:
+    return {grade_id: answer(course, grade_id, assignment)
+            for grade_id in ("files_answer", "pipeline_answer", "status_answer")}
 
 
-def wrong_answers(course: Path) -> dict[str, str]:
+def wrong_answers(course: Path, assignment: str = ASSIGNMENT) -> dict[str, str]:
     """Question 1 right; the pipeline forgets to sort by count; the function matches parts of lines."""
-    return {"files_answer": answer(course, "files_answer"),
+    return {"files_answer": answer(course, "files_answer", assignment),
             "pipeline_answer": "top=$(sort data/fruit.txt | uniq -c | head -n 1 | awk '{print $2}')\n"
                                'echo "the most common fruit: $top"',
             "status_answer": 'has_fruit() {\n    grep -q -- "$1" data/fruit.txt\n}'}
@@ -209,10 +210,10 @@ setsid bash -c 'exec -a owsbx-left-{self.token} sleep 600' > /dev/null 2>&1 &
 
 
 def submit(course: Path, student: str, answers: dict[str, str], before: dict[str, str] | None = None,
-           kernel: dict[str, str] | None = None, owner: str | None = None) -> Path:
+           kernel: dict[str, str] | None = None, owner: str | None = None, assignment: str = ASSIGNMENT) -> Path:
     """The released notebook with `answers` in its answer cells (by grade_id) and the cells of
     `before` added before the answer cell they name, as `submitted/STUDENT/lesson1/lesson1.ipynb`."""
-    notebook = nbformat.read(course / "release" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
+    notebook = nbformat.read(course / "release" / assignment / f"{assignment}.ipynb", as_version=4)
     cells = []
     for cell in notebook.cells:
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
@@ -224,9 +225,9 @@ def submit(course: Path, student: str, answers: dict[str, str], before: dict[str
     notebook.cells = cells
     if kernel is not None:
         notebook.metadata["kernelspec"] = kernel
-    folder = course / "submitted" / student / ASSIGNMENT
+    folder = course / "submitted" / student / assignment
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{ASSIGNMENT}.ipynb"
+    path = folder / f"{assignment}.ipynb"
     nbformat.write(notebook, path)
     if owner is not None:
         chown_tree(course / "submitted", pwd.getpwnam(owner))
@@ -241,9 +242,9 @@ class Run:
     seconds: float
 
 
-def autograde(course: Path, grader: Grader, students: str = "*") -> Run:
+def autograde(course: Path, grader: Grader, students: str = "*", assignment: str = ASSIGNMENT) -> Run:
     """`nbgrader autograde lesson1` for the students whose names match the glob `students`."""
-    args = ["autograde", ASSIGNMENT, f"--student={students}"]
+    args = ["autograde", assignment, f"--student={students}"]
     started = time.monotonic()
     done = grader.run(course, *args)
     return Run(done, time.monotonic() - started)
@@ -257,17 +258,17 @@ def generate_feedback(course: Path, grader: Grader) -> Run:
 
 # -- reading the results -----------------------------------------------------------------------
 
-def scores(course: Path, student: str) -> dict[str, float]:
+def scores(course: Path, student: str, assignment: str = ASSIGNMENT) -> dict[str, float]:
     """The gradebook's automatic score of each test cell for the student."""
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "shell101") as gradebook:
-        submission = gradebook.find_submission_notebook(ASSIGNMENT, ASSIGNMENT, student)
+        submission = gradebook.find_submission_notebook(assignment, assignment, student)
         return {grade.name: grade.auto_score for grade in submission.grades}
 
 
-def autograded(course: Path, student: str) -> NotebookNode:
-    return nbformat.read(course / "autograded" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
+def autograded(course: Path, student: str, assignment: str = ASSIGNMENT) -> NotebookNode:
+    return nbformat.read(course / "autograded" / student / assignment / f"{assignment}.ipynb", as_version=4)
 
 
 def gradebook_rows(course: Path, leave_out: str | None = None) -> dict[str, set[tuple[object, ...]]]:
