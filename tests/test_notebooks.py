@@ -189,12 +189,17 @@ def test_tour_files_search_and_a_picture(tour):
 
 def test_teaching_files_and_folders(teaching):
     nb, folder = teaching
+
+    def plain(source: str) -> str:
+        """What a cell printed, without the colours ls has at a login."""
+        return re.sub(r"\x1b\[[0-9;]*m", "", text(cell(nb, source)))
+
     first = next(c for c in nb.cells if c.cell_type == "code")
     assert first.source == "pwd" and text(first) == f"{folder}\n"
-    assert text(cell(nb, "mkdir -p shell-lesson")) == f"{folder}/shell-lesson\n.  ..\n"  # ls on a terminal: columns
-    assert text(cell(nb, 'echo "Hello, shell!"')) == "hello.txt\nHello, shell!\n"
+    assert plain("mkdir -p shell-lesson") == f"{folder}/shell-lesson\n.  ..\n"  # ls on a terminal: columns
+    assert plain('echo "Hello, shell!"') == "hello.txt\nHello, shell!\n"
     assert text(cell(nb, 'echo "A second line."')) == "Hello, shell!\nA second line.\n---\nStart over.\n"
-    assert text(cell(nb, "mkdir -p notes/week1")) == (
+    assert plain("mkdir -p notes/week1") == (
         f"notes:\nweek1\n\nnotes/week1:\ntip.txt\n{folder}/shell-lesson/notes/week1\n{folder}/shell-lesson\n")
 
 
@@ -236,7 +241,8 @@ def test_teaching_exit_statuses_and_the_failing_cell(teaching):
     assert text(cell(nb, "true\n")) == "true gives 0\nfalse gives 1\n"
     assert text(cell(nb, "grep -q apple")) == (
         "words.txt mentions apple\nwords.txt has no mango\nhello.txt is backed up\n")
-    assert_errors_only_where_tagged(nb, {"cat no-such-file.txt": "ExitStatus"})
+    unanswered = '%%check --hint "not yet: end your pipeline with > answer.txt, run it, then run this check again"'
+    assert_errors_only_where_tagged(nb, {"cat no-such-file.txt": "ExitStatus", unanswered: "CheckFailed"})
     failed = cell(nb, "cat no-such-file.txt")
     assert "No such file or directory" in text(failed, "stderr")
     error = next(o for o in failed.outputs if o["output_type"] == "error")
@@ -258,10 +264,17 @@ def test_teaching_set_e_stops_the_script_not_the_shell(teaching):
     assert text(cell(nb, "%stderr apart", exact=True)) == "shell 'main': stderr apart\n"
 
 
-def test_teaching_exercise_answer_and_tidy_up(teaching):
+def test_teaching_exercise_answer_its_checks_and_tidy_up(teaching):
     nb, folder = teaching
     assert cell(nb, "# Your turn").outputs == []
+    unanswered = cell(nb, "%%check --hint")
+    assert text(unanswered) == ("✗ not yet: end your pipeline with > answer.txt, run it, then run this check "
+                                "again\n")  # three failing tests, one hint
+    assert [(o["ename"], o["evalue"]) for o in unanswered.outputs if o["output_type"] == "error"] == [
+        ("CheckFailed", "3 of 3 checks failed")]
     assert text(cell(nb, "tr -s")).split() == ["4", "the"]
+    answered = cell(nb, "%%check\n")
+    assert text(answered) == "✓ 3 checks passed\n" and text(answered, "stderr") == ""
     assert text(cell(nb, "cd ..\nrm -r shell-lesson")) == "shell-lesson is gone; well done!\n"
     assert sorted(p.name for p in folder.iterdir()) == ["teaching.ipynb"]
 
