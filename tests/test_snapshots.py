@@ -378,3 +378,15 @@ def test_a_save_killed_half_way_is_tidied_by_the_next(place):
     store.save("t", str(place["ws"]))
     assert sorted(os.listdir(place["store"] / "snapshots")) == ["s", "t"]
     assert ".in-dead" not in os.listdir(place["store"] / "objects")
+
+
+@pytest.mark.unit
+def test_a_save_right_after_a_restore_reads_none_of_what_it_wrote(place):
+    """The restore knows what it wrote (nothing else writes meanwhile), so the next save reads none of it."""
+    workspace = place["ws"]
+    (workspace / "a.bin").write_bytes(os.urandom(MB))
+    store = SnapshotStore(place["store"], limit=1 << 30)
+    store.save("s", str(workspace))
+    (workspace / "a.bin").unlink()
+    store.restore("s", str(workspace))
+    assert store.save("t", str(workspace)).read_bytes == 0

@@ -718,7 +718,8 @@ class SnapshotStore:
 
     def restore(self, name: str, root: str, scope: Scope | None = None) -> RestoreReport:
         """Make the tree at `root` what snapshot `name` saved: what was added since removed, what changed or
-        was deleted written back (with modes and links), never writing where `scope` says the box cannot."""
+        was deleted written back (with modes and links), never writing where `scope` says the box cannot.
+        Nothing else may write in `root` meanwhile: the caller stops the box (sandbox_snapshots.py)."""
         started = time.monotonic()
         check_name(name)
         scope = scope or Scope()
@@ -1133,10 +1134,11 @@ class _Restorer:
             os.rename(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
 
     def _remember(self, parent: int, name: str, entry: Entry) -> None:
-        """The file's stat as it is now, for the next save or restore (not while its ctime is still fresh)."""
+        """The file's stat as it is now, for the next save or restore. A file just written is remembered
+        too, unlike in a save: nothing else writes while a restore runs (the caller stops the box), and a
+        write after it, which starting a new box comes long before, gets a later ctime."""
         try:
             info = os.stat(name, dir_fd=parent, follow_symlinks=False)
         except OSError:
             return
-        if time.time() - info.st_ctime_ns / 1e9 > RACY_SECONDS:
-            self.fresh[entry.rel] = [info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns, entry.sha]
+        self.fresh[entry.rel] = [info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns, entry.sha]
