@@ -269,7 +269,7 @@ def test_vi_less_and_git_add_p_draw_and_quit(terminal: Terminal) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_ctrl_c_stops_a_sleep_and_ctrl_z_stops_a_job(terminal: Terminal) -> None:
+def test_ctrl_c_stops_a_sleep_ctrl_z_stops_a_job_and_ctrl_d_leaves(terminal: Terminal) -> None:
     terminal.child.sendline("sleep 60")
     time.sleep(0.3)
     pressed = time.monotonic()
@@ -283,7 +283,11 @@ def test_ctrl_c_stops_a_sleep_and_ctrl_z_stops_a_job(terminal: Terminal) -> None
     terminal.child.expect("Stopped")
     terminal.child.expect(PROMPT)
     assert "sleep 61" in terminal.run("jobs")
-    terminal.run("kill %1")
+    terminal.run("kill %1; wait")
+    terminal.child.sendcontrol("d")  # end of input on an empty line: the shell leaves, as in any terminal
+    terminal.child.expect(pexpect.EOF)
+    terminal.child.close()
+    assert terminal.child.exitstatus == 0
 
 
 @pytest.mark.slow
