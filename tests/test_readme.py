@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TEST_ONLY = ("pytest", "playwright", "nbgrader", "jupyterhub", "papermill", "jupyter-kernel-gateway",
-             "jupyter_kernel_test", "opensandbox", "hypothesis")  # (pexpect comes with IPython)
+             "jupyter_kernel_test", "opensandbox", "hypothesis", "asciinema")  # (pexpect comes with IPython)
 
 
 def quick_start() -> list[str]:

@@ -232,3 +232,13 @@ def test_a_session_is_recorded_and_replays_in_a_terminal(tmp_path):
     finally:
         child.close(force=True)
     assert child.exitstatus == 0
+    pytest.importorskip("asciinema")  # asciinema's own player reads the file as well
+    player = pexpect.spawn(sys.executable, ["-m", "asciinema", "play", "--speed", "20", str(path)],
+                           encoding="utf-8", timeout=30, dimensions=(50, 120))
+    try:
+        player.expect_exact("Your name? Ada")
+        player.expect_exact("hello Ada, 19 characters")
+        player.expect(pexpect.EOF)
+    finally:
+        player.close(force=True)
+    assert player.exitstatus == 0
