@@ -242,3 +242,15 @@ def test_a_session_is_recorded_and_replays_in_a_terminal(tmp_path):
     finally:
         player.close(force=True)
     assert player.exitstatus == 0
+
+
+@pytest.mark.unit
+def test_a_courses_folder_is_each_students_own():
+    from owsandbox.kernel.recording import default_folder
+    from owsandbox.kernelspec import kernel_dict
+
+    assert kernel_dict(record="/srv/course/recordings/$USER")["env"]["OWSANDBOX_RECORD"] == \
+        "/srv/course/recordings/$USER"  # expanded by each student's kernel, not at install
+    env = {"OWSANDBOX_RECORD": "/srv/course/recordings/$USER", "USER": "ada"}
+    assert str(default_folder(env)) == "/srv/course/recordings/ada"
+    assert str(default_folder({"XDG_DATA_HOME": "/home/ada/.data"})) == "/home/ada/.data/owsandbox/recordings"

@@ -130,8 +130,10 @@ def text_of(msg_type: str, content: dict[str, Any]) -> tuple[str, bool] | None:
 def default_folder(env: dict[str, str] | None = None) -> Path:
     """The course's folder (OWSANDBOX_RECORD), else this user's data folder."""
     env = os.environ if env is None else env
-    if env.get(RECORD_ENV, "").strip():
-        return Path(os.path.expanduser(env[RECORD_ENV].strip()))
+    if env.get(RECORD_ENV, "").strip():  # `~` and `$USER` are the student's, as the kernel runs
+        text = re.sub(r"\$(?:\{(\w+)\}|(\w+))", lambda m: env.get(m.group(1) or m.group(2), m.group(0)),
+                      env[RECORD_ENV].strip())
+        return Path(os.path.expanduser(text))
     data = env.get("XDG_DATA_HOME", "").strip() or os.path.join(os.path.expanduser("~"), ".local", "share")
     return Path(data) / "owsandbox" / "recordings"
 

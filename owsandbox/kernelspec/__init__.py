@@ -79,8 +79,8 @@ def kernel_dict(
         kernel_env["OWSANDBOX_IMAGE"] = image
     if baseline:
         kernel_env["OWSANDBOX_BASELINE"] = baseline_value(baseline)
-    if record:
-        kernel_env["OWSANDBOX_RECORD"] = os.path.abspath(os.path.expanduser(record))
+    if record:  # `~` and `$USER` are left for the kernel: each student's own
+        kernel_env["OWSANDBOX_RECORD"] = record if record.startswith("~") or "$" in record else os.path.abspath(record)
     if engine:
         kernel_env["OWSANDBOX_ENGINE"] = engine
     if provider:
@@ -252,7 +252,7 @@ def _parser() -> argparse.ArgumentParser:
                            "starting files, or a snapshot's name (sets OWSANDBOX_BASELINE)")
     inst.add_argument("--record", default=None, metavar="DIR",
                       help="record every session as an asciicast file in DIR, a folder outside the students' "
-                           "workspaces (sets OWSANDBOX_RECORD)")
+                           "workspaces; ~ and $USER are each user's (sets OWSANDBOX_RECORD)")
 
     uninst = commands.add_parser("uninstall", help="remove an installed kernelspec",
                                  description="Remove an installed owsandbox kernelspec.")
