@@ -170,7 +170,8 @@ class OwSandboxKernel(Kernel):
         said = self.recorder.first_cell_note()  # a kernelspec that records every session (OWSANDBOX_RECORD)
         if said:
             self._note(parent, said)
-        self.recorder.cell_started(parent, self.execution_count, code)
+        if not silent:  # a client's own silent requests are not the session's cells
+            self.recorder.cell_started(parent, self.execution_count, code)
         try:
             reply = await self._execute(parent, code, store_history, allow_stdin)
         finally:
