@@ -390,3 +390,19 @@ def test_a_save_right_after_a_restore_reads_none_of_what_it_wrote(place):
     (workspace / "a.bin").unlink()
     store.restore("s", str(workspace))
     assert store.save("t", str(workspace)).read_bytes == 0
+
+
+@pytest.mark.unit
+def test_providers_without_a_box_the_host_can_stop_are_refused_by_name(tmp_path):
+    from owsandbox.runner.providers import ExecProvider, LocalProvider
+    from owsandbox.runner.providers.opensandbox import OpenSandboxProvider
+    from owsandbox.runner.sandbox_snapshots import SnapshotsRefused, target_of
+
+    for provider, why in ((LocalProvider(cwd=tmp_path), "it runs commands on this machine with your permissions"),
+                          (ExecProvider(tmp_path, prefix="ssh me@box"), "its box keeps its files where this machine "
+                                                                        "cannot reach them"),
+                          (OpenSandboxProvider(url="http://127.0.0.1:1", box_cwd="/w"), "the files are in the "
+                                                                                         "OpenSandbox sandbox")):
+        with pytest.raises(SnapshotsRefused) as refused:
+            target_of(provider)
+        assert str(refused.value).startswith(f"snapshots are not available with the {provider.name} provider: {why}")
