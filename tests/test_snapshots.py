@@ -406,3 +406,36 @@ def test_providers_without_a_box_the_host_can_stop_are_refused_by_name(tmp_path)
         with pytest.raises(SnapshotsRefused) as refused:
             target_of(provider)
         assert str(refused.value).startswith(f"snapshots are not available with the {provider.name} provider: {why}")
+
+
+@pytest.mark.unit
+def test_a_tree_of_more_entries_than_a_snapshot_takes_is_a_clear_error(place, monkeypatch):
+    from owsandbox.runner import snapshots
+
+    monkeypatch.setattr(snapshots, "MAX_ENTRIES", 50)
+    for number in range(60):
+        (place["ws"] / f"f{number}").write_text("x")
+    store = SnapshotStore(place["store"], limit=1 << 30)
+    with pytest.raises(SnapshotTooLarge, match="more than 50 files, folders and links"):
+        store.save("s", str(place["ws"]))
+    assert store.list() == []
+
+
+@pytest.mark.unit
+def test_a_box_that_makes_files_without_end_cannot_block_a_restore(place, monkeypatch):
+    """Past what a listing holds, a restore removes everything as it reads it, then puts the snapshot back."""
+    from owsandbox.runner import snapshots
+
+    workspace = place["ws"]
+    (workspace / "lab").mkdir()
+    (workspace / "lab" / "a.txt").write_text("a\n")
+    store = SnapshotStore(place["store"], limit=1 << 30)
+    scope = Scope(excluded={"keep.txt": "the guard's"})
+    (workspace / "keep.txt").write_text("not the box's\n")
+    store.save("s", str(workspace), scope)
+    expected = tree(workspace)
+    monkeypatch.setattr(snapshots, "MAX_ENTRIES", 20)
+    for number in range(40):
+        (workspace / "lab" / f"junk-{number}").write_text("junk")
+    store.restore("s", str(workspace), scope)
+    assert tree(workspace) == expected

@@ -62,6 +62,7 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 BASELINE = "@baseline"  # the kernelspec's baseline folder, taken into the store under this name
 RACY_SECONDS = 2.0  # a file changed this recently may share its ctime with a later change: hashed again
 MAX_DEPTH = 256  # folders deeper than this are skipped with a note
+MAX_ENTRIES = 500_000  # entries of one tree: a listing is held in memory, and a box can make files without end
 MANIFEST_VERSION = 1
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -306,6 +307,9 @@ def _scan_into(fd: int, rel: str, scope: Scope, listing: Listing, depth: int) ->
             listing.skipped.append((path, f"{_special_name(info.st_mode)}, not saved"))
             listing.specials.add(path)
             continue
+        if len(listing.entries) >= MAX_ENTRIES:
+            raise SnapshotTooLarge(f"the workspace has more than {MAX_ENTRIES:,} files, folders and links, more than a "
+                                   "snapshot takes: leave generated files (node_modules, build output) out of it")
         entry = Entry(path, kind, stat.S_IMODE(info.st_mode), info.st_size if kind == "file" else 0,
                       mtime_ns=info.st_mtime_ns, ino=info.st_ino, ctime_ns=info.st_ctime_ns)
         if kind == "link":
@@ -411,22 +415,28 @@ def _remove_tree_at(parent: int, name: str, keep: Any = None, rel: str = "") -> 
         if exc.errno == errno.ENOENT:
             return True
         raise
-    whole = True
     try:
-        for child in os.listdir(fd):
-            path = _join(rel, child)
-            if keep is not None and keep(path):
-                whole = False
-                continue
-            info = os.stat(child, dir_fd=fd, follow_symlinks=False)
-            if stat.S_ISDIR(info.st_mode):
-                whole = _remove_tree_at(fd, child, keep, path) and whole
-            else:
-                os.unlink(child, dir_fd=fd)
+        whole = _empty(fd, keep, rel)
     finally:
         os.close(fd)
     if whole:
         os.rmdir(name, dir_fd=parent)
+    return whole
+
+
+def _empty(fd: int, keep: Any = None, rel: str = "") -> bool:
+    """Remove what is in the folder `fd`, but what `keep(rel)` keeps, reading its entries as they come
+    (a folder of millions of names is never listed whole); True when nothing is left."""
+    whole = True
+    with os.scandir(fd) as entries:
+        for child in entries:
+            path = _join(rel, child.name)
+            if keep is not None and keep(path):
+                whole = False
+            elif child.is_dir(follow_symlinks=False):
+                whole = _remove_tree_at(fd, child.name, keep, path) and whole
+            else:
+                os.unlink(child.name, dir_fd=fd)
     return whole
 
 
@@ -918,7 +928,13 @@ class _Restorer:
         self.fresh: dict[str, list[Any]] = {}
 
     def run(self, wanted: list[Entry]) -> dict[str, list[Any]]:
-        current = scan(self.root, self.scope)
+        try:
+            current = scan(self.root, self.scope)
+        except SnapshotTooLarge:
+            # More entries than a listing holds (a box made files without end): all of them go, as they are
+            # read, and the snapshot comes back whole into what is left.
+            self._clear()
+            current = scan(self.root, self.scope)
         self.report.excluded = current.excluded
         by_path = {entry.rel: entry for entry in wanted}
         opened = self._open_up(current, by_path)
@@ -1013,6 +1029,24 @@ class _Restorer:
                 pass
             finally:
                 self._release(parent)
+
+    def _clear(self, fd: int | None = None, rel: str = "") -> None:
+        """Everything the box could have made removed: the scope's paths and saved FIFOs stay, and so
+        does each entry of a fixed folder (what is inside it goes)."""
+        fd = self.root if fd is None else fd
+        if rel not in self.scope.fixed:
+            _empty(fd, self._kept_inside, rel)
+            return
+        for child in os.listdir(fd):
+            path = _join(rel, child)
+            if self._kept_inside(path):
+                continue
+            if stat.S_ISDIR(os.stat(child, dir_fd=fd, follow_symlinks=False).st_mode):
+                inner = os.open(child, DIR_FLAGS, dir_fd=fd)
+                try:
+                    _empty(inner, self._kept_inside, path)
+                finally:
+                    os.close(inner)
 
     def _kept_inside(self, rel: str) -> bool:
         return self.scope.why_excluded(rel) is not None or rel in self.saved_specials
