@@ -286,12 +286,23 @@ def scan(root_fd: int, scope: Scope) -> Listing:
     return listing
 
 
+def _too_many() -> SnapshotTooLarge:
+    return SnapshotTooLarge(f"the workspace has more than {MAX_ENTRIES:,} files, folders and links, more than a "
+                            "snapshot takes: leave generated files (node_modules, build output) out of it")
+
+
 def _scan_into(fd: int, rel: str, scope: Scope, listing: Listing, depth: int) -> None:
+    names: list[str] = []
     try:
-        names = sorted(os.listdir(fd))
+        with os.scandir(fd) as entries:  # read as they come: a folder of millions of names is never held whole
+            for found in entries:
+                names.append(found.name)
+                if len(names) + len(listing.entries) > MAX_ENTRIES:
+                    raise _too_many()
     except OSError as exc:
         listing.skipped.append((rel or ".", f"cannot be listed: {exc.strerror}"))
         return
+    names.sort()
     for name in names:
         path = _join(rel, name)
         why = scope.why_excluded(path)
@@ -308,8 +319,7 @@ def _scan_into(fd: int, rel: str, scope: Scope, listing: Listing, depth: int) ->
             listing.specials.add(path)
             continue
         if len(listing.entries) >= MAX_ENTRIES:
-            raise SnapshotTooLarge(f"the workspace has more than {MAX_ENTRIES:,} files, folders and links, more than a "
-                                   "snapshot takes: leave generated files (node_modules, build output) out of it")
+            raise _too_many()
         entry = Entry(path, kind, stat.S_IMODE(info.st_mode), info.st_size if kind == "file" else 0,
                       mtime_ns=info.st_mtime_ns, ino=info.st_ino, ctime_ns=info.st_ctime_ns)
         if kind == "link":
