@@ -145,6 +145,9 @@ def test_a_recording_stops_at_its_limit_saying_so(tmp_path):
     for _ in range(100):
         recorder.saw(cell, "stream", {"name": "stdout", "text": "y\n" * 20})
     assert not recorder.on
+    assert recorder.cell_note() == (f"[recording stopped: it reached its limit of 2048 bytes (OWSANDBOX_RECORD_LIMIT)"
+                                    f"; {recorder.path} has what came before]")
+    assert recorder.cell_note() is None  # said once
     text = (tmp_path / "owsandbox" / "recordings" / "big.cast").read_text()
     assert text.rstrip().endswith('recording stopped: it reached its limit of 2048 bytes (OWSANDBOX_RECORD_LIMIT)'
                                   ']\\u001b[0m\\r\\n"]')

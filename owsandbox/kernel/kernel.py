@@ -167,7 +167,7 @@ class OwSandboxKernel(Kernel):
                          user_expressions: dict[str, Any] | None = None, allow_stdin: bool = False) -> dict[str, Any]:
         parent = self.get_parent("shell")
         reply: dict[str, Any] | None = None
-        said = self.recorder.first_cell_note()  # a kernelspec that records every session (OWSANDBOX_RECORD)
+        said = self.recorder.cell_note()  # a course's recording starting (OWSANDBOX_RECORD), or one that ended
         if said:
             self._note(parent, said)
         if not silent:  # a client's own silent requests are not the session's cells

@@ -218,6 +218,7 @@ class Recorder:
         self.cells = 0
         self.limit = _limit(self._env)
         self._auto = bool(self._env.get(RECORD_ENV, "").strip())  # the course's setting: on at the first cell
+        self._ended: str | None = None  # why a recording ended by itself, for the next cell to say
 
     @property
     def on(self) -> bool:
@@ -266,10 +267,14 @@ class Recorder:
             self._cells.clear()
             return f"{self.path} ({self.cells} cell{'' if self.cells == 1 else 's'})"
 
-    def first_cell_note(self) -> str | None:
-        """Turns on the course's recording at the kernel's first cell; the note that says where, or why not."""
-        if not self._auto:
-            return None
+    def cell_note(self) -> str | None:
+        """Called before each cell: what the notebook should be told of the recording. At the first cell
+        the course's recording starts, and the note says where (or why not); at a later one, why a
+        recording ended by itself (its limit, a full disk)."""
+        with self._lock:
+            ended, self._ended = self._ended, None
+        if ended is not None or not self._auto:
+            return ended
         self._auto = False
         try:
             place = self.start()
@@ -319,25 +324,32 @@ class Recorder:
             return
         data = line.encode("utf-8", "replace")
         if self.written + len(data) > self.limit and self._transcript is not None:
-            last = self._transcript.note(f"[recording stopped: it reached its limit of {self.limit} bytes "
-                                         f"({RECORD_LIMIT_ENV})]").encode()
-            self._raw(last)
-            os.close(self._fd)
-            self._fd, self._transcript = None, None
+            why = f"recording stopped: it reached its limit of {self.limit} bytes ({RECORD_LIMIT_ENV})"
+            if self._raw(self._transcript.note(f"[{why}]").encode()):
+                self._end(f"[{why}; {self.path} has what came before]")
             return
         self._raw(data)
 
-    def _raw(self, data: bytes) -> None:
+    def _raw(self, data: bytes) -> bool:
+        """Write `data` whole; False (and the recording ended, saying why) when the file refused it."""
         assert self._fd is not None
         view = memoryview(data)
         try:
             while view:
                 view = view[os.write(self._fd, view):]
-        except OSError:
-            os.close(self._fd)  # a full disk: the recording ends where it is
-            self._fd, self._transcript = None, None
-            return
+        except OSError as exc:
+            self._end(f"[recording stopped: {self.path} could not be written ({exc.strerror or exc}); it has what "
+                      "came before]")
+            return False
         self.written += len(data)
+        return True
+
+    def _end(self, why: str) -> None:
+        """The recording ends by itself (lock held); the next cell says `why`."""
+        if self._fd is not None:
+            os.close(self._fd)
+        self._fd, self._transcript, self._ended = None, None, why
+        self._cells.clear()
 
 
 def _key(parent: dict[str, Any]) -> str:
