@@ -439,3 +439,17 @@ def test_a_box_that_makes_files_without_end_cannot_block_a_restore(place, monkey
         (workspace / "lab" / f"junk-{number}").write_text("junk")
     store.restore("s", str(workspace), scope)
     assert tree(workspace) == expected
+
+
+@pytest.mark.unit
+def test_a_kernelspec_names_a_baseline_folder_or_snapshot(tmp_path):
+    from owsandbox.kernelspec import kernel_dict
+
+    lab = tmp_path / "lab1"
+    lab.mkdir()
+    assert kernel_dict(baseline=str(lab))["env"]["OWSANDBOX_BASELINE"] == str(lab)
+    assert kernel_dict(baseline="lab-start")["env"]["OWSANDBOX_BASELINE"] == "lab-start"
+    with pytest.raises(ValueError, match="is not a folder"):
+        kernel_dict(baseline=str(tmp_path / "missing"))
+    with pytest.raises(ValueError, match="a snapshot name is"):
+        kernel_dict(baseline="two words")
