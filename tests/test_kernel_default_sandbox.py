@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -57,3 +58,13 @@ def test_a_failed_name_lookup_in_a_box_without_network_gets_a_hint(kernel):
     assert "has no network" in lookup.notes() and "OWSANDBOX_NETWORK=1" in lookup.notes()
     other = kernel.run("ls /nowhere")  # a failure that is not the network's gets no hint
     assert other.status == "error" and other.notes() == ""
+
+
+def test_a_notebook_in_tmp_itself_runs(tmp_path):
+    """Where many people try things first: the private state folder moves out of the workspace."""
+    from .conftest import DEFAULT_KERNEL_NAME, kernel_in
+
+    name = f"owsbx-in-tmp-{tmp_path.name}"
+    with kernel_in(Path("/tmp"), kernel_name=DEFAULT_KERNEL_NAME) as session:
+        ran = session.run(f"pwd; echo made > {name} && cat {name} && rm {name}")
+        assert ran.status == "ok" and ran.text() == "/tmp\nmade\n", ran.outputs
