@@ -39,7 +39,7 @@ from hypothesis import strategies as st
 from owsandbox.channel.errors import JsonLineError, ReplayGap
 from owsandbox.channel.jsonlines import REPLAY, STDERR, STDOUT, JsonLineDecoder, Record, StderrText
 from owsandbox.kernel import completeness
-from owsandbox.kernel.attach_magics import _headers, _parse_records, _split_number
+from owsandbox.kernel.attach_magics import _headers, _parse_records, _send_options
 from owsandbox.kernel.magic_table import all_magics
 from owsandbox.kernel.magics import UsageError, _span, parse_cell
 from owsandbox.kernel.output import TAIL_CHARS, CellOutput, Display, Notice, Stream
@@ -729,10 +729,11 @@ def test_the_completeness_check_answers_any_text(code: str) -> None:
 @example("² {\"id\": 1}")
 def test_send_numbers_split_or_say_usage(text: str) -> None:
     try:
-        number, rest = _split_number(text)
+        number, timeout, _no_wait, _rest = _send_options(text)
     except UsageError:
         return
     assert number is None or isinstance(number, int)
+    assert timeout is None or timeout > 0
 
 
 @pytest.mark.unit
