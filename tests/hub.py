@@ -317,7 +317,7 @@ def students_environment(plain: PlainPython) -> dict[str, str]:
 
 
 def prepare_student(student: Student) -> None:
-    """The student's system user, with an empty home that only they may enter (0700: their own server
+    """The student's system user, with a home holding only `work/` that only they may enter (0700: their own server
     follows links a box plants in the workspace, and reads as them what the home modes let them)."""
     account = ensure_user(student.name)
     home = Path(account.pw_dir)
@@ -327,6 +327,9 @@ def prepare_student(student: Student) -> None:
         else:
             entry.unlink()
     os.chmod(home, 0o700)
+    # a lesson folder: the top of a home that is the workspace is read-only in the box (README)
+    (home / "work").mkdir()
+    os.chown(home / "work", account.pw_uid, account.pw_gid)
 
 
 class Hub:

@@ -186,20 +186,20 @@ def test_a_cannot_read_list_or_signal_anything_of_bs(classroom: Classroom):
     list and kill them by the host's names and pids, and to reach B's sandbox's socket."""
     a, b = classroom.kernel(classroom.a), classroom.kernel(classroom.b)
     secret, seconds = secrets.token_hex(8), 700000 + secrets.randbelow(99999)
-    started = b.run(f"echo {secret} > notes-b.txt; echo {secret} > /tmp/marker-b; sleep {seconds} & echo $!")
+    started = b.run(f"echo {secret} > work/notes-b.txt; echo {secret} > /tmp/marker-b; sleep {seconds} & echo $!")
     assert started.status == "ok"
     b_home, b_box = classroom.b.home, sandbox_of(b.id)
     # B's server, kernel, sandbox and the sleep in it (a zombie has no command line)
     b_pids = [pid for pid in processes_of(classroom.b.account.pw_uid) if command_line(pid)]
     sleeper = next(pid for pid in b_pids if command_line(pid).startswith(f"sleep {seconds}"))
     lasting = [classroom.hub.server_pid(classroom.b.name), b_box.kernel_pid, b_box.bwrap_pid, b_box.init_pid, sleeper]
-    assert (b_home / "notes-b.txt").read_text() == f"{secret}\n" and min(b_pids) > 100
+    assert (b_home / "work" / "notes-b.txt").read_text() == f"{secret}\n" and min(b_pids) > 100
     # B's files, home and /tmp: none of it is in A's box.
-    for attempt in (f"cat {b_home}/notes-b.txt", f"ls {b_home}", "cat /tmp/marker-b"):
+    for attempt in (f"cat {b_home}/work/notes-b.txt", f"ls {b_home}", "cat /tmp/marker-b"):
         done = a.run(attempt)
         assert done.status == "error" and secret not in done.text(), (attempt, done.outputs)
-    assert a.run("ls /home").text().split() == [classroom.a.name]
-    assert "marker-b" not in a.run("ls -A /tmp").text()
+    assert a.run("command ls /home").text().split() == [classroom.a.name]
+    assert "marker-b" not in a.run("command ls -A /tmp").text()
     # B's processes: not in A's /proc, and A's kill of each of their host pids reaches nothing.
     seen = a.run("ls /proc | grep -E '^[0-9]+$'; ps -eo user=,args=").text()
     assert not {str(pid) for pid in b_pids} & set(seen.split()), seen
@@ -211,7 +211,7 @@ def test_a_cannot_read_list_or_signal_anything_of_bs(classroom: Classroom):
     reach = a.run(f"ls {b_box.runtime_root}; python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); "
                   f"s.connect('{b_box.state_dir}/run/runner.sock'); print('connected')\"")
     assert reach.status == "error" and "connected" not in reach.text(), reach.outputs
-    after = b.run("cat notes-b.txt /tmp/marker-b; kill %1 && echo ok").text()
+    after = b.run("cat work/notes-b.txt /tmp/marker-b; kill %1 && echo ok").text()
     assert after.startswith(f"{secret}\n{secret}\nok\n"), after
 
 
@@ -221,13 +221,13 @@ def test_outside_the_box_a_reaches_nothing_of_bs_through_accounts_links_or_the_h
     the hub's; A's token opens only A's server; A's password only A's account."""
     hub, a, b = classroom.hub, classroom.kernel(classroom.a), classroom.kernel(classroom.b)
     secret = secrets.token_hex(8)
-    assert b.run(f"echo {secret} > diary-b.txt").status == "ok"
+    assert b.run(f"echo {secret} > work/diary-b.txt").status == "ok"
     b_runtime = sandbox_of(b.id).runtime_root
-    for path in (classroom.b.home / "diary-b.txt", b_runtime):
+    for path in (classroom.b.home / "work" / "diary-b.txt", b_runtime):
         tried = subprocess.run(as_user(classroom.a.name, ["ls", str(path)]), capture_output=True)
         assert tried.returncode != 0 and secret.encode() not in tried.stdout, path
-    links = {"peek-diary": classroom.b.home / "diary-b.txt", "peek-run": Path(b_runtime), "peek-db": hub.db,
-             "peek-cookie": hub.cookie_secret_file}
+    links = {"work/peek-diary": classroom.b.home / "work" / "diary-b.txt", "work/peek-run": Path(b_runtime), "work/peek-db": hub.db,
+             "work/peek-cookie": hub.cookie_secret_file}
     assert a.run("; ".join(f"ln -sfn {target} {link}" for link, target in links.items())).status == "ok"
     try:
         for link in links:
@@ -236,7 +236,7 @@ def test_outside_the_box_a_reaches_nothing_of_bs_through_accounts_links_or_the_h
             assert status != 200 and secret not in json.dumps(answer), (link, status, answer)  # 403, 404 or 500
     finally:
         a.run("rm -f " + " ".join(links))
-    status, _ = hub.request("GET", f"/user/{classroom.b.name}/api/contents/diary-b.txt?content=1",
+    status, _ = hub.request("GET", f"/user/{classroom.b.name}/api/contents/work/diary-b.txt?content=1",
                             token=classroom.tokens[classroom.a.name])
     assert status == 403
     assert hub.request("GET", f"/user/{classroom.b.name}/api/kernels",

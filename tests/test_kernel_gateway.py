@@ -199,18 +199,21 @@ class Gateway:
                      if "owsandbox.kernel" in command_line(pid)), None)
 
     def sandbox_of(self, kernel_id: str) -> SandboxSeen:
-        """The bubblewrap sandbox of a kernel, found by its key: bwrap binds the state folder
-        `<runtime>/owsandbox-UID/kernel-<id>` into the box, so the key is the gateway's kernel id."""
+        """The bubblewrap sandbox of a kernel, found by its key: the kernel's relay names the state folder
+        `<runtime>/owsandbox-UID/kernel-<id>` (the key is the gateway's kernel id), and the host's record
+        there names the box's init, whose parent is bubblewrap itself."""
         self.remember_processes()
-        bwraps = [pid for pid, cmd in self.processes.seen.items() if f"/kernel-{kernel_id}/box " in cmd]
-        assert bwraps, f"no sandbox keyed kernel-{kernel_id}: {self.processes.seen}"
+        relays = [re.search(rf"--socket (\S+/kernel-{kernel_id})/run/runner.sock", cmd)
+                  for cmd in self.processes.seen.values()]
+        state = next((found.group(1) for found in relays if found), None)
+        assert state, f"no sandbox keyed kernel-{kernel_id}: {self.processes.seen}"
+        init = json.loads(Path(state, "daemon.json").read_text())["init_pid"]
+        bwraps = [init, int(Path(f"/proc/{init}/stat").read_text().rsplit(")", 1)[1].split()[1])]
         for pid in bwraps:
             self.processes.add_tree(pid)  # the daemon and the shells, in the box's pid namespace
-        state = re.search(rf"--bind (\S+/kernel-{kernel_id})/box ", self.processes.seen[bwraps[0]])
-        assert state, self.processes.seen[bwraps[0]]
         inside = {p for pid in bwraps for p in [pid, *descendants(pid)]}
         return SandboxSeen({pid: self.processes.seen[pid] for pid in inside if pid in self.processes.seen},
-                           Path(state.group(1)))
+                           Path(state))
 
     def stop(self) -> dict[int, str]:
         """Terminate the gateway (it shuts its kernels down), kill it if it lingers; the processes seen
