@@ -226,8 +226,8 @@ def test_outside_the_box_a_reaches_nothing_of_bs_through_accounts_links_or_the_h
     for path in (classroom.b.home / "work" / "diary-b.txt", b_runtime):
         tried = subprocess.run(as_user(classroom.a.name, ["ls", str(path)]), capture_output=True)
         assert tried.returncode != 0 and secret.encode() not in tried.stdout, path
-    links = {"work/peek-diary": classroom.b.home / "work" / "diary-b.txt", "work/peek-run": Path(b_runtime), "work/peek-db": hub.db,
-             "work/peek-cookie": hub.cookie_secret_file}
+    links = {"work/peek-diary": classroom.b.home / "work" / "diary-b.txt", "work/peek-run": Path(b_runtime),
+             "work/peek-db": hub.db, "work/peek-cookie": hub.cookie_secret_file}
     assert a.run("; ".join(f"ln -sfn {target} {link}" for link, target in links.items())).status == "ok"
     try:
         for link in links:
