@@ -86,7 +86,7 @@ def run_the_tour(page: Any, code_cells: list[dict[str, Any]], display_name: str)
     page.wait_for_function("img => img.complete && img.naturalWidth === 170", arg=chart.element_handle())
 
     # %shells: an HTML table with `main` (the current shell, in tour-demo) and `scratch` (in /tmp).
-    table = notebook.locator(f"{HTML} table").filter(has=page.locator("th", has_text="shell"))
+    table = notebook.locator(f"{HTML} table").filter(has=page.locator("th", has_text=re.compile(r"^\s*shell\s*$")))
     expect(table).to_have_count(1)
     rows = [row.locator("td").all_text_contents() for row in table.locator("tbody tr").all()]
     assert [(row[0].strip(), row[1].rsplit("/", 1)[-1]) for row in rows] == [("* main", "tour-demo"),
