@@ -322,7 +322,8 @@ def test_rest_and_websocket_clients_get_cells_stop_and_attach_updates(gateway: G
             channels.wait_for(answered, 20, "the attach display to be updated with the answer")
         of_display = [m for m in channels.seen if m["msg_type"] in ("display_data", "update_display_data")
                       and m["content"].get("transient", {}).get("display_id") == display_id]
-        assert of_display[0]["msg_type"] == "display_data" and len(of_display) >= 3, of_display
+        # the view may batch records into one update
+        assert of_display[0]["msg_type"] == "display_data" and len(of_display) >= 2, of_display
         assert all(m["msg_type"] == "update_display_data" for m in of_display[1:])
         assert '"type": "ready"' in of_display[-1]["content"]["data"]["text/plain"]  # every record, in place
     finally:
