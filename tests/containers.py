@@ -37,6 +37,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -374,3 +375,15 @@ class Docker:
 
     def no_python_image(self) -> str:
         return self._loaded(self.podman.no_python_image())
+
+
+def engine_of(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The engine fixture named by `request.param` ("podman" or "docker"), with this process's
+    environment holding its settings and none of the container provider's own."""
+    for name in ("OWSANDBOX_ENGINE", "OWSANDBOX_IMAGE", "OWSANDBOX_LIMITS", "OWSANDBOX_NETWORK", "OWSANDBOX_ENV",
+                 "OWSANDBOX_CONTAINER_OPTIONS", "OWSANDBOX_CONTAINER_USER", "OWSANDBOX_WRITABLE_ROOT"):
+        monkeypatch.delenv(name, raising=False)
+    found = request.getfixturevalue(request.param)
+    for name, value in found.settings.items():
+        monkeypatch.setenv(name, value)
+    return found

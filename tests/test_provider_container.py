@@ -37,7 +37,7 @@ from . import test_runner_files as files
 from . import test_runner_shells as shells
 from . import test_runner_terminal as terminal
 from .conftest import DEFAULT_KERNEL_NAME, running
-from .containers import IMAGE, MARKER
+from .containers import IMAGE, MARKER, engine_of
 from .kernel_session import KernelSession
 from .plain_python import as_user
 from .waiting import wait_until
@@ -80,13 +80,7 @@ CONFORMANCE = [
 def engine(request, monkeypatch):
     """Podman with the tests' containers.conf, or the session's dockerd, for providers made in this
     process (and, through `engine.env`, for kernels)."""
-    for name in ("OWSANDBOX_ENGINE", "OWSANDBOX_IMAGE", "OWSANDBOX_LIMITS", "OWSANDBOX_NETWORK", "OWSANDBOX_ENV",
-                 "OWSANDBOX_CONTAINER_OPTIONS", "OWSANDBOX_CONTAINER_USER", "OWSANDBOX_WRITABLE_ROOT"):
-        monkeypatch.delenv(name, raising=False)
-    found = request.getfixturevalue(request.param)
-    for name, value in found.settings.items():
-        monkeypatch.setenv(name, value)
-    return found
+    return engine_of(request, monkeypatch)
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from owsandbox.runner import container_seccomp
 from owsandbox.runner.providers.container import ContainerProvider
 from owsandbox.runner.workspace import RunnerWorkspace
 
+from ..containers import engine_of
 from ..plain_python import as_user
 from .conftest import PLAIN_USER, plain_user
 from .test_syscalls import python_in_box
@@ -31,13 +32,7 @@ def engine(request, monkeypatch):
     """Rootful podman with the tests' containers.conf, or the session's dockerd."""
     if os.getuid() != 0:
         pytest.skip("the rootful half: run as root (CI)")
-    for name in ("OWSANDBOX_ENGINE", "OWSANDBOX_IMAGE", "OWSANDBOX_LIMITS", "OWSANDBOX_NETWORK", "OWSANDBOX_ENV",
-                 "OWSANDBOX_CONTAINER_OPTIONS", "OWSANDBOX_CONTAINER_USER", "OWSANDBOX_WRITABLE_ROOT"):
-        monkeypatch.delenv(name, raising=False)
-    found = request.getfixturevalue(request.param)
-    for name, value in found.settings.items():
-        monkeypatch.setenv(name, value)
-    return found
+    return engine_of(request, monkeypatch)
 
 
 @pytest.fixture
