@@ -13,36 +13,13 @@ import hashlib
 import os
 import secrets
 import shutil
-import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-
-def tree(root: Path) -> dict[str, tuple]:
-    """Every entry under `root` with its kind, mode, content or target and times; links not followed."""
-    found: dict[str, tuple] = {}
-    for folder, folders, files in os.walk(root):
-        for name in folders + files:
-            path = os.path.join(folder, name)
-            info = os.lstat(path)
-            if stat.S_ISREG(info.st_mode):
-                with open(path, "rb") as handle:
-                    what = hashlib.sha256(handle.read()).hexdigest()
-            elif stat.S_ISLNK(info.st_mode):
-                what = os.readlink(path)
-            else:
-                what = ""
-            found[os.path.relpath(path, root)] = (stat.S_IFMT(info.st_mode), stat.S_IMODE(info.st_mode), what,
-                                                  info.st_mtime_ns, info.st_ctime_ns)
-    return found
-
-
-def contents(root: Path) -> dict[str, tuple]:
-    """`tree` without times: what a restore must give back."""
-    return {path: entry[:3] for path, entry in tree(root).items()}
+from ..file_trees import tree, with_times
 
 
 @pytest.fixture
@@ -106,8 +83,8 @@ def test_a_restore_writes_through_none_of_the_links_the_box_planted(attacker, vi
     saved = attacker.step(snapshot={"action": "save", "name": "s"})
     assert "error" not in saved, saved
     store = Path(saved["store"])
-    expected = contents(attacker.home / "project")
-    outside, store_before = tree(victim), tree(store)
+    expected = tree(attacker.home / "project")
+    outside, store_before = with_times(victim), with_times(store)
 
     # Links to the host's folder and files and to the store, with the host's paths (meaningless in the
     # box, which sees neither); a folder of the lab replaced by one of them; a FIFO where a file was.
@@ -116,9 +93,9 @@ def test_a_restore_writes_through_none_of_the_links_the_box_planted(attacker, vi
                      f"&& mkfifo lab/pipe && echo extra > lab/extra.txt")
     restored = attacker.step(snapshot={"action": "restore", "name": "s"})
     assert "error" not in restored, restored
-    assert contents(attacker.home / "project") == expected  # a real folder again, files, the link as it was
-    assert tree(victim) == outside  # nothing written there, not even a time
-    assert {path: entry for path, entry in tree(store).items() if not path.startswith("index")} == \
+    assert tree(attacker.home / "project") == expected  # a real folder again, files, the link as it was
+    assert with_times(victim) == outside  # nothing written there, not even a time
+    assert {path: entry for path, entry in with_times(store).items() if not path.startswith("index")} == \
         {path: entry for path, entry in store_before.items() if not path.startswith("index")}
     done = attacker.run("cat lab/sub/inner.txt lab/a.txt; ls lab")
     assert done["output"].split() == ["inner", "hello", "a.txt", "in-link", "sub"]  # a new box, the lab as saved
@@ -132,12 +109,12 @@ def test_links_saved_in_a_snapshot_stay_links_when_it_is_put_back(attacker, vict
     assert saved["files"] == 0 and saved["links"] == 2, saved
     store = Path(saved["store"])
     assert not [p for p in store.rglob("*") if p.is_file() and p.read_bytes() == b"the host's own file\n"]
-    outside = tree(victim)
+    outside = with_times(victim)
     run_ok(attacker, "rm lab/loot lab/loot-folder")
     assert "error" not in attacker.step(snapshot={"action": "restore", "name": "s"})
     project = attacker.home / "project"
     assert os.readlink(project / "lab" / "loot") == f"{victim}/secret.txt"
-    assert tree(victim) == outside
+    assert with_times(victim) == outside
 
 
 def test_a_link_planted_in_the_store_is_refused(attacker, victim):
@@ -145,7 +122,7 @@ def test_a_link_planted_in_the_store_is_refused(attacker, victim):
     run_ok(attacker, "mkdir -p lab && echo hello > lab/a.txt")
     saved = attacker.step(snapshot={"action": "save", "name": "s"})
     store = Path(saved["store"])
-    outside = tree(victim)
+    outside = with_times(victim)
     manifest = store / "snapshots" / "s" / "manifest.json"
     manifest.unlink()
     manifest.symlink_to(victim / "secret.txt")
@@ -159,5 +136,5 @@ def test_a_link_planted_in_the_store_is_refused(attacker, victim):
     (objects / hashlib.sha256(b"hello\n").hexdigest()[:2]).symlink_to(victim / "keep")
     again = attacker.step(snapshot={"action": "save", "name": "t"})
     assert again["error"].startswith("StoreTampered:") and "not the folder the host made" in again["error"], again
-    assert tree(victim) == outside
+    assert with_times(victim) == outside
     assert run_ok(attacker, "cat lab/a.txt") == "hello\n"  # refused before the box was stopped: it runs on
