@@ -215,9 +215,10 @@ def _scan(guard: Guard, workspace: str, box_made: set[str], writable: list[str])
             if path in guard.why:
                 continue
             try:
-                mode = entry.stat(follow_symlinks=False).st_mode
+                info = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
+            mode = info.st_mode
             if stat.S_ISSOCK(mode):
                 guard.hide(path, "socket")
             elif entry.name == ".git" and stat.S_ISDIR(mode):
@@ -227,7 +228,7 @@ def _scan(guard: Guard, workspace: str, box_made: set[str], writable: list[str])
             elif entry.name in EDITOR_SETTINGS and stat.S_ISDIR(mode):
                 guard.protect(path, "editor settings", writable)
             elif stat.S_ISDIR(mode) and entry.name not in NOT_DESCENDED:
-                if not _enterable(entry.stat(follow_symlinks=False), uid, groups):
+                if not _enterable(info, uid, groups):
                     continue
                 if depth + 1 > SCAN_DEPTH:
                     guard.unscanned.append(path)
