@@ -165,6 +165,7 @@ def test_git_config_and_hooks_are_read_only_but_commits_work(attacker_factory, p
     (repo / ".githooks").mkdir()
     (repo / ".envrc").write_text("export A=1\n")
     (repo / ".vscode").mkdir()
+    (repo / ".idea").mkdir()
     chown_tree(project, owner)
     attacker = attacker_factory()
     attacker.start(project)
@@ -173,7 +174,9 @@ def test_git_config_and_hooks_are_read_only_but_commits_work(attacker_factory, p
                     hook.replace("HOOK", "repo/.githooks/pre-commit"),
                     f"git -C repo config core.fsmonitor 'touch {marker}'",
                     f"echo 'touch {marker}' >> repo/.envrc",
-                    "echo '{}' > repo/.vscode/tasks.json"):
+                    "echo '{}' > repo/.vscode/tasks.json",
+                    "echo '<project/>' > repo/.idea/workspace.xml",
+                    "echo 'a.txt filter=evil' > repo/.git/info/attributes"):
         done = attacker.run(command)
         assert done["exit_code"] != 0, (command, done)
     committed = attacker.run("cd repo && echo hi > a.txt && git add a.txt && git -c user.name=a -c user.email=a@b "
