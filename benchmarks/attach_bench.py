@@ -18,9 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from owsandbox.box.execd.endpoint import ExecdServer
 from owsandbox.channel import ExecdControl, ExecdEndpoint, ExecdJsonLineChannel
 from owsandbox.channel.endpoint import TOKEN_HEADER
-from owsandbox.runner.box.execd import ExecdServer
 
 PRODUCER = ("import json, sys\n"
             "w = sys.stdout.write\n"

@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from compare import Kernel, Session, check_ok, expected_chars, seq_run  # noqa: E402
 
-from owsandbox.runner.providers.container import ContainerProvider  # noqa: E402
-from owsandbox.runner.workspace import RunnerWorkspace  # noqa: E402
+from owsandbox.host.providers.container import ContainerProvider  # noqa: E402
+from owsandbox.host.workspace import RunnerWorkspace  # noqa: E402
 
 SPEC = "owsandbox-container-bench"
 

@@ -21,7 +21,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from owsandbox.kernel import completeness, untrusted  # noqa: E402
+from owsandbox.kernel.display import untrusted
+from owsandbox.kernel.editing import completeness
 from tests.steps import lines_run  # noqa: E402
 
 TEN_THOUSAND_LINES = "\n".join(f"echo line {i} | grep -v x > /dev/null; x=$((i + 1))" for i in range(10_000))

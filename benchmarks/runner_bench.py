@@ -12,9 +12,9 @@ import threading
 import time
 from pathlib import Path
 
-from owsandbox.runner.bundle import build_runner_zipapp
-from owsandbox.runner.client import RunnerClient
-from owsandbox.runner.providers.local import LocalProvider
+from owsandbox.host.bundle import build_runner_zipapp
+from owsandbox.host.client import RunnerClient
+from owsandbox.host.providers.local import LocalProvider
 
 
 def rss_kb(pid: int) -> int:

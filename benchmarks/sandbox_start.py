@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from owsandbox.runner.providers import BwrapProvider, ExecProvider, LocalProvider, bwrap_problem  # noqa: E402
-from owsandbox.runner.workspace import RunnerWorkspace  # noqa: E402
+from owsandbox.host.providers import BwrapProvider, ExecProvider, LocalProvider, bwrap_problem  # noqa: E402
+from owsandbox.host.workspace import RunnerWorkspace  # noqa: E402
 from tests.sshd_server import loopback_sshd  # noqa: E402
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tests.conftest as test_setup  # noqa: E402
-from owsandbox.runner.providers import bwrap_problem  # noqa: E402
+from owsandbox.host.providers import bwrap_problem  # noqa: E402
 from tests.kernel_session import KernelSession  # noqa: E402
 
 FILES = 10_000

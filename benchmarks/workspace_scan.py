@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from owsandbox.runner.providers import BwrapProvider, bwrap_problem  # noqa: E402
-from owsandbox.runner.providers.guard import guard_workspace  # noqa: E402
-from owsandbox.runner.workspace import RunnerWorkspace  # noqa: E402
+from owsandbox.host.isolation.guard import guard_workspace  # noqa: E402
+from owsandbox.host.providers import BwrapProvider, bwrap_problem  # noqa: E402
+from owsandbox.host.workspace import RunnerWorkspace  # noqa: E402
 
 
 def make_tree(root: Path, folders: int) -> None:

@@ -1,5 +1,6 @@
 """The `owsandbox` command: `runner build|serve|attach`, `run` (one command in a sandbox), `install`/`uninstall`
-(the Jupyter kernelspec), `shell --existing` (a terminal in a running kernel's sandbox)."""
+(the Jupyter kernelspec), `shell --existing` (a terminal in a running kernel's sandbox), `settings` (every
+`OWSANDBOX_*` setting and its value here)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ def _runner(argv: list[str]) -> int:
                                          description="Pack the in-box runner into its zipapp and print its path.")
         parser.add_argument("--out", default=None, help="folder for the zipapp (default: the user cache)")
         args = parser.parse_args(argv[1:])
-        from .runner.bundle import build_runner_zipapp
+        from .host.bundle import build_runner_zipapp
 
         print(build_runner_zipapp(args.out))
         return 0
-    from .runner.box.cli import main as box_main
+    from .box.cli import main as box_main
 
     return box_main(argv, prog="owsandbox runner")
 
@@ -32,7 +33,7 @@ def _run(argv: list[str]) -> int:
     parser.add_argument("--json", action="store_true", help="print each result as JSON")
     parser.add_argument("commands", nargs="+", help="commands, each run on the same shell in turn")
     args = parser.parse_args(argv)
-    from .runner.workspace import open_workspace
+    from .host.workspace import open_workspace
 
     status = 0
     workspace = open_workspace(args.cwd, args.provider)
@@ -76,17 +77,33 @@ def _shell(argv: list[str]) -> int:
 
 
 def _replay(argv: list[str]) -> int:
-    from .kernel.recording import replay_main
+    from .kernel.teaching.recording import replay_main
 
     return replay_main(argv)
+
+
+def _settings(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="owsandbox settings",
+                                     description="List every OWSANDBOX_* setting: what it does, and its value here.")
+    parser.parse_args(argv)
+    import os
+
+    from .settings import describe
+
+    for setting in describe():
+        value = os.environ.get(setting.name)
+        if value is not None and setting.name.endswith(("_KEY", "_TOKEN", "_HEADERS")):
+            value = "(set, not shown)"
+        print(f"{setting.name}={'' if value is None else value}\n    {setting.meaning}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {"runner": _runner, "run": _run, "install": _install, "uninstall": _uninstall, "tour": _tour,
-                "shell": _shell, "replay": _replay}
+                "shell": _shell, "replay": _replay, "settings": _settings}
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
-        print("usage: owsandbox {tour, run, shell --existing, replay FILE.cast, install, uninstall, "
+        print("usage: owsandbox {tour, run, shell --existing, replay FILE.cast, install, uninstall, settings, "
               "runner build|serve|attach} ...",
               file=sys.stdout if not argv or argv[0] in ("-h", "--help") else sys.stderr)
         if argv and argv[0] not in ("-h", "--help"):

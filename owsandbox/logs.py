@@ -13,7 +13,9 @@ import logging
 import os
 import sys
 
-LOG_ENV = "OWSANDBOX_LOG"
+from . import settings
+
+LOG_ENV = settings.LOG
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from owsandbox.runner.bundle import build_runner_zipapp
-from owsandbox.runner.client import RunnerClient
-from owsandbox.runner.providers.bwrap import BwrapProvider
-from owsandbox.runner.providers.exec import ExecProvider
-from owsandbox.runner.providers.local import LocalProvider
+from owsandbox.host.bundle import build_runner_zipapp
+from owsandbox.host.client import RunnerClient
+from owsandbox.host.providers.bwrap import BwrapProvider
+from owsandbox.host.providers.exec import ExecProvider
+from owsandbox.host.providers.local import LocalProvider
 
 UNIT_RULE = "a unit test must start no process and open no socket"
 
@@ -122,7 +122,7 @@ def fresh_runtime() -> Iterator[str]:
 
 def require_bwrap() -> None:
     """Skip on a developer's machine without bubblewrap; in CI its absence is a failure."""
-    from owsandbox.runner.providers import bwrap_problem
+    from owsandbox.host.providers import bwrap_problem
 
     problem = bwrap_problem()
     if problem is not None:
@@ -157,7 +157,7 @@ def opensandbox_execd(tmp_path_factory: pytest.TempPathFactory):
 def opensandbox_release_execd(tmp_path_factory: pytest.TempPathFactory):
     """As `opensandbox_execd`, in release mode: the quirks of a released execd (v1.0.10 to v1.0.18:
     `command` ignored, no takeover, an ended program restarted by a new connection, `exit` before
-    the last output, live stdout and stderr crossing, no list route); see box/execd.py RELEASE_QUIRKS."""
+    the last output, live stdout and stderr crossing, no list route); see box/execd/endpoint.py RELEASE_QUIRKS."""
     with _execd_server(tmp_path_factory, "execd-release", release="v1.0.18") as server:
         yield server
 
@@ -167,7 +167,7 @@ def _execd_server(tmp_path_factory: pytest.TempPathFactory, folder: str, **optio
     """A started execd-compatible endpoint on 127.0.0.1 with a fresh token, stopped however its user ends."""
     import secrets
 
-    from owsandbox.runner.box.execd import ExecdServer
+    from owsandbox.box.execd.endpoint import ExecdServer
 
     server = ExecdServer(secrets.token_urlsafe(18), tcp_host="127.0.0.1", cwd=str(tmp_path_factory.mktemp(folder)),
                          **options)
@@ -246,7 +246,7 @@ def _provider(request: pytest.FixtureRequest, zipapp: Path, workspace: Path) -> 
         provider = ExecProvider(prefix=prefix, box_cwd=str(workspace), relay_silence_seconds=0)
     elif request.param in ("opensandbox", "opensandbox-release"):
         from owsandbox.channel.endpoint import TOKEN_HEADER
-        from owsandbox.runner.providers.opensandbox import OpenSandboxProvider
+        from owsandbox.host.providers.opensandbox import OpenSandboxProvider
 
         server = "opensandbox_execd" if request.param == "opensandbox" else "opensandbox_release_execd"
         address = request.getfixturevalue(server).address()

@@ -10,7 +10,7 @@ from typing import Any
 
 from jupyter_client.manager import KernelManager
 
-from owsandbox.kernel.notes import is_note
+from owsandbox.kernel.cell.notes import is_note
 
 from .conftest import KERNEL_NAME
 from .waiting import wait_until

@@ -54,7 +54,7 @@ ERROR = STDERR + ":has(.ansi-red-fg)"  # an error output: its traceback starts w
 SVG = '.jp-OutputArea-output[data-mime-type="image/svg+xml"]'
 HTML = '.jp-OutputArea-output[data-mime-type="text/html"]'
 MARKDOWN = '.jp-OutputArea-output[data-mime-type="text/markdown"]'
-NOTE = HTML + ":has(pre)"  # a note of the kernel's own (owsandbox/kernel/notes.py): dimmed, not stderr
+NOTE = HTML + ":has(pre)"  # a note of the kernel's own (owsandbox/kernel/cell/notes.py): dimmed, not stderr
 needs_linux_processes = pytest.mark.skipif(not hasattr(os, "pidfd_open") or not os.path.isdir("/proc"),
                                            reason="follows the server's processes through /proc and pidfds (Linux)")
 

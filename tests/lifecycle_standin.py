@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, parse_qsl, urlsplit
 
-from owsandbox.runner.box.procstat import descendants, pid_alive
+from owsandbox.box.procstat import descendants, pid_alive
 
 API_KEY_HEADER = "OPEN-SANDBOX-API-KEY"
 INGRESS_HEADER = "OpenSandbox-Ingress-To"
@@ -77,8 +77,8 @@ _CREATE_FIELDS = {"image", "snapshotId", "platform", "timeout", "resourceLimits"
 BOX_PROGRAM = r"""
 import ctypes, json, os, signal, sys, time
 ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-from owsandbox.runner.box.execd import ExecdServer
-from owsandbox.runner.box.procstat import descendants, pid_alive
+from owsandbox.box.execd.endpoint import ExecdServer
+from owsandbox.box.procstat import descendants, pid_alive
 server = ExecdServer(sys.argv[1], tcp_host="127.0.0.1", cwd=sys.argv[2])
 server.start()
 print(json.dumps({"port": server.tcp_port}), flush=True)

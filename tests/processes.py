@@ -11,7 +11,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
 
-from owsandbox.runner.providers.local import descendants, pid_alive
+from owsandbox.host.providers.local import descendants, pid_alive
 
 from .waiting import WaitTimeout, wait_until
 

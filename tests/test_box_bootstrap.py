@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from owsandbox.runner import bundle
-from owsandbox.runner.box import bootstrap
-from owsandbox.runner.box.daemonctl import pid_alive
-from owsandbox.runner.providers.boxed import bootstrap_argv, bootstrap_source, missing_modules
-from owsandbox.runner.providers.exec import stdin_program
+from owsandbox.box import bootstrap
+from owsandbox.box.daemonctl import pid_alive
+from owsandbox.host import bundle
+from owsandbox.host.providers.boxed import bootstrap_argv, bootstrap_source, missing_modules
+from owsandbox.host.providers.exec import stdin_program
 
 from .processes import wait_gone
 

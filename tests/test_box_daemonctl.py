@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from owsandbox.runner.box import daemonctl
+from owsandbox.box import daemonctl
 
 from .processes import pid_alive, wait_gone
 

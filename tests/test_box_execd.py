@@ -26,9 +26,9 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect, unix_connect
 
-from owsandbox.runner.box import wsframes as ws
-from owsandbox.runner.box.execd import ExecdServer
-from owsandbox.runner.box.ptysessions import ReplayRing
+from owsandbox.box.execd import wsframes as ws
+from owsandbox.box.execd.endpoint import ExecdServer
+from owsandbox.box.execd.ptysessions import ReplayRing
 
 from .waiting import wait_until
 

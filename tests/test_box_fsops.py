@@ -1,4 +1,4 @@
-"""Unit tests of the runner's file operations (`owsandbox.runner.box.fsops`), on real files."""
+"""Unit tests of the runner's file operations (`owsandbox.box.files.ops`), on real files."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from owsandbox.runner.box.fsops import (
+from owsandbox.box.files.ops import (
     HANDLERS,
     PAGE_CAP_BYTES,
     fs_list,
@@ -24,7 +24,7 @@ from owsandbox.runner.box.fsops import (
     fs_write,
     resolve_path,
 )
-from owsandbox.runner.box.protocol import FS_ERROR, INVALID_PARAMS, RunnerError
+from owsandbox.protocol import FS_ERROR, INVALID_PARAMS, RunnerError
 
 MIB = 1024 * 1024
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -308,7 +308,7 @@ def as_unprivileged(handler: str, params: dict[str, Any], base: Path) -> str:
     """Run a file handler as an ordinary user and return its error message (root may read anything,
     so as root the check runs as `nobody`, through the packed box and the system's python3)."""
     if not IS_ROOT:
-        from owsandbox.runner.box import fsops
+        from owsandbox.box.files import ops as fsops
 
         try:
             getattr(fsops, handler)(params, str(base))
@@ -319,13 +319,14 @@ def as_unprivileged(handler: str, params: dict[str, Any], base: Path) -> str:
     import subprocess
     import tempfile
 
-    from owsandbox.runner.bundle import build_runner_zipapp
+    from owsandbox.host.bundle import build_runner_zipapp
 
     folder = Path(tempfile.mkdtemp(prefix="owsandbox-nobody-"))
     try:
         folder.chmod(0o755)
         zipapp = build_runner_zipapp(folder)
-        program = ("import json, sys; sys.path.insert(0, sys.argv[1]); from owbox import fsops, protocol\n"
+        program = ("import json, sys; sys.path.insert(0, sys.argv[1])\n"
+                   "from owsandbox import protocol\nfrom owsandbox.box.files import ops as fsops\n"
                    "try:\n    getattr(fsops, sys.argv[2])(json.loads(sys.argv[3]), sys.argv[4]); print('')\n"
                    "except protocol.RunnerError as err:\n    print(err.message)\n")
         done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3",

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from owsandbox.runner.box.output import ShellChatter, WholeLines
-from owsandbox.runner.box.terminal import DEV_TTY, PseudoTerminal, controlling_terminal, terminal_of
+from owsandbox.box.shell.capture import ShellChatter, WholeLines
+from owsandbox.box.shell.terminal import DEV_TTY, PseudoTerminal, controlling_terminal, terminal_of
 
 FUZZ = settings(max_examples=300, deadline=None, database=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow])

@@ -8,7 +8,7 @@ import io
 
 import pytest
 
-from owsandbox.runner.box.output import OutputRecord
+from owsandbox.box.shell.capture import OutputRecord
 
 pytestmark = pytest.mark.unit
 

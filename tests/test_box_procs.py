@@ -1,4 +1,4 @@
-"""Unit tests of the runner's one-shot commands (`owsandbox.runner.box.procs`), with real processes."""
+"""Unit tests of the runner's one-shot commands (`owsandbox.box.procs`), with real processes."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from owsandbox.runner.box.procs import HANDLERS, KILL_GRACE_S, OUTPUT_CAP_BYTES, PIPE_GRACE_S, proc_run
-from owsandbox.runner.box.protocol import FS_ERROR, INVALID_PARAMS, RunnerError
+from owsandbox.box.procs import HANDLERS, KILL_GRACE_S, OUTPUT_CAP_BYTES, PIPE_GRACE_S, proc_run
+from owsandbox.protocol import FS_ERROR, INVALID_PARAMS, RunnerError
 
 from .waiting import wait_until
 

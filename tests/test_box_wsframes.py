@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from owsandbox.runner.box import wsframes as ws
+from owsandbox.box.execd import wsframes as ws
 
 pytestmark = pytest.mark.unit
 

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from owsandbox.box.execd.endpoint import ExecdServer
 from owsandbox.channel.channel import ExecdJsonLineChannel
 from owsandbox.channel.control import ExecdControl
 from owsandbox.channel.endpoint import TOKEN_HEADER, ExecdEndpoint
@@ -31,7 +32,6 @@ from owsandbox.channel.errors import (
     ExecdUnauthorized,
     ProgramExited,
 )
-from owsandbox.runner.box.execd import ExecdServer
 from tests.test_channel_scripted import Adapter, run
 
 TOKEN = "box-token"

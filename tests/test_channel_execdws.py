@@ -30,6 +30,8 @@ from websockets.protocol import State
 from websockets.sync.client import ClientConnection as SyncConnection
 from websockets.uri import parse_uri
 
+from owsandbox.box.execd import ptysessions
+from owsandbox.box.execd import wsframes as box_ws
 from owsandbox.channel import execdws
 from owsandbox.channel.endpoint import TOKEN_HEADER, ExecdEndpoint
 from owsandbox.channel.errors import BadFrame, ExecdAlreadyConnected, ExecdNotFound, ExecdUnauthorized, ExecdUnreachable
@@ -48,8 +50,6 @@ from owsandbox.channel.execdws import (
     signal_message,
     stdin_frames,
 )
-from owsandbox.runner.box import ptysessions
-from owsandbox.runner.box import wsframes as box_ws
 
 # ── one owner on each side of the wire ───────────────────────────────────────────────────────────
 

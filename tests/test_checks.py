@@ -1,4 +1,4 @@
-"""`%%check`: its core without I/O (kernel/checks.py), its script in a real interactive bash against a
+"""`%%check`: its core without I/O (kernel/teaching/checks.py), its script in a real interactive bash against a
 student's shell that tries to make it pass, and the magic through a real kernel."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from owsandbox.kernel.checks import (
+from owsandbox.kernel.teaching.checks import (
     Check,
     Outcome,
     check_script,

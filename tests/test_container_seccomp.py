@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from owsandbox.runner import container_seccomp as C
-from owsandbox.runner.seccomp import O_CREAT, O_TMPFILE_BIT
+from owsandbox.host.isolation import container_seccomp as C
+from owsandbox.host.isolation.seccomp import O_CREAT, O_TMPFILE_BIT
 
 pytestmark = pytest.mark.unit
 

@@ -1,11 +1,14 @@
 """Who may import whom: the layers stay apart because a test fails when one reaches into another.
 
-* The box (`owsandbox/runner/box/`) runs in whatever image the sandbox has: the standard library only
-  (tested in test_runner_packaging.py).
+* `owsandbox/protocol/` is the runner protocol's one owner (framing, method names, messages, errors):
+  it imports nothing else of the package, so both ends can hold it.
+* The box (`owsandbox/box/`) runs in whatever image the sandbox has, in another process and another
+  trust domain: the standard library (tested in test_runner_packaging.py) and the protocol only.
 * The channel (`owsandbox/channel/`) is the execd client behind `%attach`: it knows nothing of the
-  kernel.
-* The kernel talks to the box through the runner protocol: of the box it imports `protocol` only,
-  never the box's scanners or shells.
+  kernel, the host or the box.
+* The host (`owsandbox/host/`) starts and reaches boxes. It never imports the kernel; of the box it
+  may use only what it runs on this side for the `local` and `direct` providers (named below).
+* The kernel talks to the box through the host and the protocol, never the box's own modules.
 """
 
 from __future__ import annotations
@@ -42,25 +45,107 @@ def imported_modules(source: Path) -> set[str]:
 
 
 def sources(folder: str) -> list[Path]:
-    found = sorted((PACKAGE / folder).glob("*.py"))
+    found = sorted(path for path in (PACKAGE / folder).rglob("*.py") if "__pycache__" not in path.parts)
     assert found, folder
     return found
 
 
+def name_of(path: Path) -> str:
+    return path.relative_to(PACKAGE).as_posix()
+
+
+def outside(names: set[str], *allowed: str) -> set[str]:
+    """The names that are neither the package root nor in one of the `allowed` packages."""
+    return {name for name in names if name != "owsandbox"
+            and not any(name == prefix or name.startswith(prefix + ".") for prefix in allowed)}
+
+
 def test_the_resolver_sees_relative_imports() -> None:
     seen = imported_modules(PACKAGE / "kernel" / "kernel.py")
-    assert "owsandbox.runner.box.protocol" in seen and "owsandbox.kernel.magics" in seen
+    assert "owsandbox.protocol" in seen and "owsandbox.kernel.magics.framework" in seen
+    deep = imported_modules(PACKAGE / "box" / "shell" / "bash.py")
+    assert "owsandbox.protocol" in deep
 
 
-@pytest.mark.parametrize("source", sources("channel"), ids=lambda path: path.name)
-def test_the_channel_imports_nothing_of_the_kernel_or_the_runner(source: Path) -> None:
-    wrong = {name for name in imported_modules(source) if not name.startswith("owsandbox.channel")
-             and name != "owsandbox"}
-    assert not wrong, f"channel/{source.name} imports {sorted(wrong)}"
+@pytest.mark.parametrize("source", sources("protocol"), ids=name_of)
+def test_the_protocol_imports_nothing_else_of_the_package(source: Path) -> None:
+    wrong = outside(imported_modules(source), "owsandbox.protocol")
+    assert not wrong, f"{name_of(source)} imports {sorted(wrong)}"
 
 
-@pytest.mark.parametrize("source", sources("kernel"), ids=lambda path: path.name)
-def test_the_kernel_imports_only_the_protocol_of_the_box(source: Path) -> None:
-    box = {name for name in imported_modules(source) if name.startswith("owsandbox.runner.box")}
-    wrong = box - {"owsandbox.runner.box", "owsandbox.runner.box.protocol"}
-    assert not wrong, f"kernel/{source.name} imports {sorted(wrong)} of the box"
+@pytest.mark.parametrize("source", sources("box"), ids=name_of)
+def test_the_box_imports_only_itself_and_the_protocol(source: Path) -> None:
+    wrong = outside(imported_modules(source), "owsandbox.box", "owsandbox.protocol")
+    assert not wrong, f"{name_of(source)} imports {sorted(wrong)}"
+
+
+@pytest.mark.parametrize("source", sources("channel"), ids=name_of)
+def test_the_channel_imports_nothing_of_the_kernel_the_host_or_the_box(source: Path) -> None:
+    wrong = outside(imported_modules(source), "owsandbox.channel", "owsandbox.settings")
+    assert not wrong, f"{name_of(source)} imports {sorted(wrong)}"
+
+
+# What the host runs of the box on its own side: the detached daemon's start and stop (`local`,
+# `bwrap`, the forward bridge), the one /proc reader, the shells for `direct`, and the bootstrap's
+# source, which `opensandbox` sends into a box. Anything else of the box is the box's business.
+HOST_USES_OF_THE_BOX = {"owsandbox.box", "owsandbox.box.daemonctl", "owsandbox.box.procstat",
+                        "owsandbox.box.shell.registry", "owsandbox.box.bootstrap"}
+
+
+@pytest.mark.parametrize("source", sources("host"), ids=name_of)
+def test_the_host_never_imports_the_kernel_and_little_of_the_box(source: Path) -> None:
+    names = imported_modules(source)
+    wrong = outside(names, "owsandbox.host", "owsandbox.protocol", "owsandbox.channel", "owsandbox.logs",
+                    "owsandbox.settings", "owsandbox.box")
+    reach = {name for name in names if name.startswith("owsandbox.box") and name not in HOST_USES_OF_THE_BOX
+             and name.rsplit(".", 1)[0] not in HOST_USES_OF_THE_BOX - {"owsandbox.box"}}
+    assert not wrong and not reach, f"{name_of(source)} imports {sorted(wrong | reach)}"
+
+
+@pytest.mark.parametrize("source", sources("kernel") + sources("kernelspec"), ids=name_of)
+def test_the_kernel_never_imports_the_box(source: Path) -> None:
+    box = {name for name in imported_modules(source) if name.startswith("owsandbox.box")}
+    assert not box, f"{name_of(source)} imports {sorted(box)} of the box"
+
+
+def test_method_names_are_spelled_only_by_the_protocol() -> None:
+    """A method name in quotes anywhere but `protocol/methods.py` is a second owner of the protocol."""
+    from owsandbox.protocol import methods
+
+    spelled = {value for name, value in vars(methods).items() if name.isupper() and isinstance(value, str)}
+    assert len(spelled) >= 20
+    wrong = []
+    for source in sources(""):
+        if source == PACKAGE / "protocol" / "methods.py":
+            continue
+        for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and node.value in spelled:
+                wrong.append(f"{name_of(source)}:{node.lineno} {node.value!r}")
+    assert not wrong, wrong
+
+
+def test_every_owsandbox_setting_is_named_by_the_settings_module() -> None:
+    """`OWSANDBOX_*` names are an interface: each is spelled as a value only in `settings.py`, and
+    any other mention (a message, a docstring) names one that exists, so none is a typo."""
+    import re
+
+    from owsandbox import settings
+
+    known = {setting.name for setting in settings.describe()} | set(settings.IN_THE_BOX)
+    assert len(known) >= 30
+    mention = re.compile(r"OWSANDBOX_[A-Z_]*[A-Z]")
+    unknown, spelled = [], []
+    for source in sources(""):
+        text = source.read_text(encoding="utf-8")
+        unknown += [f"{name_of(source)}: {name}" for name in mention.findall(text) if name not in known]
+        if source == PACKAGE / "settings.py" or source.is_relative_to(PACKAGE / "box"):
+            continue  # the box sets its own two in its shells
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in known:
+                spelled.append(f"{name_of(source)}:{node.lineno} {node.value}")
+    assert not unknown, unknown
+    assert not spelled, spelled
+
+
+def test_the_settings_module_imports_nothing_of_the_package() -> None:
+    assert outside(imported_modules(PACKAGE / "settings.py")) == set()

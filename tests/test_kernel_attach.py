@@ -269,7 +269,7 @@ def test_registry_lives_in_the_sandbox(kernel):
 
 def test_attach_to_another_execd_by_url_and_header(kernel, tmp_path):
     """As against a real OpenSandbox execd: an endpoint given by URL, its token as a header."""
-    from owsandbox.runner.box.execd import ExecdServer
+    from owsandbox.box.execd.endpoint import ExecdServer
 
     server = ExecdServer("a-token", tcp_host="127.0.0.1", cwd=str(tmp_path))
     server.start()

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from owsandbox.kernel import completeness
-from owsandbox.kernel.completeness import check
-from owsandbox.kernel.magics import parse_cell
+from owsandbox.kernel.editing import completeness
+from owsandbox.kernel.editing.completeness import check
+from owsandbox.kernel.magics.framework import parse_cell
 
 from .steps import lines_run
 

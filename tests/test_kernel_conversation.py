@@ -12,14 +12,14 @@ import pytest
 from owsandbox.channel.errors import BadRecord
 from owsandbox.channel.execdws import STDOUT, encode_frame
 from owsandbox.channel.jsonlines import JsonLineDecoder, NotJsonLine, Record
-from owsandbox.kernel import jsonrpc as R
-from owsandbox.kernel import jsonrpc_errors as E
-from owsandbox.kernel.attach_answers import error_in
-from owsandbox.kernel.attach_replay import compare, parse, report, saved_text
-from owsandbox.kernel.attach_timeline import RECORD_CHARS, timeline
-from owsandbox.kernel.conversation import KEEP_NOTIFICATIONS, KEEP_RECORDS, RECEIVED, SENT, Conversation
+from owsandbox.kernel.attach import jsonrpc as R
+from owsandbox.kernel.attach import jsonrpc_errors as E
+from owsandbox.kernel.attach.answers import error_in
+from owsandbox.kernel.attach.conversation import KEEP_NOTIFICATIONS, KEEP_RECORDS, RECEIVED, SENT, Conversation
+from owsandbox.kernel.attach.dialects import ACP, LSP, MCP, PLAIN, guess
+from owsandbox.kernel.attach.replay import compare, parse, report, saved_text
+from owsandbox.kernel.attach.timeline import RECORD_CHARS, timeline
 from owsandbox.kernel.errors import UsageError
-from owsandbox.kernel.jsonrpc_dialects import ACP, LSP, MCP, PLAIN, guess
 
 pytestmark = pytest.mark.unit
 

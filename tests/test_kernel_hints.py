@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from owsandbox.kernel.hints import NO_NETWORK_HINT, network_hint
+from owsandbox.kernel.cell.hints import NO_NETWORK_HINT, network_hint
 
 pytestmark = pytest.mark.unit
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from owsandbox.kernel.notes import is_note
+from owsandbox.kernel.cell.notes import is_note
 
 from .kernel_session import CellRun, KernelSession
 from .test_kernel_attach import wait_for_display

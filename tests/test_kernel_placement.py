@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from owsandbox.kernel.errors import UsageError
-from owsandbox.kernel.magic_table import all_magics
-from owsandbox.kernel.placement import refuse_misplaced_cell_magic
+from owsandbox.kernel.magics.placement import refuse_misplaced_cell_magic
+from owsandbox.kernel.magics.table import all_magics
 
 CELL_MAGICS = [found.name for found in all_magics().values() if found.kind == "cell"]
 

@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jupyter_client.session import Session
 
-from owsandbox.kernel.output import CellOutput, Display, InputWanted, Notice, Stream
-from owsandbox.kernel.stdin import EOF, CellPrompts, StdinChannel, answers
+from owsandbox.kernel.cell.output import CellOutput, Display, InputWanted, Notice, Stream
+from owsandbox.kernel.editing.stdin import EOF, CellPrompts, StdinChannel, answers
 
 from .waiting import wait_until
 
@@ -481,7 +481,7 @@ class FakeBox:
     def limit_counters(self) -> dict[str, int]:
         return {}
 
-    def limit_summary(self) -> None:
+    def limit_report(self) -> None:
         return None
 
     def network_state(self) -> None:
@@ -658,7 +658,7 @@ def test_an_unfinished_line_shows_on_its_own_after_a_moment_and_order_is_kept(fa
 
 def test_each_shell_runs_with_its_own_terminal_settings(fake_kernel):
     kernel, run, sent, session, dealer = fake_kernel
-    from owsandbox.kernel.magics import terminal_settings
+    from owsandbox.kernel.magics.shells import terminal_settings
 
     terminal_settings(kernel.settings, "main").terminal = False
     terminal_settings(kernel.settings, "main").stderr = "merge"

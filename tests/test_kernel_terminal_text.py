@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from owsandbox.kernel.terminal_text import TerminalText, plain
+from owsandbox.kernel.cell.terminal_text import TerminalText, plain
 
 pytestmark = pytest.mark.unit
 

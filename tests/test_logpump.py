@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from owsandbox.runner.logpump import DROPPED, LogPump, kept_tail
+from owsandbox.host.logpump import DROPPED, LogPump, kept_tail
 
 pytestmark = pytest.mark.unit
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from owsandbox.runner.providers.local import LocalProvider
+from owsandbox.host.providers.local import LocalProvider
 
 from .conftest import running
 from .kernel_session import KernelSession
@@ -43,7 +43,7 @@ def test_a_completion_that_finds_nothing_leaves_a_trace_in_the_kernels_log(tmp_p
         finally:
             kernel.close()
     text = log.read_text()
-    assert "[owsandbox DEBUG owsandbox.kernel.completion] no paths to complete in /no/such/folder/" in text, text
+    assert "[owsandbox DEBUG owsandbox.kernel.editing.completion] no paths to complete in /no/such/folder/" in text, text
 
 
 @pytest.mark.parametrize("setting", ["debug", ""])
@@ -56,5 +56,5 @@ def test_the_box_logs_at_the_hosts_level_in_its_daemon_log(monkeypatch, zipapp, 
         if setting:
             wait_until(lambda: "shell main" in daemon_log.read_text(), 10, "the shell's exit in daemon.log")
         text = daemon_log.read_text()
-    assert ("[owbox DEBUG owbox.server] a client connected" in text) == bool(setting), text
-    assert ("[owbox INFO owbox.shellregistry] shell main" in text) == bool(setting), text
+    assert ("[owbox DEBUG owsandbox.box.server] a client connected" in text) == bool(setting), text
+    assert ("[owbox INFO owsandbox.box.shell.registry] shell main" in text) == bool(setting), text

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from owsandbox.runner.providers import ContainerProvider, ExecProvider, LocalProvider
-from owsandbox.runner.providers.base import NetworkNotChanged
-from owsandbox.runner.providers.opensandbox import OpenSandboxProvider
-from owsandbox.runner.providers.opensandbox_lifecycle import OpenSandboxLifecycleProvider
+from owsandbox.host.providers import ContainerProvider, ExecProvider, LocalProvider
+from owsandbox.host.providers.base import NetworkNotChanged
+from owsandbox.host.providers.opensandbox import OpenSandboxProvider
+from owsandbox.host.providers.opensandbox_lifecycle import OpenSandboxLifecycleProvider
 
 
 @pytest.mark.unit

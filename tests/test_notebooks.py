@@ -28,7 +28,7 @@ import pytest
 from nbclient import NotebookClient
 from nbformat import NotebookNode
 
-from owsandbox.kernel.notes import is_note
+from owsandbox.kernel.cell.notes import is_note
 
 from .conftest import KERNEL_NAME
 from .processes import command_line

@@ -10,9 +10,9 @@ import uuid
 
 import pytest
 
-from owsandbox.runner.providers.bwrap import BwrapProvider
-from owsandbox.runner.providers.local import descendants, pid_alive
-from owsandbox.runner.workspace import RunnerWorkspace, open_workspace
+from owsandbox.host.providers.bwrap import BwrapProvider
+from owsandbox.host.providers.local import descendants, pid_alive
+from owsandbox.host.workspace import RunnerWorkspace, open_workspace
 
 from .conftest import require_bwrap
 
@@ -137,7 +137,7 @@ def test_auto_chooses_bubblewrap_where_it_works(workspace):
 def test_an_older_bubblewrap_still_makes_an_unprivileged_box(monkeypatch, workspace):
     """Before 0.8 there is no --disable-userns, before 0.6 no --size: the options are left out (the box
     stays in a user namespace with no capabilities) and %sandbox says what is missing."""
-    from owsandbox.runner.providers import bwrap
+    from owsandbox.host.providers import bwrap
 
     monkeypatch.setattr(bwrap, "bwrap_options", lambda: frozenset({"--unshare-user", "--cap-drop", "--tmpfs"}))
     kept = bwrap.supported(["bwrap", "--unshare-user", "--disable-userns", "--cap-drop", "ALL", "--size", "100",

@@ -23,13 +23,13 @@ from pathlib import Path
 
 import pytest
 
+from owsandbox.host.executor import RunnerExecutor
+from owsandbox.host.providers import container as container_module
+from owsandbox.host.providers import resolve
+from owsandbox.host.providers.boxed import BoxError
+from owsandbox.host.providers.container import ContainerProvider, container_name, find_engine
+from owsandbox.host.workspace import RunnerWorkspace
 from owsandbox.kernelspec import _parser, kernel_dict
-from owsandbox.runner.executor import RunnerExecutor
-from owsandbox.runner.providers import container as container_module
-from owsandbox.runner.providers import resolve
-from owsandbox.runner.providers.boxed import BoxError
-from owsandbox.runner.providers.container import ContainerProvider, container_name, find_engine
-from owsandbox.runner.workspace import RunnerWorkspace
 
 from . import test_runner_completion as completion
 from . import test_runner_delivery as delivery
@@ -407,8 +407,8 @@ def test_a_kernel_killed_for_good_leaves_no_container_after_the_linger_time(engi
 ROOTLESS_USER = "owsbx-rootless"
 ROOTLESS_SCRIPT = """
 import json, subprocess, sys
-from owsandbox.runner.providers.container import ContainerProvider
-from owsandbox.runner.workspace import RunnerWorkspace
+from owsandbox.host.providers.container import ContainerProvider
+from owsandbox.host.workspace import RunnerWorkspace
 provider = ContainerProvider(sys.argv[1], image=sys.argv[2], engine="podman", limits="memory=256M",
                              key="kernel-rootless")
 workspace = RunnerWorkspace(provider, sys.argv[1])

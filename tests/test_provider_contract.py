@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
+from owsandbox.host.providers import RUNNER_PROVIDERS, BwrapProvider, ExecProvider, LocalProvider, Provider, resolve
+from owsandbox.host.providers.boxed import ProgramBoxProvider
+from owsandbox.host.providers.opensandbox import OpenSandboxProvider
 from owsandbox.kernel.sandbox import Sandbox, SandboxUnavailable
-from owsandbox.runner.providers import RUNNER_PROVIDERS, BwrapProvider, ExecProvider, LocalProvider, Provider, resolve
-from owsandbox.runner.providers.boxed import ProgramBoxProvider
-from owsandbox.runner.providers.opensandbox import OpenSandboxProvider
 
 pytestmark = pytest.mark.unit
 
@@ -73,13 +73,13 @@ def test_the_defaults_of_a_provider_with_nothing_more_to_say():
     assert calls == ["destroy"]
     assert box.reused is False and box.fallback_reason is None and box.shares_host_files is False
     assert box.describe() == {"provider": "minimal", "enforcement": "none"} and box.headline() == ["minimal"]
-    assert box.limit_counters() == {} and box.limit_summary() is None and box.network_state() is None
+    assert box.limit_counters() == {} and box.limit_report() is None and box.network_state() is None
     hello = {"execd": {"unix_socket": "/run/x.sock", "token": "t"}}
     assert box.execd_socket(hello) == "/run/x.sock" and box.execd_endpoint(hello).unix_socket == "/run/x.sock"
 
 
 def test_auto_says_why_it_does_not_isolate(monkeypatch, tmp_path):
-    from owsandbox.runner.providers import bwrap
+    from owsandbox.host.providers import bwrap
 
     monkeypatch.setattr(bwrap, "bwrap_problem", lambda: "bubblewrap (bwrap) is not installed")
     provider = RUNNER_PROVIDERS["auto"](cwd=tmp_path)

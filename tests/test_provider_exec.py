@@ -73,9 +73,9 @@ def test_an_exec_provider_without_a_command_says_how_to_set_it(tmp_path, prefix)
 def test_a_daemon_that_died_in_the_box_is_started_again_by_the_next_relay(sshd, tmp_path):
     """Nobody else in an ssh box notices its daemon die: the next relay starts one, and the client
     reports the command that was running as of unknown outcome."""
-    from owsandbox.runner.executor import RunnerExecutor
-    from owsandbox.runner.providers.exec import ExecProvider
-    from owsandbox.runner.workspace import RunnerWorkspace
+    from owsandbox.host.executor import RunnerExecutor
+    from owsandbox.host.providers.exec import ExecProvider
+    from owsandbox.host.workspace import RunnerWorkspace
 
     (tmp_path / "kept").mkdir()
     workspace = RunnerWorkspace(ExecProvider(prefix=sshd, box_cwd=str(tmp_path)), str(tmp_path))

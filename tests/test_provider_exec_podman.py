@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from owsandbox.runner.executor import RunnerExecutor
-from owsandbox.runner.providers.exec import BoxError, ExecProvider
-from owsandbox.runner.workspace import RunnerWorkspace
+from owsandbox.host.executor import RunnerExecutor
+from owsandbox.host.providers.exec import BoxError, ExecProvider
+from owsandbox.host.workspace import RunnerWorkspace
 
 from .conftest import DEFAULT_KERNEL_NAME
 from .containers import IMAGE, MARKER
@@ -87,7 +87,7 @@ def test_a_box_whose_python3_lacks_json_is_a_clear_error(podman, tmp_path, opens
     """Debian's python3-minimal, for real: the exec provider, the kernel and the OpenSandbox provider
     (its execd on this machine, its python3 the container's) name what is missing and what to install."""
     from owsandbox.channel.endpoint import TOKEN_HEADER
-    from owsandbox.runner.providers.opensandbox import OpenSandboxProvider
+    from owsandbox.host.providers.opensandbox import OpenSandboxProvider
 
     with podman.container(podman.minimal_image()) as name:
         with pytest.raises(BoxError) as raised:

@@ -22,18 +22,18 @@ import pytest
 from websockets.exceptions import ConnectionClosedOK
 from websockets.frames import Close
 
+from owsandbox import protocol as P
+from owsandbox.box.execd import endpoint as execd_module
+from owsandbox.box.execd.endpoint import ExecdServer
 from owsandbox.channel import ExecdControl, ExecdEndpoint, ExecdJsonLineChannel
 from owsandbox.channel.endpoint import TOKEN_HEADER
-from owsandbox.runner.box import execd as execd_module
-from owsandbox.runner.box import protocol as P
-from owsandbox.runner.box.execd import ExecdServer
-from owsandbox.runner.client import RunnerClient
-from owsandbox.runner.executor import RunnerExecutor
-from owsandbox.runner.providers import RUNNER_PROVIDERS, enforcement_of
-from owsandbox.runner.providers.exec import BoxError
-from owsandbox.runner.providers.opensandbox import OpenSandboxProvider
-from owsandbox.runner.workspace import RunnerWorkspace
-from owsandbox.runner.wstransport import CLOSE_TIMEOUT_SECONDS, ExecdPipeTransport, ExecdTransportError
+from owsandbox.host.client import RunnerClient
+from owsandbox.host.executor import RunnerExecutor
+from owsandbox.host.providers import RUNNER_PROVIDERS, enforcement_of
+from owsandbox.host.providers.exec import BoxError
+from owsandbox.host.providers.opensandbox import OpenSandboxProvider
+from owsandbox.host.workspace import RunnerWorkspace
+from owsandbox.host.wstransport import CLOSE_TIMEOUT_SECONDS, ExecdPipeTransport, ExecdTransportError
 
 from .conftest import DEFAULT_KERNEL_NAME
 from .kernel_session import KernelSession
@@ -519,7 +519,7 @@ def test_a_reattach_that_cannot_learn_whether_the_program_runs_is_not_tried(open
     """Before a reattach the kernel asks execd whether the program still runs (a released execd would
     start an ended one again). execd not knowing the session is an answer (the connection says it);
     no answer at all refuses the reattach, naming why, rather than risk running the program twice."""
-    from owsandbox.kernel.attach_loop import session_status
+    from owsandbox.kernel.attach.loop import session_status
     from owsandbox.kernel.errors import AttachFailed
 
     address = opensandbox_release_execd.address()

@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 
-from owsandbox.runner.providers import resolve
-from owsandbox.runner.providers.boxed import BoxError
-from owsandbox.runner.providers.opensandbox import OpenSandboxProvider
-from owsandbox.runner.providers.opensandbox_lifecycle import OpenSandboxLifecycleProvider, server_url
-from owsandbox.runner.workspace import RunnerWorkspace
+from owsandbox.host.providers import resolve
+from owsandbox.host.providers.boxed import BoxError
+from owsandbox.host.providers.opensandbox import OpenSandboxProvider
+from owsandbox.host.providers.opensandbox_lifecycle import OpenSandboxLifecycleProvider, server_url
+from owsandbox.host.workspace import RunnerWorkspace
 
 from .conftest import DEFAULT_KERNEL_NAME
 from .kernel_session import KernelSession

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from owsandbox.kernel.notes import note_content
-from owsandbox.kernel.recording import (
+from owsandbox.kernel.cell.notes import note_content
+from owsandbox.kernel.teaching.recording import (
     CastError,
     Recorder,
     RecordingError,
@@ -249,7 +249,7 @@ def test_a_session_is_recorded_and_replays_in_a_terminal(tmp_path):
 
 @pytest.mark.unit
 def test_a_courses_folder_is_each_students_own():
-    from owsandbox.kernel.recording import default_folder
+    from owsandbox.kernel.teaching.recording import default_folder
     from owsandbox.kernelspec import kernel_dict
 
     assert kernel_dict(record="/srv/course/recordings/$USER")["env"]["OWSANDBOX_RECORD"] == \

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from owsandbox.runner.executor import RunnerExecutor
+from owsandbox.host.executor import RunnerExecutor
 
 
 def complete(client, word: str, shell: str = "main", what: str = "commands") -> list[str]:

@@ -6,11 +6,11 @@ import io
 
 import pytest
 
-from owsandbox.runner.box import protocol as P
-from owsandbox.runner.box.outbox import ANSWERED, NEW, RUNNING, Outbox, RequestLedger
-from owsandbox.runner.box.output import MARKER_START, LiveBatcher, MarkerScanner, OutputRecord, StreamDecoder
-from owsandbox.runner.box.shells import ansi_c_quote
-from owsandbox.runner.client import SeqTracker
+from owsandbox import protocol as P
+from owsandbox.box.outbox import ANSWERED, NEW, RUNNING, Outbox, RequestLedger
+from owsandbox.box.shell.bash import ansi_c_quote
+from owsandbox.box.shell.capture import MARKER_START, LiveBatcher, MarkerScanner, OutputRecord, StreamDecoder
+from owsandbox.host.client import SeqTracker
 
 # -- framing ------------------------------------------------------------------------------------
 

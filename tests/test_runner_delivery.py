@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from owsandbox.runner.box import protocol as P
-from owsandbox.runner.client import RunnerClient
-from owsandbox.runner.executor import RunnerExecutor
-from owsandbox.runner.providers.local import LocalProvider
+from owsandbox import protocol as P
+from owsandbox.host.client import RunnerClient
+from owsandbox.host.executor import RunnerExecutor
+from owsandbox.host.providers.local import LocalProvider
 
 from .conftest import box_with_release
 from .processes import wait_for_file
@@ -139,7 +139,7 @@ def test_the_relay_leaves_when_its_stdin_closes(pipe_box):
 
 
 def test_a_client_that_cannot_reach_the_sandbox_fails_loudly(tmp_path):
-    from owsandbox.runner.transport import PipeTransport
+    from owsandbox.host.transport import PipeTransport
 
     client = RunnerClient(lambda: PipeTransport(["sh", "-c", "echo no such box >&2; exit 255"]),
                           reconnect_timeout=0.5)
@@ -151,7 +151,7 @@ def test_a_client_that_cannot_reach_the_sandbox_fails_loudly(tmp_path):
 
 def test_banners_before_the_frames_are_dropped(zipapp, workspace):
     """A provider's login noise on the pipe must not break the stream."""
-    from owsandbox.runner.transport import PipeTransport
+    from owsandbox.host.transport import PipeTransport
 
     provider = LocalProvider(cwd=workspace, runner_path=zipapp)
     provider.create()

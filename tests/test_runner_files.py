@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from owsandbox.runner.box import protocol as P
-from owsandbox.runner.executor import RunnerExecutor
+from owsandbox import protocol as P
+from owsandbox.host.executor import RunnerExecutor
 
 from .conftest import box_with_release
 
@@ -23,7 +23,7 @@ def box(request: pytest.FixtureRequest, zipapp, workspace):
 def daemon_host_pid(provider) -> int:
     """The daemon's pid as this machine sees it (inside a PID namespace it has another): the process
     serving the provider's socket, or in a bubblewrap box the `serve` below the namespace's init."""
-    from owsandbox.runner.providers.local import descendants
+    from owsandbox.host.providers.local import descendants
 
     candidates = descendants(provider.daemon_pid) if provider.name == "bwrap" else [int(n) for n in os.listdir("/proc")
                                                                                     if n.isdigit()]

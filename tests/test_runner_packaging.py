@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from owsandbox.runner.bundle import BOX_DIR, build_runner_zipapp
-from owsandbox.runner.workspace import DirectWorkspace, RunnerWorkspace, open_workspace
+from owsandbox.host.bundle import box_sources, build_runner_zipapp
+from owsandbox.host.workspace import DirectWorkspace, RunnerWorkspace, open_workspace
 
 
 @pytest.mark.unit
 def test_the_box_imports_nothing_but_the_standard_library():
     allowed = set(sys.stdlib_module_names) | {"__future__"}
-    sources = sorted(BOX_DIR.glob("*.py"))
-    assert len(sources) >= 8
+    sources = box_sources()
+    assert len(sources) >= 20 and any(path.parent.name == "protocol" for path in sources)
     for source in sources:
         for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
@@ -29,7 +29,7 @@ def test_the_box_imports_nothing_but_the_standard_library():
             else:
                 continue
             for name in names:
-                assert name.split(".")[0] in allowed, f"{source.name} imports {name}"
+                assert name.split(".")[0] in allowed, f"{source} imports {name}"
 
 
 @pytest.mark.unit
@@ -40,19 +40,24 @@ def test_the_zipapp_is_named_by_its_content_and_reused(tmp_path):
     assert build_runner_zipapp(tmp_path) == first and first.stat().st_mtime_ns == stamp
     with zipfile.ZipFile(first) as zf:
         names = set(zf.namelist())
-    assert {"__main__.py", "owbox/daemon.py", "owbox/shells.py", "owbox/relay.py"} <= names
+    assert {"__main__.py", "owsandbox/__init__.py", "owsandbox/box/daemon.py", "owsandbox/box/shell/bash.py",
+            "owsandbox/box/relay.py", "owsandbox/protocol/__init__.py"} <= names
+    assert not any(name.startswith(("owsandbox/host/", "owsandbox/kernel/")) for name in names)
     assert not list(tmp_path.glob(".runner-*"))  # no temp file left behind
 
 
 @pytest.mark.unit
 def test_another_box_gives_another_name(tmp_path, monkeypatch):
     first = build_runner_zipapp(tmp_path / "a")
-    changed = tmp_path / "box"
-    changed.mkdir()
-    for source in BOX_DIR.glob("*.py"):
-        (changed / source.name).write_bytes(source.read_bytes())
-    (changed / "protocol.py").write_text((BOX_DIR / "protocol.py").read_text() + "\n# changed\n")
-    monkeypatch.setattr("owsandbox.runner.bundle.BOX_DIR", changed)
+    package = Path(__file__).resolve().parents[1] / "owsandbox"
+    changed = tmp_path / "owsandbox"
+    for source in box_sources():
+        copy = changed / source.relative_to(package)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_bytes(source.read_bytes())
+    protocol = changed / "protocol" / "__init__.py"
+    protocol.write_text(protocol.read_text() + "\n# changed\n")
+    monkeypatch.setattr("owsandbox.host.bundle._ROOT", changed)
     assert build_runner_zipapp(tmp_path / "a").name != first.name
 
 
@@ -112,7 +117,7 @@ def test_destroy_leaves_no_process_behind(tmp_path):
     daemon_pid = ws.provider.daemon.pid
     shells = ws.client.call("shell.list", timeout=10)["shells"]
     ws.close()
-    from owsandbox.runner.box.shells import session_members
+    from owsandbox.box.shell.bash import session_members
 
     from .waiting import wait_until
 
@@ -127,7 +132,7 @@ def test_folders_of_daemons_that_are_gone_are_swept_away(tmp_path, zipapp, monke
     import shutil
     import tempfile
 
-    from owsandbox.runner.providers.local import LocalProvider
+    from owsandbox.host.providers.local import LocalProvider
 
     runtime = tempfile.mkdtemp(prefix="ows-rt-")  # short: a Unix socket path has at most 107 bytes
     monkeypatch.setenv("XDG_RUNTIME_DIR", runtime)
@@ -153,10 +158,12 @@ def test_folders_of_daemons_that_are_gone_are_swept_away(tmp_path, zipapp, monke
 
 def test_the_relay_command_line_names_the_daemons_defaults():
     """cli.py repeats two defaults so a relay starts without importing the daemon's modules."""
-    from owsandbox.runner.box import cli, protocol, shells
+    from owsandbox import protocol
+    from owsandbox.box import cli
+    from owsandbox.box.shell import bash as shells
 
     assert cli.DEFAULT_MAX_FRAME_BYTES == protocol.DEFAULT_MAX_FRAME_BYTES
     assert cli.DEFAULT_OUTPUT_LIMIT == shells.DEFAULT_OUTPUT_LIMIT
-    done = subprocess.run([sys.executable, "-S", "-X", "importtime", "-m", "owsandbox.runner.box.cli", "--help"],
-                          capture_output=True, text=True, timeout=60, cwd=str(BOX_DIR.parents[2]))
-    assert "owsandbox.runner.box.shells" not in done.stderr  # `attach` does not load the shells
+    done = subprocess.run([sys.executable, "-S", "-X", "importtime", "-m", "owsandbox.box.cli", "--help"],
+                          capture_output=True, text=True, timeout=60, cwd=str(Path(__file__).resolve().parents[1]))
+    assert "owsandbox.box.shell.bash" not in done.stderr  # `attach` does not load the shells

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from owsandbox.runner.box import protocol as P
-from owsandbox.runner.executor import DirectExecutor, RunnerExecutor
+from owsandbox import protocol as P
+from owsandbox.host.executor import DirectExecutor, RunnerExecutor
 
 from .processes import wait_for_file
 from .waiting import wait_until

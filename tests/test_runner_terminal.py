@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from owsandbox.runner.box import protocol as P
-from owsandbox.runner.box.terminal import EOF_NOTE
+from owsandbox import protocol as P
+from owsandbox.box.shell.terminal import EOF_NOTE
 
 UNBUFFERED_OFF = "unset PYTHONUNBUFFERED; "  # as on a user's machine: Python buffers on a pipe
 
@@ -293,9 +293,9 @@ def test_exit_echo_is_dropped_and_the_result_says_the_shell_exited(box):
 _ASK_AS_PLAIN_USER = r"""
 import json, sys, tempfile, threading
 from pathlib import Path
-from owsandbox.runner.bundle import build_runner_zipapp
-from owsandbox.runner.client import RunnerClient
-from owsandbox.runner.providers.local import LocalProvider
+from owsandbox.host.bundle import build_runner_zipapp
+from owsandbox.host.client import RunnerClient
+from owsandbox.host.providers.local import LocalProvider
 
 folder = Path(tempfile.mkdtemp())
 provider = LocalProvider(cwd=folder, runner_path=build_runner_zipapp(folder / "dist"), relay_silence_seconds=0)

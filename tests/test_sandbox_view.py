@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from owsandbox.kernel.sandbox_view import FOOTER, MAX_SUMMARY_ROWS, as_json, every_row, summary
+from owsandbox.kernel.magics.sandbox_view import FOOTER, MAX_SUMMARY_ROWS, as_json, every_row, summary
 
 KERNEL = {"instance_id": "43509b78", "restarts": 0, "reconnects": 0, "runner_pid": 2, "runner_version": "0.1.0",
           "os": "Linux 6.18", "bash": "bash 5.2.15(1)-release", "uptime_s": 0.4, "current shell": "main",
@@ -42,8 +42,8 @@ LOCAL = {"provider": "local", "enforcement": "none", "cwd": "/home/ada/proj", "s
          "daemon_pid": 41, **KERNEL}
 AUTO_FALLBACK = {**LOCAL,
                  "note": "no isolation: bubblewrap (bwrap) is not installed, so the sandbox is the local machine"}
-EXEC = {"provider": "exec", "enforcement": "the box", "command": "ssh me@host", "socket": "/run/owsandbox/runner.sock",
-        "runner": "/run/owsandbox/runner.pyz", "box cwd": "~", "cwd": "/home/me", "host folder": "/home/ada/proj",
+EXEC = {"provider": "exec", "enforcement": "the box", "command": "ssh me@host", "socket": "/run/owsandbox/host.sock",
+        "runner": "/run/owsandbox/host.pyz", "box cwd": "~", "cwd": "/home/me", "host folder": "/home/ada/proj",
         **KERNEL}
 OPENSANDBOX = {"provider": "opensandbox", "enforcement": "the OpenSandbox sandbox",
                "endpoint": "http://execd.example:44772", "socket": "/tmp/x", "runner": "/tmp/r.pyz", "box cwd": "~",
@@ -72,7 +72,7 @@ CONTAINER = {"provider": "container", "enforcement": "a container", "engine": "p
              "privileges": "every capability dropped, no-new-privileges",
              "environment": "OWSANDBOX_SANDBOX (and the image's own)",
              "dies with": "its kernel: removed at shutdown; after a restart or a crash it lingers 35 s for the next "
-                          "kernel", "socket": "/run/owsandbox/runner.sock", "runner": "/run/owsandbox/r.pyz",
+                          "kernel", "socket": "/run/owsandbox/host.sock", "runner": "/run/owsandbox/r.pyz",
              "box cwd": "/workspace", "cwd": "/workspace", "host folder": "/home/ada/course", **KERNEL}
 FAILED = {"provider": "bwrap", "enforcement": "bubblewrap", "cwd": "/home/ada/proj",
           "error": "the bwrap sandbox could not start: LimitTooSmall: memory=16M is too small", "current shell": "main",

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from owsandbox.runner import seccomp as S
+from owsandbox.host.isolation import seccomp as S
 
 ALLOW = S.SECCOMP_RET_ALLOW
 EPERM = S.SECCOMP_RET_ERRNO | S.EPERM

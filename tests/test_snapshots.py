@@ -1,4 +1,4 @@
-"""The snapshot store (owsandbox/runner/snapshots.py), on real folders: a restore gives back exactly the
+"""The snapshot store (owsandbox/host/snapshots/store.py), on real folders: a restore gives back exactly the
 tree that was saved and writes nothing outside the workspace, whatever the box left there (links out,
 a folder replaced by a link, a FIFO); unchanged contents are kept once; the limit holds; a store that
 is not what the host made is refused. The box's side (the store out of its reach, restores of what it
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from owsandbox.runner.snapshots import (
+from owsandbox.host.snapshots.store import (
     BASELINE,
     Scope,
     SnapshotError,
@@ -365,9 +365,9 @@ def test_a_save_right_after_a_restore_reads_none_of_what_it_wrote(place):
 
 @pytest.mark.unit
 def test_providers_without_a_box_the_host_can_stop_are_refused_by_name(tmp_path):
-    from owsandbox.runner.providers import ExecProvider, LocalProvider
-    from owsandbox.runner.providers.opensandbox import OpenSandboxProvider
-    from owsandbox.runner.sandbox_snapshots import SnapshotsRefused, target_of
+    from owsandbox.host.providers import ExecProvider, LocalProvider
+    from owsandbox.host.providers.opensandbox import OpenSandboxProvider
+    from owsandbox.host.snapshots.stopped import SnapshotsRefused, target_of
 
     for provider, why in ((LocalProvider(cwd=tmp_path), "it runs commands on this machine with your permissions"),
                           (ExecProvider(tmp_path, prefix="ssh me@box"), "its box keeps its files where this machine "
@@ -381,7 +381,7 @@ def test_providers_without_a_box_the_host_can_stop_are_refused_by_name(tmp_path)
 
 @pytest.mark.unit
 def test_a_tree_of_more_entries_than_a_snapshot_takes_is_a_clear_error(place, monkeypatch):
-    from owsandbox.runner import snapshots
+    from owsandbox.host.snapshots import store as snapshots
 
     monkeypatch.setattr(snapshots, "MAX_ENTRIES", 50)
     for number in range(60):
@@ -395,7 +395,7 @@ def test_a_tree_of_more_entries_than_a_snapshot_takes_is_a_clear_error(place, mo
 @pytest.mark.unit
 def test_a_box_that_makes_files_without_end_cannot_block_a_restore(place, monkeypatch):
     """Past what a listing holds, a restore removes everything as it reads it, then puts the snapshot back."""
-    from owsandbox.runner import snapshots
+    from owsandbox.host.snapshots import store as snapshots
 
     workspace = place["ws"]
     (workspace / "lab").mkdir()

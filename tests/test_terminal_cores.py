@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from owsandbox.kernel.limits import named_limit
-from owsandbox.runner.box.terminal import EchoStripper
-from owsandbox.runner.limits import Limits
+from owsandbox.box.shell.terminal import EchoStripper
+from owsandbox.host.isolation.resources import LimitReport, Limits
+from owsandbox.kernel.cell.limit_names import named_limit
 
 pytestmark = pytest.mark.unit
 
@@ -37,12 +39,12 @@ def test_limits_parse_sizes_and_refuse_what_is_wrong():
 
 
 def test_a_limit_is_named_from_counters_first_and_from_words_without_them():
-    limits = Limits.parse("memory=1G,pids=64").describe()
+    limits = LimitReport(Limits.parse("memory=1G,pids=64").describe())
     killed = {"exit_code": 137, "output": ""}
     assert named_limit(killed, {"oom_kills": 0}, {"oom_kills": 1}, limits)[0] == "OutOfMemory"
     assert named_limit(killed, {"oom_kills": 1}, {"oom_kills": 1}, limits) is None  # counted, and nothing new
     assert named_limit(killed, {}, {}, limits) is None  # rlimits: a SIGKILL is not the memory limit's
-    guessed = named_limit(killed, {}, {}, {**limits, "oom": "uncounted sigkill"})  # a container's, uncounted
+    guessed = named_limit(killed, {}, {}, replace(limits, oom_counted=False))  # a container's, uncounted
     assert guessed[0] == "OutOfMemory" and "most likely" in guessed[1]
     said = {"exit_code": 1, "output": "MemoryError\n", "segments": [["stderr", 12]]}
     assert named_limit(said, {}, {}, limits)[0] == "OutOfMemory"

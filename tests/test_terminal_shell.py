@@ -30,7 +30,7 @@ import pytest
 
 from owsandbox.channel.control import ExecdControl
 from owsandbox.kernel.errors import CellError
-from owsandbox.kernel.terminal_open import terminal_open
+from owsandbox.kernel.magics.terminal_open import terminal_open
 from owsandbox.terminal import locate
 from owsandbox.terminal.boxshell import shell_command
 from owsandbox.terminal.launch import LAB_TERMINALS_ENV, kernel_of_lab_terminal, lab_terminal_name

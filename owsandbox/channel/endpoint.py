@@ -15,12 +15,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from .. import settings
 from .errors import ExecdError
 
 TOKEN_HEADER = "X-EXECD-ACCESS-TOKEN"
-ENV_URL = "OWSANDBOX_EXECD_URL"
-ENV_TOKEN = "OWSANDBOX_EXECD_TOKEN"
-ENV_HEADERS = "OWSANDBOX_EXECD_HEADERS"
+ENV_URL = settings.EXECD_URL
+ENV_TOKEN = settings.EXECD_TOKEN
+ENV_HEADERS = settings.EXECD_HEADERS
 
 # The Host name used for requests over a Unix socket, where there is no host to name.
 UNIX_HOST = "localhost"

@@ -21,8 +21,8 @@ The wire, as OpenSandbox's execd defines it (`components/execd`, `GET /pty/{id}/
   (with `exit_code`), `error` (with `code` and `error`), `pong`; to execd `signal`, `resize`,
   `stdin`, `ping`. Text that is not a JSON object is ignored, by execd and by us.
 
-The box serves the same API from inside the sandbox (`runner/box/execd.py`). It may import nothing
-but the standard library, so it keeps its own copy of the kind bytes (`runner/box/ptysessions.py`);
+The box serves the same API from inside the sandbox (`box/execd/endpoint.py`). It may import nothing
+but the standard library, so it keeps its own copy of the kind bytes (`box/execd/ptysessions.py`);
 tests/test_channel_execdws.py holds the two sides equal.
 
 The close quirk: RFC 6455 lets a client wait for the server to close TCP after the closing

@@ -1,23 +1,11 @@
 """The errors a cell ends with. Each becomes the cell's one `error` output: its name (`ename`) and its
 message (`evalue`), so a notebook run stops there and says why.
 
-They live apart from `kernel.py` so that the magics (`magics.py`, `attach_magics.py`) and the
+They live apart from `kernel.py` so that the magics (`magics/`) and the
 `%attach` machinery raise them without importing the kernel, which imports them.
 """
 
 from __future__ import annotations
-
-from ..runner.box import protocol as P
-
-# The name a cell's error gets for a runner error code; any other code is a "SandboxError".
-RUNNER_ERROR_NAMES = {P.SHELL_BUSY: "ShellBusy", P.SHELL_EXITED: "ShellExited",
-                      P.RUNNER_RESTARTED: "SandboxRestarted",
-                      P.RUNNER_UNREACHABLE: "SandboxUnreachable", P.FS_ERROR: "FileError",
-                      P.INVALID_PARAMS: "UsageError", P.UNKNOWN_SHELL: "UnknownShell"}
-
-
-def runner_error_name(code: int) -> str:
-    return RUNNER_ERROR_NAMES.get(code, "SandboxError")
 
 
 class UsageError(Exception):

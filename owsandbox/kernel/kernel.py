@@ -8,12 +8,12 @@ Jupyter's stdin channel when the client allows it (`stdin.py`), and gets end-of-
 Stop (an `interrupt_request`, or SIGINT from a client that signals) becomes `shell.interrupt`: the
 command ends (and its open prompt with it), the shell and its variables stay. A non-zero exit status
 is an error reply with exactly one `error` output, so a notebook run stops at a failing cell (the
-errors, by name, are in `errors.py`). Magics live in `magics.py`, `attach_magics.py` and
-`sandbox_magics.py`, found through the kernel's table (`magic_table.py`); a cell magic below the first line is
-refused (`placement.py`); output handling in `output.py` (terminal text in `terminal_text.py`), the bash
-completeness check in `completeness.py`, tab completion in `completion.py`.
-Every output leaves through `outbox.py`: the box's text filtered for a terminal (`box_text.py`) and
-counted against the cell's output limit (`budget.py`).
+errors, by name, are in `errors.py`). Magics live in `magics/`, found through the kernel's table
+(`magics/table.py`); a cell magic below the first line is refused (`magics/placement.py`); output handling
+is in `cell/` (records to outputs in `cell/output.py`, terminal text in `cell/terminal_text.py`); the bash
+completeness check and tab completion in `editing/`. Every output leaves through `cell/outbox.py`: the
+box's text filtered for a terminal (`display/box_text.py`) and counted against the cell's output limit
+(`cell/budget.py`).
 """
 
 from __future__ import annotations
@@ -29,24 +29,29 @@ from typing import Any
 from ipykernel.kernelbase import Kernel
 
 from .. import __version__
-from ..runner.box import protocol as P
+from .. import protocol as P
+from ..protocol.methods import SHELL_INPUT, SHELL_INPUT_WANTED, SHELL_INTERRUPT, SHELL_OUTPUT, SHELL_RUN
 from ..terminal.locate import sandbox_key
-from . import box_text, magics
-from .attach import AttachManager
-from .budget import Withheld
-from .completion import CompletionContext, complete, inspect_word
-from .errors import CellError, UsageError, runner_error_name
-from .hints import network_hint
-from .limits import named_limit
-from .magic_table import MagicTable, all_magics
-from .magics import RunOnShell, terminal_settings
-from .outbox import Outbox
-from .output import DEFAULT_OUTPUT_LIMIT, CellOutput, Display, InputWanted, Notice, Stream
-from .placement import refuse_misplaced_cell_magic
-from .recording import Recorder, session_stem
+from .attach.session import AttachManager
+from .cell.budget import Withheld
+from .cell.hints import network_hint
+from .cell.limit_names import named_limit
+from .cell.outbox import Outbox
+from .cell.output import DEFAULT_OUTPUT_LIMIT, CellOutput, Display, InputWanted, Notice, Stream
+from .display import box_text
+from .display.rich import mime_for, rich_bundle
+from .editing.completion import CompletionContext, complete, inspect_word
+from .editing.stdin import CellPrompts, StdinChannel
+from .errors import CellError, UsageError
+from .history import CellHistory
+from .magics.files import read_whole
+from .magics.framework import ParsedCell, RunOnShell, parse_cell
+from .magics.placement import refuse_misplaced_cell_magic
+from .magics.shells import terminal_settings
+from .magics.table import MagicTable, all_magics
+from .magics.terminal_open import terminal_open
 from .sandbox import Sandbox, SandboxUnavailable
-from .stdin import CellPrompts, StdinChannel
-from .terminal_open import terminal_open
+from .teaching.recording import Recorder, session_stem
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +86,6 @@ class OwSandboxKernel(Kernel):
         self._running: dict[str, str] = {}  # shell → the call id of the cell running on it
         self._running_lock = threading.Lock()
         self._displays: set[str] = set()
-        self.cell_history: list[str] = []  # for completing the variables that cells assigned
         self.history = CellHistory()
         self.attach = AttachManager(self._attach_display, self._runner_call, self._execd_endpoint,
                                     self._attach_registry)
@@ -192,7 +196,7 @@ class OwSandboxKernel(Kernel):
                                   "terminal": False, "stderr": "apart", "stdin": False, "output_limit": 1_000_000}
         if self.settings["timeout"] is not None:
             params["timeout_s"] = self.settings["timeout"]
-        call = client.start_call("shell.run", params)
+        call = client.start_call(SHELL_RUN, params)
         with self._running_lock:
             self._running[shell] = call.request_id
         try:
@@ -209,11 +213,10 @@ class OwSandboxKernel(Kernel):
         stdin = _CellStdin(allow_stdin, self._parent_ident["shell"])  # where an input_request goes
         ok = {"status": "ok", "execution_count": self.execution_count, "payload": [], "user_expressions": {}}
         if store_history:
-            self.cell_history = (self.cell_history + [code])[-200:]
             self.history.add(self.execution_count, code)
         try:
             await self._say_where_once(parent)
-            parsed = magics.parse_cell(code)
+            parsed = parse_cell(code)
             if parsed is None or parsed.cell is None:
                 self._refuse_misplaced(code, code if parsed is None else parsed.rest)
             if parsed is None:
@@ -240,7 +243,7 @@ class OwSandboxKernel(Kernel):
         except SandboxUnavailable as err:
             return self._error_reply(parent, "SandboxUnavailable", str(err))
         except P.RunnerError as err:
-            return self._error_reply(parent, runner_error_name(err.code), err.message)
+            return self._error_reply(parent, err.cell_name, err.message)
         except asyncio.CancelledError:
             return self._error_reply(parent, "Interrupted", "the cell was interrupted")
         except Exception as exc:  # noqa: BLE001 - every request gets a reply
@@ -265,7 +268,7 @@ class OwSandboxKernel(Kernel):
         self._said_where = True
         self._note(parent, f"[sandbox: {' · '.join(self.sandbox.headline())}]")
 
-    async def _run_magics(self, context: _Context, parsed: magics.ParsedCell) -> RunOnShell | None:
+    async def _run_magics(self, context: _Context, parsed: ParsedCell) -> RunOnShell | None:
         loop = asyncio.get_running_loop()
         if parsed.cell is not None:
             name, args, body = parsed.cell
@@ -295,9 +298,9 @@ class OwSandboxKernel(Kernel):
 
         def on_frame(frame: dict[str, Any]) -> None:
             method = frame.get("method")
-            if method == "shell.output":
+            if method == SHELL_OUTPUT:
                 output.live(frame)
-            elif method == "shell.input_wanted":
+            elif method == SHELL_INPUT_WANTED:
                 output.input_wanted(frame)
             else:
                 return
@@ -309,7 +312,7 @@ class OwSandboxKernel(Kernel):
             params["timeout_s"] = self.settings["timeout"]
         provider = workspace.provider
         counted = provider.limit_counters()
-        call = client.start_call("shell.run", params, on_notification=on_frame,
+        call = client.start_call(SHELL_RUN, params, on_notification=on_frame,
                                  on_done=lambda: loop.call_soon_threadsafe(wake.set))
         with self._running_lock:
             self._running[shell] = call.request_id
@@ -333,7 +336,7 @@ class OwSandboxKernel(Kernel):
         self.sandbox.remember_folder(shell, result.get("cwd"))
         output.finish(result)
         await self._show(parent, output, shell)
-        hit = named_limit(result, counted, provider.limit_counters(), provider.limit_summary())
+        hit = named_limit(result, counted, provider.limit_counters(), provider.limit_report())
         if hit is not None:
             raise CellError(*hit)
         hint = network_hint(result, provider.network_state())
@@ -382,7 +385,7 @@ class OwSandboxKernel(Kernel):
 
         def send_input(params: dict[str, Any]) -> None:
             try:
-                client.call("shell.input", {"shell": shell, **params}, timeout=10)
+                client.call(SHELL_INPUT, {"shell": shell, **params}, timeout=10)
             except (P.RunnerError, TimeoutError) as exc:  # the command ended meanwhile: nothing reads
                 self.log.debug("shell.input on %s: %s", shell, exc)
 
@@ -404,8 +407,8 @@ class OwSandboxKernel(Kernel):
     def _display_file(self, parent: dict[str, Any], event: Display, shell: str) -> None:
         context = _Context(self, parent)
         try:
-            mime = magics.mime_for(event.path, event.mime)
-            bundle = magics.rich_bundle(magics.read_whole(context, event.path, None), mime, event.path)
+            mime = mime_for(event.path, event.mime)
+            bundle = rich_bundle(read_whole(context, event.path, None), mime, event.path)
         except (UsageError, P.RunnerError) as exc:
             self._note(parent, f"owdisplay: {exc}")
             return
@@ -447,14 +450,14 @@ class OwSandboxKernel(Kernel):
         client = self.sandbox.client
         for shell in shells:
             try:
-                client.start_call("shell.interrupt", {"shell": shell})
+                client.start_call(SHELL_INTERRUPT, {"shell": shell})
             except P.RunnerError as exc:
                 log.warning("could not stop the command on shell %s: %s", shell, exc)
 
     # -- is_complete, complete, inspect -----------------------------------------------------
 
     async def do_is_complete(self, code: str) -> dict[str, Any]:
-        from .completeness import check
+        from .editing.completeness import check
 
         status, indent = check(code)
         reply: dict[str, Any] = {"status": status}
@@ -465,7 +468,7 @@ class OwSandboxKernel(Kernel):
     def _completion_context(self) -> CompletionContext:
         shell = self.settings["shell"]
         return CompletionContext(shell=shell, call=self._runner_call, folder=lambda: self.shell_folder(shell),
-                                 history=self.cell_history[-200:], magics=self.magics)
+                                 history=self.history.codes(200), magics=self.magics)
 
     async def do_complete(self, code: str, cursor_pos: int) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
@@ -521,39 +524,6 @@ class _CellStdin:
     def __init__(self, allowed: bool, ident: Any) -> None:
         self.allowed = allowed
         self.ident = ident
-
-
-class CellHistory:
-    """The cells this kernel ran, for history requests (in memory: session 1 is this kernel)."""
-
-    SESSION = 1
-
-    def __init__(self, keep: int = 10000) -> None:
-        self.entries: list[tuple[int, int, str]] = []
-        self.keep = keep
-
-    def add(self, line: int, code: str) -> None:
-        self.entries = (self.entries + [(self.SESSION, line, code)])[-self.keep:]
-
-    def query(self, kind: str, session: int | None, start: int | None, stop: int | None, n: int | None,
-              pattern: str | None, unique: bool) -> list[tuple[int, int, str]]:
-        import fnmatch
-
-        if kind == "tail":
-            return self.entries[-n:] if n else list(self.entries)
-        if kind == "range":
-            wanted = self.SESSION if session in (None, 0) or session < 0 else session
-            return [e for e in self.entries if e[0] == wanted and (start or 0) <= e[1] < (stop or 1 << 62)]
-        if kind == "search":
-            found = [e for e in self.entries if fnmatch.fnmatch(e[2], pattern or "*")]
-            if unique:
-                seen: dict[str, tuple[int, int, str]] = {}
-                for entry in found:
-                    seen.pop(entry[2], None)
-                    seen[entry[2]] = entry
-                found = list(seen.values())
-            return found[-n:] if n else found
-        return []
 
 
 class _Context:

@@ -14,15 +14,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..runner.box import protocol as P
-from ..runner.client import RunnerClient
-from ..runner.limits import LimitTooSmall
-from ..runner.providers import bwrap_problem, enforcement_of, resolve
-from ..runner.workspace import DEFAULT_PROVIDER, PROVIDER_ENV, RunnerWorkspace
+from .. import protocol as P
+from .. import settings
+from ..host.client import RunnerClient
+from ..host.isolation.resources import LimitTooSmall
+from ..host.providers import bwrap_problem, enforcement_of, resolve
+from ..host.workspace import DEFAULT_PROVIDER, PROVIDER_ENV, RunnerWorkspace
+from ..protocol.methods import SHELL_CLOSE
 
 log = logging.getLogger(__name__)
 
-WORKSPACE_ENV = "OWSANDBOX_WORKSPACE"
+WORKSPACE_ENV = settings.WORKSPACE
 
 
 class SandboxUnavailable(Exception):
@@ -132,7 +134,7 @@ class Sandbox:
         """A restarted kernel starts with fresh shells; programs started with %attach live on."""
         for shell in workspace.client.hello.get("shells", []):
             try:
-                workspace.client.call("shell.close", {"shell": shell["name"]}, timeout=10)
+                workspace.client.call(SHELL_CLOSE, {"shell": shell["name"]}, timeout=10)
             except P.RunnerError as exc:
                 log.warning("shell %s of the previous kernel not closed: %s", shell["name"], exc)
 

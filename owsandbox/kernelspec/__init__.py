@@ -22,6 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from .. import settings
+
 KERNEL_NAME = "owsandbox"
 DISPLAY_NAME = "Sandbox (bash)"
 KERNEL_MODULE = "owsandbox.kernel"
@@ -76,26 +78,26 @@ def kernel_dict(
         if engine and engine not in ("podman", "docker"):
             raise ValueError(f"--engine {engine!r}: the container engine must be podman or docker")
     if image:
-        kernel_env["OWSANDBOX_IMAGE"] = image
+        kernel_env[settings.IMAGE] = image
     if baseline:
-        kernel_env["OWSANDBOX_BASELINE"] = baseline_value(baseline)
+        kernel_env[settings.BASELINE] = baseline_value(baseline)
     if record:  # `~` and `$USER` are left for the kernel: each student's own
-        kernel_env["OWSANDBOX_RECORD"] = record if record.startswith("~") or "$" in record else os.path.abspath(record)
+        kernel_env[settings.RECORD] = record if record.startswith("~") or "$" in record else os.path.abspath(record)
     if engine:
-        kernel_env["OWSANDBOX_ENGINE"] = engine
+        kernel_env[settings.ENGINE] = engine
     if provider:
-        kernel_env["OWSANDBOX_PROVIDER"] = provider
+        kernel_env[settings.PROVIDER] = provider
     # A variable given to the kernelspec is meant for the cells: it passes into the sandbox's clean
     # environment by name. The kernel's own settings (OWSANDBOX_*) stay with the kernel.
     passed = [n for n in kernel_env if not n.startswith("OWSANDBOX_")]
     if passed:
-        earlier = [n for n in kernel_env.get("OWSANDBOX_ENV", "").split(",") if n]
-        kernel_env["OWSANDBOX_ENV"] = ",".join(dict.fromkeys(earlier + passed))
+        earlier = [n for n in kernel_env.get(settings.ENV, "").split(",") if n]
+        kernel_env[settings.ENV] = ",".join(dict.fromkeys(earlier + passed))
     if limits:
-        from ..runner.limits import Limits
+        from ..host.isolation.resources import Limits
 
         Limits.parse(limits)  # a wrong limit fails here, at install, not at the first cell
-        kernel_env["OWSANDBOX_LIMITS"] = ",".join(limits)
+        kernel_env[settings.LIMITS] = ",".join(limits)
     spec: dict[str, Any] = {
         "argv": kernel_argv(executable),
         "display_name": display_name or DISPLAY_NAME,
@@ -105,7 +107,7 @@ def kernel_dict(
     if kernel_env:
         spec["env"] = kernel_env
     spec["metadata"] = {
-        "owsandbox": {"provider": kernel_env.get("OWSANDBOX_PROVIDER") or "auto"},
+        "owsandbox": {"provider": kernel_env.get(settings.PROVIDER) or "auto"},
         "debugger": False,
     }
     return spec
@@ -119,7 +121,7 @@ def baseline_value(given: str) -> str:
             raise ValueError(f"--baseline {given!r}: {folder} is not a folder (give a folder of the lab's starting "
                              "files, or the name of a snapshot)")
         return folder
-    from ..runner.snapshots import SnapshotError, check_name
+    from ..host.snapshots.store import SnapshotError, check_name
 
     try:
         return check_name(given)

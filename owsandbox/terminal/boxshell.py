@@ -5,7 +5,7 @@ the daemon's environment. So the command first gives the terminal the user's win
 before anything draws, rather than a resize that races the first prompt) and the user's TERM, then
 becomes `bash -i` with an rc file of ours: what a Debian terminal reads (/etc/bash.bashrc, then
 ~/.bashrc, in the box: a bubblewrap box's home is its own and empty), the colours a Debian ~/.bashrc
-adds (runner/box/colours.py, as the kernel's shells have them) and bash-completion where the box has
+adds (box/shell/colours.py, as the kernel's shells have them) and bash-completion where the box has
 it. The rc comes through a process substitution, so nothing is written in the box.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from ..runner.box.colours import COLOUR_INIT
+from ..box.shell.colours import COLOUR_INIT
 
 _TERM = re.compile(r"[A-Za-z0-9.+_-]{1,64}")  # a terminfo name; anything else is not passed on
 

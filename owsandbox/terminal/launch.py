@@ -15,9 +15,11 @@ import shlex
 import shutil
 import sys
 
+from .. import settings
+
 #: Set in a Jupyter server's environment by owsandbox's terminal manager, so the kernels it starts know
 #: that a terminal named `sandbox_ID` opens in their sandbox (and is not a plain shell on this machine).
-LAB_TERMINALS_ENV = "OWSANDBOX_LAB_TERMINALS"
+LAB_TERMINALS_ENV = settings.LAB_TERMINALS
 LAB_TERMINAL_PREFIX = "sandbox_"
 _KERNEL_ID = re.compile(r"[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}")
 

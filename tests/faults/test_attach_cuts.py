@@ -25,10 +25,10 @@ from typing import Any
 
 import pytest
 
+from owsandbox.box.execd.endpoint import ExecdServer
 from owsandbox.channel import ExecdControl, ExecdEndpoint, ExecdJsonLineChannel
 from owsandbox.channel.endpoint import TOKEN_HEADER
 from owsandbox.channel.errors import ChannelDetached, ProgramExited
-from owsandbox.runner.box.execd import ExecdServer
 
 from .helpers import seed_from_env
 

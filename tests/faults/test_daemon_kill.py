@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from owsandbox.runner.box import protocol as P
-from owsandbox.runner.client import RunnerClient
-from owsandbox.runner.executor import RunnerExecutor
-from owsandbox.runner.providers.local import LocalProvider, descendants
+from owsandbox import protocol as P
+from owsandbox.host.client import RunnerClient
+from owsandbox.host.executor import RunnerExecutor
+from owsandbox.host.providers.local import LocalProvider, descendants
 from tests.kernel_session import KernelSession
 from tests.processes import wait_gone
 from tests.waiting import wait_until

@@ -36,18 +36,20 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from owsandbox import protocol as P
+from owsandbox.box.execd import wsframes as W
+from owsandbox.box.shell.bash import DISPLAY_START
+from owsandbox.box.shell.capture import MARKER_START, LiveBatcher, MarkerScanner, OutputRecord, StreamDecoder
 from owsandbox.channel.errors import JsonLineError, ReplayGap
 from owsandbox.channel.jsonlines import REPLAY, STDERR, STDOUT, JsonLineDecoder, Record, StderrText
-from owsandbox.kernel import completeness
-from owsandbox.kernel.attach_magics import _headers, _parse_records, _send_options
-from owsandbox.kernel.magic_table import all_magics
-from owsandbox.kernel.magics import UsageError, _span, parse_cell
-from owsandbox.kernel.output import TAIL_CHARS, CellOutput, Display, Notice, Stream
-from owsandbox.runner.box import protocol as P
-from owsandbox.runner.box import wsframes as W
-from owsandbox.runner.box.output import MARKER_START, LiveBatcher, MarkerScanner, OutputRecord, StreamDecoder
-from owsandbox.runner.box.shells import DISPLAY_START
-from owsandbox.runner.client import SeqTracker
+from owsandbox.host.client import SeqTracker
+from owsandbox.kernel.cell.output import TAIL_CHARS, CellOutput, Display, Notice, Stream
+from owsandbox.kernel.editing import completeness
+from owsandbox.kernel.errors import UsageError
+from owsandbox.kernel.magics.attach import _headers, _parse_records, _send_options
+from owsandbox.kernel.magics.files import _span
+from owsandbox.kernel.magics.framework import parse_cell
+from owsandbox.kernel.magics.table import all_magics
 
 FUZZ = settings(max_examples=300, deadline=None, database=None, derandomize=True, print_blob=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
@@ -764,7 +766,7 @@ def test_a_deeply_nested_line_is_not_a_frame() -> None:
 def test_the_daemon_answers_after_a_deeply_nested_frame(zipapp: Path, workspace: Path) -> None:
     import socket
 
-    from owsandbox.runner.providers.local import LocalProvider
+    from owsandbox.host.providers.local import LocalProvider
 
     provider = LocalProvider(cwd=workspace, runner_path=zipapp)
     provider.create()

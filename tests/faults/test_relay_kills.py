@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from owsandbox.kernel.output import CellOutput, Notice, Stream
-from owsandbox.runner.providers.local import LocalProvider
+from owsandbox.host.providers.local import LocalProvider
+from owsandbox.kernel.cell.output import CellOutput, Notice, Stream
 from tests.processes import children, command_line
 from tests.waiting import WaitTimeout, wait_until
 

@@ -28,8 +28,8 @@ import sys
 
 
 def main() -> int:
-    from owsandbox.runner.providers.bwrap import BwrapProvider
-    from owsandbox.runner.workspace import RunnerWorkspace
+    from owsandbox.host.providers.bwrap import BwrapProvider
+    from owsandbox.host.workspace import RunnerWorkspace
 
     workspace: RunnerWorkspace | None = None
     for line in sys.stdin:
@@ -46,7 +46,7 @@ def main() -> int:
                 before = workspace.provider.limit_counters()
                 done = workspace.executor.run(step["run"], timeout=step.get("timeout", 60))
                 answer = {**done, "counters_before": before, "counters_after": workspace.provider.limit_counters(),
-                          "limits": workspace.provider.limit_summary()}
+                          "limits": report.to_json() if (report := workspace.provider.limit_report()) else None}
             elif "describe" in step:
                 assert workspace is not None
                 answer = json.loads(json.dumps(workspace.provider.describe(), default=str))
@@ -88,7 +88,7 @@ def main() -> int:
 def snapshot_step(provider: object, step: dict) -> dict:
     from dataclasses import asdict
 
-    from owsandbox.runner.sandbox_snapshots import SandboxSnapshots
+    from owsandbox.host.snapshots.stopped import SandboxSnapshots
 
     snapshots = SandboxSnapshots(provider)
     action = step["action"]

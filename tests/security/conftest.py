@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from owsandbox.runner.bundle import build_runner_zipapp
+from owsandbox.host.bundle import build_runner_zipapp
 
 from ..conftest import require_bwrap
 from ..plain_python import as_user

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from owsandbox.kernel import box_text
-from owsandbox.kernel.terminal_text import shown_text
+from owsandbox.kernel.cell.terminal_text import shown_text
+from owsandbox.kernel.display import box_text
 
 from ..conftest import kernel_in
 from ..kernel_session import CellRun, KernelSession

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from owsandbox.kernel.svg import sanitised
+from owsandbox.kernel.display.svg import sanitised
 
 from ..lab_browser import (
     CHROMIUM_ARGS,

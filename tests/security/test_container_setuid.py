@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from owsandbox.runner import container_seccomp
-from owsandbox.runner.providers.container import ContainerProvider
-from owsandbox.runner.workspace import RunnerWorkspace
+from owsandbox.host.isolation import container_seccomp
+from owsandbox.host.providers.container import ContainerProvider
+from owsandbox.host.workspace import RunnerWorkspace
 
 from ..containers import engine_of
 from ..plain_python import as_user

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from owsandbox.runner.box import protocol as P
-from owsandbox.runner.box import searchchild
-from owsandbox.runner.box.fsops import fs_search
-from owsandbox.runner.providers.local import LocalProvider
+from owsandbox import protocol as P
+from owsandbox.box.files import search as searchchild
+from owsandbox.box.files.ops import fs_search
+from owsandbox.host.providers.local import LocalProvider
 from tests.processes import children, command_line, descendants
 from tests.waiting import WaitTimeout, wait_until
 
@@ -32,7 +32,7 @@ CATASTROPHIC = "(a+)+$"
 BAD_LINE = "a" * 36 + "b\n"
 SEARCH_LIMIT_S = 4.0  # the attack's deadline: short, yet far longer than the other calls need
 ANSWER_BOUND_S = 2.0  # what "answers at once" means for each of the other calls, on a busy machine too
-CHILD_MARK = "searchchild"  # in the command line of the daemon's search process
+CHILD_MARK = "files.search import child_main"  # in the command line of the daemon's search process
 
 
 @pytest.fixture
@@ -136,7 +136,7 @@ def test_an_ordinary_search_answers_as_before(local_box, workspace):
 
 
 def test_the_search_process_starts_from_a_source_tree_too(tmp_path):
-    """As when the daemon runs as `python -m owsandbox.runner.box`: the child comes from the package's
+    """As when the daemon runs as `python -m owsandbox.box`: the child comes from the package's
     folder, not the zipapp; a catastrophic search is stopped and its process reaped there too."""
     (tmp_path / "bad.txt").write_text(BAD_LINE)
     (tmp_path / "good.txt").write_text("needle\n")

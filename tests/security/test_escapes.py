@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from owsandbox.runner.box.procstat import namespace_pids
+from owsandbox.box.procstat import namespace_pids
 
 from ..processes import command_line
 from ..waiting import wait_until

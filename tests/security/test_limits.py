@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from owsandbox.kernel.limits import named_limit
+from owsandbox.host.isolation.resources import LimitReport
+from owsandbox.kernel.cell.limit_names import named_limit
 
 from .conftest import Attacker
 
@@ -18,7 +19,7 @@ def _limited(attacker_factory, home: Path, **limits: str) -> Attacker:
 
 
 def _named(done: dict) -> tuple[str, str] | None:
-    return named_limit(done, done["counters_before"], done["counters_after"], done["limits"])
+    return named_limit(done, done["counters_before"], done["counters_after"], LimitReport.from_json(done["limits"]))
 
 
 def test_a_huge_allocation_ends_as_out_of_memory(attacker_factory, home: Path, who: str):

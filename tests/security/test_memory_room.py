@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from owsandbox.runner import limits as L
-from owsandbox.runner.providers import bwrap
-from owsandbox.runner.workspace import RunnerWorkspace
+from owsandbox.host.isolation import resources as L
+from owsandbox.host.providers import bwrap
+from owsandbox.host.workspace import RunnerWorkspace
 
 from ..conftest import require_bwrap
 from .test_syscalls import python_in_box

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from owsandbox.kernel.budget import ALLOWANCE, OutputBudget, Withheld, size_of
-from owsandbox.kernel.output import TAIL_CHARS
+from owsandbox.kernel.cell.budget import ALLOWANCE, OutputBudget, Withheld, size_of
+from owsandbox.kernel.cell.output import TAIL_CHARS
 
 from ..kernel_session import CellRun, KernelSession
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from owsandbox.runner.privatedir import UnsafeFolder, first_private_folder, private_folder
+from owsandbox.host.privatedir import UnsafeFolder, first_private_folder, private_folder
 
 
 @pytest.mark.unit
@@ -58,9 +58,9 @@ def test_the_runner_the_host_runs_is_out_of_the_boxs_reach(tmp_path, monkeypatch
     is the student's home, so the file must not live there (it once did, in ~/.cache): it is kept in
     the private runtime folder, which no box sees; and a file of the right name and size that is not
     the runner is written over, never run."""
-    from owsandbox.runner import bundle
-    from owsandbox.runner.providers.local import LocalProvider, runtime_root
-    from owsandbox.runner.workspace import RunnerWorkspace
+    from owsandbox.host import bundle
+    from owsandbox.host.providers.local import LocalProvider, runtime_root
+    from owsandbox.host.workspace import RunnerWorkspace
 
     home = tmp_path / "home"
     home.mkdir()
@@ -83,7 +83,7 @@ def test_the_runner_the_host_runs_is_out_of_the_boxs_reach(tmp_path, monkeypatch
 @pytest.mark.unit
 def test_a_temporary_folder_too_long_for_sockets_is_passed_over(tmp_path, monkeypatch, capsys):
     """A long TMPDIR (and no XDG_RUNTIME_DIR) once made every cell fail with 'AF_UNIX path too long'."""
-    from owsandbox.runner.providers import local
+    from owsandbox.host.providers import local
 
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     deep.mkdir(parents=True)

@@ -8,7 +8,7 @@ import json
 import time
 from pathlib import Path
 
-from owsandbox.runner import seccomp
+from owsandbox.host.isolation import seccomp
 
 from ..waiting import wait_until
 from .conftest import Attacker

@@ -15,8 +15,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from owsandbox.kernel import svg as svg_module
-from owsandbox.kernel.svg import RefusedSvg, sanitised
+from owsandbox.kernel.display import svg as svg_module
+from owsandbox.kernel.display.svg import RefusedSvg, sanitised
 
 from ..kernel_session import KernelSession
 from .test_untrusted_output import inspect

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from owsandbox.runner import seccomp
+from owsandbox.host.isolation import seccomp
 
 from ..plain_python import as_user
 from .conftest import PLAIN_USER, Attacker, plain_user

@@ -22,8 +22,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from owsandbox.kernel import untrusted
-from owsandbox.runner.box.shells import DISPLAY_TYPES
+from owsandbox.box.shell.bash import DISPLAY_TYPES
+from owsandbox.kernel.display import untrusted
 
 from ..kernel_session import KernelSession
 from ..steps import lines_run

@@ -1,0 +1,286 @@
+"""The daemon's methods: which handler answers each, with its params checked, and how it is answered.
+
+Control requests (hello, resume, interrupt, list) are answered at once on the connection's thread,
+straight to that connection and never kept, so Stop never waits behind work. Work requests run on
+threads of their own (at most `MAX_WORKERS` at once) and every answer goes through the records: it
+gets a `seq`, is kept until acknowledged and is replayed on `session.resume`; a request id seen twice
+runs once. A `shell.run` on a shell that is already up starts without a thread hop. Notifications
+(`session.ack`, `$/ping`) are never answered.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from .. import protocol as P
+from ..protocol.methods import (
+    HELLO,
+    SESSION_ACK,
+    SESSION_RESUME,
+    SHELL_CLOSE,
+    SHELL_COMPLETE,
+    SHELL_INPUT,
+    SHELL_INPUT_WANTED,
+    SHELL_INSPECT,
+    SHELL_INTERRUPT,
+    SHELL_LIST,
+    SHELL_OUTPUT,
+    SHELL_PROGRESS,
+    SHELL_RUN,
+)
+from . import params, procs
+from .files import ops as fsops
+from .files import search as searchchild
+from .outbox import ANSWERED, NEW, Records
+from .server import Connection
+from .shell import complete
+from .shell.bash import Shell
+from .shell.registry import ShellRegistry
+from .shell.terminal import DEFAULT_COLS, DEFAULT_ROWS
+
+log = logging.getLogger(__name__)
+
+MAX_WORKERS = 64
+DEFERRED = object()  # a work handler's value when the answer comes later (a shell's command, when done)
+
+ControlHandler = Callable[[Connection, dict[str, Any]], Any]
+WorkHandler = Callable[[Any, dict[str, Any]], Any]
+
+
+class Dispatcher:
+    """`handle(conn, message)` for each message the socket server reads.
+
+    `describe()` gives the daemon's facts for `runner.hello`; `send_live` sends to the current client
+    (shell output, and the answers to work)."""
+
+    def __init__(self, records: Records, shells: ShellRegistry, send_live: Callable[[bytes], None],
+                 describe: Callable[[], dict[str, Any]], instance_id: str) -> None:
+        self.records = records
+        self.shells = shells
+        self._send_live = send_live
+        self._describe = describe
+        self.instance_id = instance_id
+        self._workers = threading.BoundedSemaphore(MAX_WORKERS)
+        self._control: dict[str, ControlHandler] = {
+            HELLO: lambda _conn, p: self._hello(p),
+            SESSION_RESUME: self._resume,
+            SHELL_INTERRUPT: lambda _conn, p: self._shell_interrupt(p),
+            SHELL_LIST: lambda _conn, _p: {"shells": self.shells.describe()},
+        }
+        # searchchild's fs.search replaces fsops': a regex can hold the GIL for minutes, so it runs in a child
+        files = {**fsops.HANDLERS, **procs.HANDLERS, **searchchild.HANDLERS}
+        self._work: dict[str, WorkHandler] = {method: self._in_folder(handler) for method, handler in files.items()}
+        self._work.update({
+            SHELL_RUN: self._shell_run,
+            SHELL_CLOSE: lambda _id, p: self._shell_close(p),
+            SHELL_INPUT: lambda _id, p: self._shell_input(p),
+            SHELL_COMPLETE: lambda _id, p: self._shell_complete(p, complete.shell_complete),
+            SHELL_INSPECT: lambda _id, p: self._shell_complete(p, complete.shell_inspect),
+        })
+
+    # -- routing ----------------------------------------------------------------------------
+
+    def handle(self, conn: Connection, message: dict[str, Any]) -> None:
+        method = message.get("method")
+        request_id = message.get("id")
+        raw_params = message.get("params", {})
+        if not isinstance(method, str):
+            if "result" not in message and "error" not in message:
+                conn.send(P.encode(P.error(request_id, P.INVALID_REQUEST, "a request needs a 'method' string")))
+            return
+        if not isinstance(raw_params, dict):
+            if request_id is not None:
+                conn.send(P.encode(P.error(request_id, P.INVALID_PARAMS, "'params' must be an object")))
+            return
+        if request_id is None:
+            self._notification(method, raw_params)
+            return
+        control = self._control.get(method)
+        if control is not None:
+            self._answer_now(conn, request_id, control, raw_params)
+            return
+        state, replay = self.records.begin(request_id)
+        if state == ANSWERED:
+            if replay is None:  # answered, but the answer is no longer kept: say so, run nothing
+                replay = P.encode(P.error(request_id, P.UNKNOWN_TASK,
+                                          f"request '{request_id}' already ran and its answer is no longer kept; "
+                                          "its outcome is unknown"))
+            conn.send(replay)
+            return
+        if state != NEW:
+            return  # running already: its answer comes when it is done
+        handler = self._work.get(method)
+        if handler is None:
+            self._answer(request_id, err=P.RunnerError(P.METHOD_NOT_FOUND, f"unknown method '{method}'"))
+            return
+        if method == SHELL_RUN and self._try_run_inline(request_id, raw_params):
+            return
+        try:
+            threading.Thread(target=self._run_handler, args=(request_id, handler, raw_params), daemon=True).start()
+        except RuntimeError as exc:  # the connection's reader must live on, and the request be answered
+            log.error("request %s: no thread to run it: %s", request_id, exc)
+            self._answer(request_id, err=P.RunnerError(
+                P.INTERNAL_ERROR, f"the sandbox's daemon could not start a thread for this request ({exc}): its "
+                "memory limit leaves it no room; restart the kernel with a larger one"))
+
+    def _notification(self, method: str, raw_params: dict[str, Any]) -> None:
+        if method == SESSION_ACK:
+            seq = raw_params.get("seq")
+            if isinstance(seq, int) and not isinstance(seq, bool):
+                self.records.ack(seq)
+        # `$/ping` and unknown notifications need nothing: a ping only keeps the relay awake.
+
+    def _answer_now(self, conn: Connection, request_id: Any, handler: ControlHandler,
+                    raw_params: dict[str, Any]) -> None:
+        try:
+            conn.send(P.encode(P.result(request_id, handler(conn, raw_params))))
+        except P.RunnerError as err:
+            conn.send(P.encode(P.error(request_id, err.code, err.message, err.data)))
+        except Exception as exc:  # noqa: BLE001
+            log.exception("request %s failed", request_id)
+            conn.send(P.encode(P.error(request_id, P.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")))
+
+    def _run_handler(self, request_id: Any, handler: WorkHandler, raw_params: dict[str, Any]) -> None:
+        with self._workers:
+            try:
+                value = handler(request_id, raw_params)
+            except P.RunnerError as err:
+                self._answer(request_id, err=err)
+            except Exception as exc:  # noqa: BLE001 - the daemon keeps serving
+                log.exception("request %s failed", request_id)
+                self._answer(request_id, err=P.RunnerError(P.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"))
+            else:
+                if value is not DEFERRED:
+                    self._answer(request_id, value)
+
+    def _answer(self, request_id: Any, value: Any = None, err: P.RunnerError | None = None) -> None:
+        """The answer to work: kept in the records, then sent to whoever is connected now."""
+        message = P.error(request_id, err.code, err.message, err.data) if err else P.result(request_id, value)
+        self._send_live(self.records.answer(request_id, message))
+
+    def _in_folder(self, handler: Callable[[dict[str, Any], str], Any]) -> WorkHandler:
+        """A file or process handler, given the folder its relative paths start from."""
+        return lambda _id, p: handler(p, self._base_folder(p))
+
+    # -- control ----------------------------------------------------------------------------
+
+    def _hello(self, p: dict[str, Any]) -> dict[str, Any]:
+        version = params.get(p, "protocol_version", int)
+        if version != P.PROTOCOL_VERSION:
+            raise P.RunnerError(P.VERSION_MISMATCH,
+                                f"this runner speaks protocol version {P.PROTOCOL_VERSION}, the client {version}")
+        return self._describe()
+
+    def _resume(self, conn: Connection, p: dict[str, Any]) -> dict[str, Any]:
+        last_seq = params.get(p, "last_seq", int)
+        frames, gap = self.records.replay(last_seq)
+        for frame in frames:
+            conn.send(frame)
+        return {"instance_id": self.instance_id, "replayed": len(frames), "gap": gap}
+
+    def _shell_interrupt(self, p: dict[str, Any]) -> dict[str, Any]:
+        name = params.get(p, "shell", str, "main")
+        return {"shell": name, "interrupted": self.shells.named(name).interrupt()}
+
+    # -- work -------------------------------------------------------------------------------
+
+    def _base_folder(self, p: dict[str, Any]) -> str:
+        """The folder of the shell named in `p` (its last one, if it has exited), else the daemon's."""
+        name = params.get(p, "shell", str, None)
+        if name is None:
+            return self.shells.cwd
+        folder = self.shells.folder(name)
+        if folder is None:
+            raise P.RunnerError(P.UNKNOWN_SHELL, f"no shell named '{name}'")
+        return folder
+
+    @staticmethod
+    def _run_params(p: dict[str, Any]) -> tuple[str, str, str | None, dict[str, Any]]:
+        name = params.get(p, "shell", str, "main")
+        command = params.get(p, "command", str)
+        cwd = params.get(p, "cwd", str, None)
+        options = {"timeout_s": params.number(p, "timeout_s", None, minimum=0),
+                   "output_limit": params.get(p, "output_limit", int, None),
+                   "terminal": params.get(p, "terminal", bool, False),
+                   "stdin": params.get(p, "stdin", bool, False),
+                   "cols": params.get(p, "cols", int, DEFAULT_COLS), "rows": params.get(p, "rows", int, DEFAULT_ROWS)}
+        stderr = params.get(p, "stderr", str, "apart")
+        if stderr not in ("apart", "merge"):
+            raise P.RunnerError(P.INVALID_PARAMS, f"param 'stderr' must be 'apart' or 'merge', not {stderr!r}")
+        options["merge"] = stderr == "merge"
+        for size in ("cols", "rows"):
+            if not 2 <= options[size] <= 1000:
+                raise P.RunnerError(P.INVALID_PARAMS, f"param '{size}' must be between 2 and 1000")
+        if options["output_limit"] is not None and options["output_limit"] < 2:
+            raise P.RunnerError(P.INVALID_PARAMS, "param 'output_limit' must be at least 2")
+        return name, command, cwd, options
+
+    def _try_run_inline(self, request_id: Any, p: dict[str, Any]) -> bool:
+        """Start a command on a shell that is already up without a thread hop; False to go the long way."""
+        try:
+            name, command, _cwd, options = self._run_params(p)
+        except P.RunnerError as err:
+            self._answer(request_id, err=err)
+            return True
+        shell = self.shells.running(name)
+        if shell is None:
+            return False
+        self._start(request_id, shell, command, options)
+        return True
+
+    def _shell_run(self, request_id: Any, p: dict[str, Any]) -> object:
+        name, command, cwd, options = self._run_params(p)
+        self._start(request_id, self.shells.start(name, cwd), command, options)
+        return DEFERRED
+
+    def _start(self, request_id: Any, shell: Shell, command: str, options: dict[str, Any]) -> None:
+        name = shell.name
+
+        def on_live(frame: dict[str, Any]) -> None:
+            if frame.pop("input_wanted", False):
+                method = SHELL_INPUT_WANTED
+            else:
+                method = SHELL_PROGRESS if frame.pop("progress", False) else SHELL_OUTPUT
+            frame.update(id=request_id, shell=name)
+            self._send_live(P.encode(P.notification(method, frame)))
+
+        def on_done(result: dict[str, Any]) -> None:
+            result["shell"] = name
+            self.shells.remember(shell)
+            self._answer(request_id, result)
+
+        try:
+            shell.run(command, on_done, on_live, **options)
+        except P.RunnerError as err:
+            self._answer(request_id, err=err)
+
+    def _shell_input(self, p: dict[str, Any]) -> dict[str, Any]:
+        name = params.get(p, "shell", str, "main")
+        eof = params.get(p, "eof", bool, False)
+        text = None if eof else params.get(p, "text", str)
+        self.shells.named(name).write_input(text)
+        return {"shell": name, "written": True}
+
+    def _shell_close(self, p: dict[str, Any]) -> dict[str, Any]:
+        name = params.get(p, "shell", str)
+        self.shells.close(name)
+        return {"shell": name, "closed": True}
+
+    def _shell_complete(self, p: dict[str, Any],
+                        answer: Callable[[dict[str, Any], str, Callable[[], str | None]], Any]) -> Any:
+        """Completion or inspection for a shell, by a fresh bash in its folder (complete.py), with the
+        functions and aliases the shell writes if it is idle; a shell not started yet has the defaults."""
+        name = params.get(p, "shell", str, "main")
+        shell = self.shells.get(name)
+        cwd = self.shells.folder(name) or self.shells.cwd
+
+        def definitions() -> str | None:
+            if shell is None:
+                return None
+            shell.write_definitions()
+            return shell.definitions_path
+
+        return answer(p, cwd, definitions)

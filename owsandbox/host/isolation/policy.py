@@ -1,0 +1,32 @@
+"""The isolation policy every isolating provider applies the same way: bubblewrap, a container and
+an OpenSandbox sandbox.
+
+Which settings turn the network and the limits on or off, which of the host's variables a box may
+see (the few a shell needs, and those named on purpose with `OWSANDBOX_ENV`), and which folders can
+never be a box's writable workspace. Each provider enforces it with its own means; this module only
+says what it is, so that a change here changes all of them.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ... import settings
+
+NETWORK_ENV = settings.NETWORK
+LIMITS_ENV = settings.LIMITS
+PASS_ENV = settings.ENV
+#: The host's variables a box sees without being told: what a shell and its programs need to run.
+ALLOWED_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "COLORTERM", "USER", "LOGNAME")
+#: Folders that are never a workspace: writable, they would hand the box the system itself.
+SYSTEM_FOLDERS = ("/", "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/proc", "/sys", "/dev", "/boot", "/run",
+                  "/var")
+
+
+def passed_env_names() -> list[str]:
+    """The names the kernelspec or the user pass into the box on purpose (`OWSANDBOX_ENV=A,B`)."""
+    return [n.strip() for n in os.environ.get(PASS_ENV, "").split(",") if n.strip()]
+
+
+class WorkspaceRefused(ValueError):
+    """The workspace folder cannot be a sandbox's writable folder; the message says why."""

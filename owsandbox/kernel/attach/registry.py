@@ -1,0 +1,98 @@
+"""The programs attached in a sandbox, remembered in the sandbox: a JSON file there (its path comes
+from the runner's hello) holds each session's id, name, number, dialect, command, folder, endpoint
+and cursor, read and written with the runner's `fs.read`/`fs.write`. A kernel restart keeps the
+sandbox, so `%attach --last` picks up where the last kernel stopped reading, with nothing lost or
+repeated, and under the number the program had.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from ... import protocol as P
+from ...protocol.methods import FS_READ, FS_WRITE
+
+log = logging.getLogger(__name__)
+
+if TYPE_CHECKING:
+    from .loop import AttachLoop
+    from .session import Program
+
+SAVE_SECONDS = 1.0  # cursors are written to the sandbox at most this often while records arrive
+KEEP_SESSIONS = 50  # the most recently updated entries the file keeps
+
+
+
+def saved_tail(entry: dict[str, Any]) -> bytes:
+    """The output bytes an entry saw just before its cursor (hex in the file; b"" when absent or bad,
+    and then a reattach trusts the cursor unchecked, as entries written before the tail was kept)."""
+    try:
+        return bytes.fromhex(entry.get("cursor_tail") or "")
+    except (TypeError, ValueError):
+        return b""
+
+class AttachRegistry:
+    def __init__(self, runner_call: Callable[..., Any], path: Callable[[], str],
+                 programs: Callable[[], Iterable[Program]], loop: AttachLoop) -> None:
+        self._runner_call = runner_call
+        self._path = path
+        self._programs = programs  # the kernel's attached programs, whose entries a save writes
+        self._loop = loop
+        self._last_save = 0.0
+        self._save_scheduled = False
+
+    def load(self) -> list[dict[str, Any]]:
+        """The entries, oldest first; none when the file is missing or not what it should be."""
+        try:
+            page = self._runner_call(FS_READ, {"path": self._path(), "limit_lines": 100000})
+        except P.RunnerError as err:
+            if err.code == P.FS_ERROR:
+                return []
+            raise
+        try:
+            sessions = json.loads(page["text"]).get("sessions", [])
+        except (ValueError, AttributeError):
+            return []
+        return [s for s in sessions if isinstance(s, dict) and s.get("session_id")]
+
+    def save(self, forget: set[str] | None = None) -> None:
+        """Write every attached program's entry (and drop the sessions in `forget`)."""
+        known = {s["session_id"]: s for s in self.load()}
+        for program in self._programs():
+            known[program.session_id] = {
+                "session_id": program.session_id, "name": program.name, "command": program.command,
+                "cwd": program.cwd, "url": program.url, "cursor": program.cursor,
+                "cursor_tail": program.cursor_tail.hex(), "state": program.state,
+                "number": program.number, "dialect": program.conversation.dialect.name,
+                "dialect_named": program.conversation.dialect_fixed, "updated": time.time()}
+        for session_id in forget or ():
+            known.pop(session_id, None)
+        entries = sorted(known.values(), key=lambda s: s.get("updated", 0))[-KEEP_SESSIONS:]
+        self._runner_call(FS_WRITE, {"path": self._path(), "make_parents": True,
+                                       "text": json.dumps({"sessions": entries}, indent=1) + "\n"})
+        self._last_save = time.monotonic()
+
+    def save_quietly(self) -> None:
+        try:
+            self.save()
+        except Exception:  # noqa: BLE001 - the live view must not fail for a bookkeeping write
+            log.warning("the attach registry could not be saved", exc_info=True)
+
+    def save_soon(self) -> None:
+        """Save within SAVE_SECONDS of the last save, once however many records arrive meanwhile. The
+        write is a runner call that waits for its answer, so it runs on a thread, never on the loop."""
+        if self._save_scheduled:
+            return
+        self._save_scheduled = True
+        delay = max(0.0, SAVE_SECONDS - (time.monotonic() - self._last_save))
+
+        def save() -> None:
+            self._save_scheduled = False
+            self.save_quietly()
+
+        self._loop.call_later(delay, lambda: threading.Thread(target=save, daemon=True).start())

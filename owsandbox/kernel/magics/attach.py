@@ -1,0 +1,364 @@
+"""The `%attach`, `%detach`, `%send`, `%%send`, `%records` and `%replay` magics (see `attach.py`).
+
+What goes wrong is an `AttachError`, which the kernel shows as the cell's error under its own name
+(a UsageError, AttachedProgramExited, AttachFailed, TimedOut, Interrupted, ReplayDiffers, or the
+JSON-RPC error an answer carried: MethodNotFound, InvalidParams, ToolError, ...)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from typing import Any
+
+from ... import protocol as P
+from ...protocol.methods import FS_WRITE
+from ..attach import jsonrpc as R
+from ..attach.conversation import ARROWS, RECEIVED, SENT, STDOUT, Entry
+from ..attach.dialects import DIALECTS
+from ..attach.replay import ReplayDiffers, compare, labels, parse, report, saved_text
+from ..attach.session import Program
+from ..attach.timeline import NOT_JSON_SAID
+from ..errors import UsageError
+from .files import read_whole
+from .framework import MagicContext, magic, show_table
+
+DEFAULT_TIMEOUT = 30.0  # seconds a %send waits for an answer, again after each progress notification
+
+ATTACH_USAGE = ("%attach [--name N] [--cwd DIR] [--dialect D] [--url URL --header K:V ...] -- COMMAND ...\n"
+                "       %attach --session ID [--since N] | --last | --list | --kill [N]")
+
+
+def _attach_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--name", help="a short name for the program")
+    p.add_argument("--cwd", help="the folder it runs in (default: the current shell's folder)")
+    p.add_argument("--dialect", choices=sorted(DIALECTS),
+                   help="its JSON-RPC dialect, for Stop's cancel and progress (default: guessed from its records)")
+    p.add_argument("--url", help="an execd endpoint (http://host:port or unix:/path); default: the sandbox's own")
+    p.add_argument("--header", action="append", default=[], metavar="K:V", help="a header for that endpoint")
+    p.add_argument("--session", metavar="ID", help="attach again to a running session (an id or its start)")
+    p.add_argument("--since", type=int, help="with --session: the output offset to resume from")
+    p.add_argument("--last", action="store_true", help="attach again to the most recent program")
+    p.add_argument("--list", action="store_true", help="list the programs in the sandbox")
+    p.add_argument("--kill", nargs="?", const=-1, type=int, metavar="N", help="end a program (default: the last)")
+
+
+def _headers(pairs: list[str]) -> dict[str, str]:
+    headers = {}
+    for pair in pairs:
+        key, sep, value = pair.partition(":")
+        if not sep or not key.strip():
+            raise UsageError(f"--header takes K:V, not {pair!r}")
+        headers[key.strip()] = value.strip()
+    return headers
+
+
+def _said(ctx: MagicContext, program: Program, verb: str) -> None:
+    """`verb` #N NAME, with the cursor its display's header now shows too."""
+    ctx.stream(f"{verb} {program.describe()} (session {program.session_id[:8]}, cursor {program.cursor})\n")
+
+
+@magic("attach", "line", "Start a JSON-lines program in the sandbox and watch its records live, or attach again.",
+       _attach_options, raw=True, usage=ATTACH_USAGE)
+def _attach(ctx: MagicContext, text: str, _body: str) -> None:
+    stripped = text.strip()
+    if stripped == "--" or stripped.startswith("-- "):
+        options_text, command = "", stripped[2:]
+    else:
+        options_text, _, command = stripped.partition(" -- ")
+    try:
+        tokens = shlex.split(options_text)
+    except ValueError as exc:
+        raise UsageError(f"%attach: {exc}") from None
+    args = _attach.parser.parse_args(tokens)  # its own parser: `_attach` is the Magic this function became
+    manager = ctx.attach
+    if args.list:
+        rows = manager.listing()
+        if not rows:
+            ctx.stream("no programs in this sandbox yet; start one with %attach -- COMMAND\n")
+            return
+        show_table(ctx, list(rows[0]), [list(r.values()) for r in rows])
+        return
+    if args.kill is not None:
+        program = manager.kill(None if args.kill == -1 else args.kill)
+        _said(ctx, program, "ended")
+        return
+    headers = _headers(args.header)
+    if args.session or args.last:
+        if command.strip():
+            raise UsageError("%attach --session/--last attaches to a running program; drop the -- COMMAND")
+        if args.dialect:
+            raise UsageError("--dialect goes with a new program; one attached again keeps the dialect it had")
+        program = manager.reattach(args.session, args.last, args.since, args.url, headers, ctx.parent)
+        ctx.stream(f"attached again to {program.describe()} (session {program.session_id[:8]}), reading from "
+                   f"offset {program.since}\n")
+        manager.show(program)
+        return
+    if not command.strip():
+        raise UsageError(f"%attach needs a command after --, as in: %attach -- python3 engine.py\n{ATTACH_USAGE}")
+    if args.since is not None:
+        raise UsageError("--since goes with --session")
+    cwd = args.cwd or ctx.shell_folder()
+    program = manager.start(command.strip(), args.name, cwd, args.url, headers, ctx.parent, args.dialect)
+    # Not the cursor: the header below keeps counting it while records arrive, this line stays.
+    ctx.stream(f"attached to {program.describe()} (session {program.session_id[:8]})\n")
+    manager.show(program)
+
+
+@magic("detach", "line", "Stop watching an attached program; it keeps running (%attach --last picks it up).",
+       lambda p: p.add_argument("number", nargs="?", type=int))
+def _detach(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
+    program = ctx.attach.detach(args.number)
+    ctx.stream(f"detached from {program.describe()} (session {program.session_id[:8]}, cursor {program.cursor}); "
+               f"{ctx.attach.again_hint(program)}\n")
+
+
+def _parse_records(text: str) -> list[dict[str, Any]]:
+    records = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as exc:
+            raise UsageError(f"line {number} is not JSON: {exc}: {line[:80]}") from None
+        if not isinstance(record, dict):
+            raise UsageError(f"line {number} is not a JSON object: {line[:80]}")
+        records.append(record)
+    if not records:
+        raise UsageError("no record to send")
+    return records
+
+
+def _sent_line(entry: Entry, who: str) -> str:
+    """What a cell says for a record that waits for nothing."""
+    record = entry.record or {}
+    if entry.kind == R.NOTIFICATION:
+        return f"sent the notification {record.get('method')} to {who} (notifications are not answered)\n"
+    if entry.kind == R.RESPONSE:
+        asked = f" ({entry.call.method})" if entry.call is not None and entry.call.method else ""
+        return f"sent the answer to {who}'s request {json.dumps(record.get('id'))}{asked}\n"
+    if R.is_jsonrpc(record):
+        return f"sent a JSON-RPC record of no known shape to {who} (nothing to wait for)\n"
+    return f"sent a record without an id to {who} (nothing to wait for)\n"
+
+
+def _exchange(ctx: MagicContext, number: int | None, records: list[dict[str, Any]], timeout: float | None) -> None:
+    """Send, show each answer expanded (indented text; JupyterLab's JSON tree opened), then make an
+    error answer the cell's error, naming its code and message."""
+    manager = ctx.attach
+    program, sent = manager.send(number, records, timeout)
+    said = ""
+    for entry in sent:
+        call = entry.call
+        if call is not None and call.request is entry and call.answer is not None and call.answer.record is not None:
+            if said:
+                ctx.stream(said)
+                said = ""
+            answer = call.answer.record
+            ctx.display({"application/json": answer, "text/plain": json.dumps(answer, indent=2, ensure_ascii=False)},
+                        metadata={"application/json": {"expanded": True}})
+        elif call is not None and call.request is entry and call.asked_by == SENT:
+            said += (f"sent request {json.dumps(call.id)} ({call.method}) to {program.describe()} without waiting: "
+                     "its answer shows in the program's view\n")
+        else:
+            said += _sent_line(entry, program.describe())
+    if said:
+        ctx.stream(said)
+    errors = manager.errors_in(program, sent)
+    if errors:
+        first = errors[0]
+        if len(errors) > 1:
+            first.evalue += f" (and {len(errors) - 1} more error answers above)"
+        raise first
+
+
+def _send_options(text: str) -> tuple[int | None, float | None, bool, str]:
+    """`[N] [--timeout S] [--no-wait]` before the JSON of `%send`, and the JSON."""
+    stripped = text.strip()
+    starts = [i for i in (stripped.find("{"), stripped.find("[")) if i >= 0]
+    head, rest = (stripped[:min(starts)], stripped[min(starts):]) if starts else (stripped, "")
+    try:
+        words = shlex.split(head)
+    except ValueError:
+        return None, None, False, stripped
+    number: int | None = None
+    timeout: float | None = None
+    no_wait = False
+    while words:
+        word = words.pop(0)
+        if word.isascii() and word.isdigit() and number is None:
+            number = int(word)
+        elif word in ("--timeout", "--wait") and words:
+            timeout = _seconds(words.pop(0))
+        elif word.startswith(("--timeout=", "--wait=")):
+            timeout = _seconds(word.partition("=")[2])
+        elif word == "--no-wait":
+            no_wait = True
+        else:
+            return None, None, False, stripped  # not options: the JSON parser says what is wrong
+    return number, timeout, no_wait, rest
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"--timeout takes seconds, not {text!r}") from None
+    if not value > 0:
+        raise UsageError(f"--timeout takes a positive number of seconds, not {text!r}")
+    return value
+
+
+@magic("send", "line", "Send one JSON record to an attached program; a request waits for its answer.",
+       raw=True, usage="%send [N] [--timeout S | --no-wait] JSON")
+def _send(ctx: MagicContext, text: str, _body: str) -> None:
+    number, timeout, no_wait, rest = _send_options(text)
+    if not rest.strip():
+        raise UsageError("%send needs a JSON record, as in: %send {\"id\": 1, \"type\": \"echo\"}")
+    records = _parse_records(rest.strip())
+    if len(records) != 1:
+        raise UsageError("%send sends one record; use %%send for several")
+    _exchange(ctx, number, records, None if no_wait else timeout or ctx.settings.get("send_wait", DEFAULT_TIMEOUT))
+
+
+@magic("send", "cell", "Send one JSON record a line to an attached program; wait for the answers to the requests.",
+       lambda p: (p.add_argument("number", nargs="?", type=int),
+                  p.add_argument("--timeout", "--wait", dest="timeout", type=_seconds, default=DEFAULT_TIMEOUT,
+                                 metavar="S", help="seconds to wait for each answer, again after each progress "
+                                                   f"notification ({DEFAULT_TIMEOUT:g})"),
+                  p.add_argument("--no-wait", action="store_true",
+                                 help="send requests without waiting (their answers show in the program's view)")))
+def _send_cell(ctx: MagicContext, args: argparse.Namespace, body: str) -> None:
+    _exchange(ctx, args.number, _parse_records(body), None if args.no_wait else args.timeout)
+
+
+def _records_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("number", nargs="?", type=int)
+    p.add_argument("--last", type=int, default=20, metavar="K", help="how many (20)")
+    p.add_argument("--type", metavar="T", help="only records whose `type` is T")
+    p.add_argument("--notifications", action="store_true", help="only JSON-RPC notifications, both ways")
+    p.add_argument("--method", metavar="M", help="only the calls and notifications of method M")
+    p.add_argument("--id", metavar="ID", help="only what belongs to the request with this id (JSON: 3, '\"a\"')")
+    p.add_argument("--stderr", action="store_true", help="the program's stderr lines instead")
+    p.add_argument("--save", metavar="FILE", help="write the whole conversation (both ways, with times) as JSON lines")
+
+
+def _record_line(entry: Entry) -> str:
+    if entry.direction == STDOUT:
+        return f"{entry.offset if entry.offset is not None else '':>10} ! {entry.text}  ({NOT_JSON_SAID})\n"
+    offset = entry.offset if entry.direction == RECEIVED and entry.offset is not None else ""
+    failed = f"  · not sent: {entry.failed}" if entry.failed else ""
+    return f"{offset:>10} {ARROWS[entry.direction]} {json.dumps(entry.record, ensure_ascii=False)}{failed}\n"
+
+
+@magic("records", "line", "Print an attached program's conversation, filter it, or save it for %replay.",
+       _records_options)
+def _records(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
+    program = ctx.attach.pick(args.number)
+    conversation = program.conversation
+    filtered = args.notifications or args.method is not None or args.id is not None or args.type is not None
+    if args.save is not None:
+        if filtered or args.stderr:
+            raise UsageError("--save writes the whole conversation; drop the filters")
+        _save(ctx, program, args.save)
+        return
+    if args.stderr:
+        lines = [f"{entry.text}\n" for entry in conversation.stderr_lines]
+        lines += [conversation.stderr_partial + "\n"] if conversation.stderr_partial else []
+        shown = lines[-args.last:] if args.last > 0 else []
+        ctx.stream("".join(shown) or f"no stderr from {program.describe()}\n")
+        return
+    if filtered:
+        kept = conversation.select(notifications=args.notifications, method=args.method,
+                                   request_id=_id(args.id), by_id=args.id is not None, record_type=args.type)
+    else:
+        kept = [e for e in conversation.entries() if e.record is not None or e.direction == STDOUT]
+    shown = kept[-args.last:] if args.last > 0 else []
+    what = " ".join(f"{flag} {value}" for flag, value in (("--type", args.type), ("--method", args.method),
+                                                          ("--id", args.id)) if value is not None)
+    what += " --notifications" if args.notifications else ""
+    ctx.stream("".join(_record_line(e) for e in shown) or f"no records{' ' + what.strip() if what else ''} "
+                                                          f"from {program.describe()}\n")
+
+
+def _id(text: str | None) -> Any:
+    """An id as `--id` gives it: JSON when it parses (3, "a"), else the word itself as a string id."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, (str, int, float)) and not isinstance(value, bool) else text
+
+
+def _save(ctx: MagicContext, program: Program, path: str) -> None:
+    text, count = saved_text(program.conversation, {"program": program.name, "number": program.number,
+                                                    "command": program.command, "cwd": program.cwd,
+                                                    "session": program.session_id})
+    try:
+        done = ctx.call(FS_WRITE, {"path": path, "shell": ctx.settings["shell"], "text": text, "make_parents": True})
+    except P.RunnerError as err:
+        if err.code == P.FS_ERROR:
+            raise UsageError(f"not saved: {err.message}") from None
+        raise
+    counts = program.conversation.counts
+    ctx.stream(f"saved {count} entries of {program.describe()} ({counts['sent']} records sent, {counts['received']} "
+               f"received, {counts['stderr']} stderr lines) to {done['path']}; %replay {path} sends its client side "
+               "to a fresh program\n")
+
+
+REPLAY_USAGE = "%replay FILE.jsonl [--timeout S] [--ignore KEY ...] [--keep] [--name N] [--cwd DIR] [--against CMD ...]"
+
+
+def _replay_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="a conversation saved with %%records --save (or JSON records, one a line)")
+    p.add_argument("--timeout", type=_seconds, default=DEFAULT_TIMEOUT, metavar="S",
+                   help=f"seconds to wait for each answer ({DEFAULT_TIMEOUT:g})")
+    p.add_argument("--ignore", action="append", default=[], metavar="KEY",
+                   help="leave members named KEY out of the comparison, at any depth (a timestamp, a version)")
+    p.add_argument("--keep", action="store_true", help="leave the fresh program running, attached")
+    p.add_argument("--name", help="the fresh program's name (replay)")
+    p.add_argument("--cwd", help="the folder it runs in (default: the saved one, else the shell's)")
+
+
+@magic("replay", "line", "Send a saved conversation's client side to a fresh program and diff the answers.",
+       _replay_options, raw=True, usage=REPLAY_USAGE)
+def _replay(ctx: MagicContext, text: str, _body: str) -> None:
+    options_text, _, against = f" {text.strip()}".partition(" --against ")
+    try:
+        tokens = shlex.split(options_text)
+    except ValueError as exc:
+        raise UsageError(f"%replay: {exc}") from None
+    args = _replay.parser.parse_args(tokens)
+    shell = ctx.settings["shell"]
+    saved = parse(read_whole(ctx, args.file, shell).decode("utf-8", "replace"), args.file)
+    command = against.strip() or saved.header.get("command") or ""
+    if not command:
+        raise UsageError(f"{args.file} does not say which program it was (a file of records): name one with "
+                         "--against CMD")
+    cwd = args.cwd or saved.header.get("cwd") or ctx.shell_folder()
+    manager = ctx.attach
+    program = manager.start(command, args.name or "replay", cwd, None, {}, ctx.parent, dialect=saved.dialect_name())
+    ctx.stream(f"replaying {len(saved.client_side)} records of {args.file} against {program.describe()} "
+               f"(session {program.session_id[:8]}): {command}\n")
+    manager.show(program)
+    try:
+        calls, stopped = manager.replay(program, saved, args.timeout)
+    finally:
+        if not args.keep:
+            manager.kill(program.number)
+    verdict = compare(saved.calls(), calls, frozenset(args.ignore))
+    ctx.stream(report(verdict, args.file, f"{program.describe()} ({command})")
+               + ("" if args.keep else f"ended {program.describe()} (--keep leaves it running)\n"))
+    differ = [call for call, _ in verdict.differ]
+    if stopped:
+        raise ReplayDiffers(f"the replay stopped early: {stopped}; {len(differ)} of {verdict.compared} answers "
+                            f"differ{': ' + labels(differ) if differ else ''}")
+    if differ:
+        raise ReplayDiffers(f"{len(differ)} of {verdict.compared} answers differ from {args.file}: {labels(differ)}")
+
+
+# The magics of this module, for the kernel's table (`table.all_magics`).
+ATTACH_MAGICS = (_attach, _detach, _send, _send_cell, _records, _replay)

@@ -1,0 +1,1 @@
+"""Teaching without I/O: a session's recording (asciicast) and `%%check`'s script and report."""

@@ -1,0 +1,198 @@
+"""The shapes of the runner protocol's messages: params, results and live frames, as typed dicts.
+
+Frames stay plain JSON objects on the wire and dicts in memory (the box runs on the standard library
+of any Python 3, and a frame is decoded once); these types name their fields for both ends and for
+a type checker, and the literals name every stream and outcome. Optional fields are `NotRequired`.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Literal, TypedDict
+
+if sys.version_info >= (3, 11):
+    from typing import NotRequired
+else:  # pragma: no cover - Python 3.10: the box's own code never reads this at run time
+    NotRequired = Any  # type: ignore[assignment]
+
+#: Where a piece of a command's output came from. `stdout`/`stderr` are pipes; a command run with
+#: `terminal: true` prints to a terminal, whose text arrives as `stdout` (or `stderr` when apart).
+Stream = Literal["stdout", "stderr"]
+#: The channels the box reads a shell on, before they become a `Stream`.
+Channel = Literal["stdout", "stderr", "tty-out", "tty-err"]
+#: A record that is not plain output: a line `owsandbox` itself put in the output (`note`) and a rich
+#: output a command asked for with `owdisplay` (`display`).
+RecordKind = Literal["data", "note", "display"]
+
+# How a command ended: `shell.run`'s result field `outcome`, set where it happened.
+OUTCOME_EXIT = "exit"  # the command ran to its end; `exit_code` says how
+OUTCOME_INTERRUPT = "interrupt"  # stopped by shell.interrupt (Stop)
+OUTCOME_TIMEOUT = "timeout"  # stopped at its timeout_s
+OUTCOME_SHELL_EXITED = "shell_exited"  # the shell itself ended (exit, set -e, a signal); `cwd` is its last folder
+Outcome = Literal["exit", "interrupt", "timeout", "shell_exited"]
+
+RESTARTED_MESSAGE = "the sandbox restarted; the outcome of this command is unknown"
+
+
+class ShellInfo(TypedDict):
+    """One entry of `shell.list` and of `Hello.shells`."""
+
+    name: str
+    cwd: str
+    busy: bool
+
+
+class Hello(TypedDict):
+    """`runner.hello`'s result: the box describes itself."""
+
+    protocol_version: int
+    runner_version: str
+    instance_id: str  # a new one after every start of the daemon: how the host sees a restart
+    pid: int
+    os: str
+    machine: str
+    python: str
+    shell: str
+    cwd: str
+    shells: list[ShellInfo]
+    last_seq: int
+    max_frame_bytes: int
+    output_limit: int
+    log_dir: str
+    attach_registry: str
+    uptime_s: float
+    execd: dict[str, Any] | None
+
+
+class RunParams(TypedDict):
+    """`shell.run`'s params."""
+
+    shell: NotRequired[str]  # "main" when absent
+    command: str
+    cwd: NotRequired[str]  # for a shell that starts with this call
+    timeout_s: NotRequired[float]
+    output_limit: NotRequired[int]
+    terminal: NotRequired[bool]
+    stdin: NotRequired[bool]  # whether the caller answers prompts (`shell.input_wanted`)
+    stderr: NotRequired[Literal["apart", "merge"]]
+    cols: NotRequired[int]
+    rows: NotRequired[int]
+
+
+class RunResult(TypedDict):
+    """`shell.run`'s result."""
+
+    shell: str
+    command: str
+    cwd: str  # the shell's folder after the command: the box owns this fact
+    exit_code: int | None
+    outcome: Outcome
+    output: str
+    timed_out: bool
+    truncated: bool
+    duration_ms: float
+    output_bytes: int
+    output_chars: int
+    error: NotRequired[str]
+    log_path: NotRequired[str]
+    tail_chars: NotRequired[int]
+    segments: NotRequired[list[Any]]
+
+
+class OutputFrame(TypedDict):
+    """`shell.output` and `shell.progress`: live output of the command started by request `id`."""
+
+    id: Any
+    shell: str
+    seq: NotRequired[int]
+    frames: NotRequired[list[OutputPiece]]
+
+
+class OutputPiece(TypedDict):
+    stream: Stream
+    text: str
+    offset: int
+
+
+class InputWanted(TypedDict):
+    """`shell.input_wanted`: the command of request `id` waits for its terminal, showing `prompt`."""
+
+    id: Any
+    shell: str
+    prompt: str
+    password: bool  # echo is off: answer without showing it
+
+
+class InputParams(TypedDict):
+    """`shell.input`'s params: text typed into the waiting command, or its end of input."""
+
+    shell: str
+    text: NotRequired[str]
+    eof: NotRequired[bool]
+
+
+class ReadLinesResult(TypedDict):
+    """`fs.read` by lines."""
+
+    path: str
+    text: str
+    start_line: int
+    end_line: int
+    total_lines: int
+    total_bytes: int
+    eof: bool
+
+
+class ReadBytesResult(TypedDict):
+    """`fs.read` by bytes (`offset_bytes`)."""
+
+    path: str
+    data_b64: str
+    offset_bytes: int
+    length: int
+    total_bytes: int
+    eof: bool
+
+
+class WriteResult(TypedDict):
+    path: str
+    bytes_written: int
+    sha256: str
+    size: int
+
+
+class StatResult(TypedDict):
+    path: str
+    exists: bool
+    type: str | None
+    size: int | None
+    mode: str | None
+    mtime: float | None
+    sha256: str | None
+
+
+class ListEntry(TypedDict):
+    name: str
+    type: str
+    size: int
+    mtime: float
+
+
+class ListResult(TypedDict):
+    path: str
+    entries: list[ListEntry]
+    truncated: bool
+
+
+class SearchResult(TypedDict):
+    matches: list[dict[str, Any]]
+    truncated: bool
+    files_searched: int
+
+
+class ResumeResult(TypedDict):
+    """`session.resume`: what was replayed since `last_seq`, and whether some was lost (`gap`)."""
+
+    instance_id: str
+    replayed: int
+    gap: bool

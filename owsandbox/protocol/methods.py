@@ -1,0 +1,46 @@
+"""The runner protocol's method names: the only place they are spelled.
+
+The box routes on them (`box/dispatch.py`, the file and process handlers) and the host calls them
+(`host/client.py`, `host/executor.py`, the kernel through its client). A name spelled anywhere else
+is a test failure (tests/test_import_contracts.py).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# -- the session ---------------------------------------------------------------------------
+HELLO: Final = "runner.hello"  # the first call: version check; the box describes itself (`Hello`)
+SESSION_RESUME: Final = "session.resume"  # after a cut pipe: replay what was not acknowledged
+SESSION_ACK: Final = "session.ack"  # a notification from the host: answers up to `seq` arrived
+
+# -- shells --------------------------------------------------------------------------------
+SHELL_RUN: Final = "shell.run"  # `RunParams` -> `RunResult`, with live notifications meanwhile
+SHELL_INTERRUPT: Final = "shell.interrupt"
+SHELL_INPUT: Final = "shell.input"  # an answer (or end of input) typed into a waiting command
+SHELL_LIST: Final = "shell.list"
+SHELL_CLOSE: Final = "shell.close"
+SHELL_COMPLETE: Final = "shell.complete"
+SHELL_INSPECT: Final = "shell.inspect"
+
+# -- live notifications from the box, each naming its request's `id` -------------------------
+SHELL_OUTPUT: Final = "shell.output"  # `OutputFrame`
+SHELL_PROGRESS: Final = "shell.progress"  # `OutputFrame` that replaces the line before it
+SHELL_INPUT_WANTED: Final = "shell.input_wanted"  # `InputWanted`
+
+# -- files and processes -------------------------------------------------------------------
+FS_READ: Final = "fs.read"
+FS_WRITE: Final = "fs.write"
+FS_STAT: Final = "fs.stat"
+FS_LIST: Final = "fs.list"
+FS_SEARCH: Final = "fs.search"
+FS_MKDIR: Final = "fs.mkdir"
+FS_REMOVE: Final = "fs.remove"
+PROC_RUN: Final = "proc.run"
+
+#: Every request a host may make.
+REQUESTS: Final = frozenset({HELLO, SESSION_RESUME, SHELL_RUN, SHELL_INTERRUPT, SHELL_INPUT, SHELL_LIST,
+                             SHELL_CLOSE, SHELL_COMPLETE, SHELL_INSPECT, FS_READ, FS_WRITE, FS_STAT, FS_LIST,
+                             FS_SEARCH, FS_MKDIR, FS_REMOVE, PROC_RUN})
+#: Every notification, either way.
+NOTIFICATIONS: Final = frozenset({SESSION_ACK, SHELL_OUTPUT, SHELL_PROGRESS, SHELL_INPUT_WANTED})
