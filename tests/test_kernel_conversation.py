@@ -231,7 +231,9 @@ def test_the_view_shows_calls_with_answers_under_them_and_lanes():
     assert lines[i + 1].startswith("  → 1 initialize {") and lines[i + 1].endswith("· answered in 12 ms")
     assert lines[i + 2] == '      ← {"jsonrpc": "2.0", "id": 1, "result": {"ok": true}}'
     assert lines[i + 3].endswith("· pending 2.5 s, progress 2 of 5")
-    assert lines[i + 4].startswith('  ← "s1" sampling/createMessage  · the program waits for your answer')
+    assert lines[i + 4] == ('  ← "s1" sampling/createMessage  · pending 1.5 s: the program waits for your answer: '
+                            '%send 1 {"jsonrpc": "2.0", "id": "s1", "result": {"role": "assistant", "content": '
+                            '{"type": "text", "text": "..."}, "model": "notebook", "stopReason": "endTurn"}}')
     assert "  → notifications/initialized {}" in lines and "  booting" in lines
     assert "  ! Server ready on stdio  (not JSON: the program wrote a log line to stdout)" in lines
 
