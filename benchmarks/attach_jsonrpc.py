@@ -9,7 +9,8 @@ MCP-like server in stdlib Python:
   them): the kernel's resident memory before and after, and what one update of the view costs
   (`attach_view.bundle` over that conversation, in this process, the same code the kernel runs);
 * `%records --save` of that conversation: the cell's time, and the entries it wrote (the lanes are
-  bounded, conversation.py's KEEP_*), plus `saved_text` of a 10,000-entry conversation in process.
+  bounded, conversation.py's KEEP_*), plus `saved_text` in process of what the lanes keep and of a
+  conversation whose lanes keep all --records.
 
 Run: `python benchmarks/attach_jsonrpc.py [--rounds N] [--records N]`.
 """
@@ -24,6 +25,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -110,10 +112,14 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
-def in_process(records: int) -> tuple[float, float, float, int]:
+def in_process(records: int, keep_all: bool = False) -> tuple[float, float, float, int]:
     """Feeding `records` records to a Conversation (µs each), one view update over it (ms, median of
-    20), and saved_text of it (ms), with the entries saved."""
+    20), and saved_text of it (ms), with the entries saved. `keep_all`: its lanes hold every record
+    (the kernel's keep KEEP_* of each), for what a save of all of them would cost."""
     talk = Conversation()
+    if keep_all:
+        for lane in ("records", "calls", "notifications"):
+            setattr(talk, lane, deque(getattr(talk, lane), maxlen=None))
     started = time.perf_counter()
     for i in range(records):
         if i % 10 == 0:
@@ -169,6 +175,9 @@ def main() -> None:
     feed, frame, saved, count = in_process(args.records)
     print(f"in process, {args.records:,} records: {feed:.1f} µs each to feed, one view update {frame:.2f} ms "
           f"(median of 20), saved_text {saved:.1f} ms for the {count:,} entries kept")
+    feed, frame, saved, count = in_process(args.records, keep_all=True)
+    print(f"in process, every record kept: {feed:.1f} µs each to feed, one view update {frame:.2f} ms, "
+          f"saved_text {saved:.1f} ms for {count:,} entries")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 from .attach_timeline import RECORD_CHARS as RECORD_CHARS  # the view's line length, named here too
 from .attach_timeline import timeline
-from .conversation import SENT
 
 if TYPE_CHECKING:
     from .attach import Program
@@ -65,10 +64,10 @@ class LiveDisplay:
             self._loop.call_later(RENDER_SECONDS, self.render, program)
 
     def _tick_while_pending(self, program: Program) -> None:
-        """A pending call's timer counts on screen: one more frame a second while any call waits (each
-        frame replaces the one before, so the cell's output limit counts it once)."""
-        if program.ticking or not program.attached \
-                or not any(call.asked_by == SENT for call in program.conversation.pending_calls()):
+        """A pending call's timer counts on screen: one more frame a second while any call waits, the
+        notebook's or the program's own (each frame replaces the one before, so the cell's output
+        limit counts it once)."""
+        if program.ticking or not program.attached or not program.conversation.pending_calls():
             return
         program.ticking = True
 
