@@ -10,6 +10,7 @@ import pytest
 
 from owsandbox.kernel.attach_asked import answer_line, auto_answer, parse_option, template_result
 from owsandbox.kernel.attach_completion import send_matches
+from owsandbox.kernel.attach_magics import _no_check, _send_options
 from owsandbox.kernel.attach_tools import InvalidArguments, Vocabulary
 from owsandbox.kernel.errors import UsageError
 from owsandbox.kernel.json_schema import problems, type_of
@@ -141,3 +142,10 @@ def test_tab_in_a_send_line_offers_methods_and_the_tools_of_a_tools_call():
     assert complete_at('%send {"id": 3, "method": "tools/list", "params": {"name": "e') is None  # not a tools/call
     assert complete_at('%send {"id": 3, "te') is None  # a key, not a method's value
     assert complete_at('echo "method": "') is None  # not a %send line
+
+
+def test_no_check_is_one_of_the_send_options_before_the_json():
+    assert _no_check('--no-check 2 {"id": 1}') == ('2 {"id": 1}', False)
+    assert _send_options(_no_check('2 --no-check --timeout 3 {"id": 1}')[0]) == (2, 3.0, False, '{"id": 1}')
+    assert _no_check('{"text": "--no-check"}') == ('{"text": "--no-check"}', True)  # inside the JSON: a value
+    assert _no_check("--no-check") == (" ", False)

@@ -145,6 +145,12 @@ def test_a_bad_answer_file_is_refused_before_anything_starts(kernel, everything,
     assert 'bad.json: the file must hold one JSON object with either "result" or "error"' in refused.error["evalue"]
     missing = kernel.run(f"%attach --answer roots/list=nothing.json -- {everything}")
     assert missing.status == "error" and "--answer roots/list=nothing.json: " in missing.error["evalue"]
+    (tmp_path / "good.json").write_text('{"result": {"roots": []}}')
+    twice = kernel.run(f"%attach --answer roots/list=good.json --answer roots/list=bad.json -- {everything}")
+    assert twice.error["evalue"] == "--answer roots/list is given twice (good.json and bad.json)"
+    shapeless = kernel.run(f"%attach --answer roots/list -- {everything}")
+    assert "--answer takes METHOD=FILE.json (as in roots/list=roots.json), not 'roots/list'" \
+        in shapeless.error["evalue"]
     assert kernel.run("%attach --list").text().startswith("no programs in this sandbox yet")
 
 
