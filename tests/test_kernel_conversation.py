@@ -15,7 +15,13 @@ from owsandbox.channel.jsonlines import JsonLineDecoder, NotJsonLine, Record
 from owsandbox.kernel.attach import jsonrpc as R
 from owsandbox.kernel.attach import jsonrpc_errors as E
 from owsandbox.kernel.attach.answers import error_in
-from owsandbox.kernel.attach.conversation import KEEP_NOTIFICATIONS, KEEP_RECORDS, RECEIVED, SENT, Conversation
+from owsandbox.kernel.attach.conversation import (
+    KEEP_NOTIFICATIONS,
+    KEEP_RECORDS,
+    RECEIVED,
+    SENT,
+    Conversation,
+)
 from owsandbox.kernel.attach.dialects import ACP, LSP, MCP, PLAIN, guess
 from owsandbox.kernel.attach.replay import compare, parse, report, saved_text
 from owsandbox.kernel.attach.timeline import RECORD_CHARS, timeline
@@ -231,7 +237,9 @@ def test_the_view_shows_calls_with_answers_under_them_and_lanes():
     assert lines[i + 1].startswith("  → 1 initialize {") and lines[i + 1].endswith("· answered in 12 ms")
     assert lines[i + 2] == '      ← {"jsonrpc": "2.0", "id": 1, "result": {"ok": true}}'
     assert lines[i + 3].endswith("· pending 2.5 s, progress 2 of 5")
-    assert lines[i + 4].startswith('  ← "s1" sampling/createMessage  · the program waits for your answer')
+    assert lines[i + 4] == ('  ← "s1" sampling/createMessage  · pending 1.5 s: the program waits for your answer: '
+                            '%send 1 {"jsonrpc": "2.0", "id": "s1", "result": {"role": "assistant", "content": '
+                            '{"type": "text", "text": "..."}, "model": "notebook", "stopReason": "endTurn"}}')
     assert "  → notifications/initialized {}" in lines and "  booting" in lines
     assert "  ! Server ready on stdio  (not JSON: the program wrote a log line to stdout)" in lines
 

@@ -43,7 +43,8 @@ def test_a_completion_that_finds_nothing_leaves_a_trace_in_the_kernels_log(tmp_p
         finally:
             kernel.close()
     text = log.read_text()
-    assert "[owsandbox DEBUG owsandbox.kernel.editing.completion] no paths to complete in /no/such/folder/" in text, text
+    said = "[owsandbox DEBUG owsandbox.kernel.editing.completion] no paths to complete in /no/such/folder/"
+    assert said in text, text
 
 
 @pytest.mark.parametrize("setting", ["debug", ""])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
+import tempfile
 from pathlib import Path
 
 
@@ -46,3 +47,38 @@ def first_private_folder(candidates: list[Path]) -> Path:
             problems.append(str(exc))
             print(f"owsandbox: warning: not using {candidate}: {exc}", file=sys.stderr)
     raise UnsafeFolder("no private folder for the sandboxes' state: " + "; ".join(problems))
+
+
+# -- this user's runtime folder: where the daemons' state and sockets live -------------------
+
+UNIX_PATH_MAX = 107  # the longest path a Unix socket can have on Linux (108 bytes with the NUL)
+SOCKET_ROOM = 48  # what a sandbox adds to the runtime folder for its sockets: /KEY/run/runner.sock
+
+
+def runtime_candidates() -> list[Path]:
+    """Where this user's private runtime folder may be, in the order tried."""
+    name = f"owsandbox-{os.getuid()}"
+    candidates = [Path(os.environ["XDG_RUNTIME_DIR"]) / name] if os.environ.get("XDG_RUNTIME_DIR") else []
+    candidates += [Path(tempfile.gettempdir()) / name, Path("/tmp") / name,
+                   Path.home() / ".cache" / "owsandbox" / "run", Path("/var/tmp") / name]
+    return list(dict.fromkeys(candidates))
+
+
+def runtime_root(avoid: str | None = None) -> Path:
+    """A private folder for the daemons of this user, checked before use (see privatedir). One whose
+    path leaves no room for the sockets in it (a long TMPDIR) is passed over, with a warning; so is one
+    inside `avoid`, a sandbox's workspace (a notebook opened in /tmp itself): the box could write there."""
+    fitting = []
+    candidates = runtime_candidates()
+    for candidate in candidates:
+        if avoid and (str(candidate) == avoid or str(candidate).startswith(avoid.rstrip("/") + "/")):
+            continue
+        if len(str(candidate)) + SOCKET_ROOM <= UNIX_PATH_MAX:
+            fitting.append(candidate)
+        else:
+            print(f"owsandbox: warning: not using {candidate}: too long a path for the sandbox's sockets "
+                  f"(at most {UNIX_PATH_MAX - SOCKET_ROOM} characters)", file=sys.stderr)
+    if not fitting:
+        raise UnsafeFolder("no private folder for the sandboxes' state outside the workspace " + (avoid or "")
+                           + ": " + ", ".join(map(str, candidates)) + " are all in it")
+    return first_private_folder(fitting)

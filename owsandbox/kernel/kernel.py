@@ -468,7 +468,8 @@ class OwSandboxKernel(Kernel):
     def _completion_context(self) -> CompletionContext:
         shell = self.settings["shell"]
         return CompletionContext(shell=shell, call=self._runner_call, folder=lambda: self.shell_folder(shell),
-                                 history=self.history.codes(200), magics=self.magics)
+                                 history=self.history.codes(200), magics=self.magics,
+                                 attach_words=self.attach.words)
 
     async def do_complete(self, code: str, cursor_pos: int) -> dict[str, Any]:
         loop = asyncio.get_running_loop()

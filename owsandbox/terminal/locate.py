@@ -111,7 +111,7 @@ def _private_problem(path: Path) -> str | None:
 
 def state_folder(key: str) -> Path:
     """The sandbox's state folder for `key`, in the first private runtime folder that has it."""
-    from ..host.providers.local import runtime_candidates
+    from ..host.privatedir import runtime_candidates
 
     problems = []
     for root in runtime_candidates():

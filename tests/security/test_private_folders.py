@@ -59,7 +59,8 @@ def test_the_runner_the_host_runs_is_out_of_the_boxs_reach(tmp_path, monkeypatch
     the private runtime folder, which no box sees; and a file of the right name and size that is not
     the runner is written over, never run."""
     from owsandbox.host import bundle
-    from owsandbox.host.providers.local import LocalProvider, runtime_root
+    from owsandbox.host.privatedir import runtime_root
+    from owsandbox.host.providers.local import LocalProvider
     from owsandbox.host.workspace import RunnerWorkspace
 
     home = tmp_path / "home"
@@ -83,12 +84,12 @@ def test_the_runner_the_host_runs_is_out_of_the_boxs_reach(tmp_path, monkeypatch
 @pytest.mark.unit
 def test_a_temporary_folder_too_long_for_sockets_is_passed_over(tmp_path, monkeypatch, capsys):
     """A long TMPDIR (and no XDG_RUNTIME_DIR) once made every cell fail with 'AF_UNIX path too long'."""
-    from owsandbox.host.providers import local
+    from owsandbox.host import privatedir
 
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     deep.mkdir(parents=True)
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
-    monkeypatch.setattr(local.tempfile, "gettempdir", lambda: str(deep))
-    root = local.runtime_root()
+    monkeypatch.setattr(privatedir.tempfile, "gettempdir", lambda: str(deep))
+    root = privatedir.runtime_root()
     assert root == Path("/tmp") / f"owsandbox-{os.getuid()}"
     assert "too long a path for the sandbox's sockets" in capsys.readouterr().err

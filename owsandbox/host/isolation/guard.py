@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ... import settings
-from ..providers.local import runtime_candidates, runtime_root
+from ..privatedir import runtime_candidates, runtime_root
 
 HOME_VISIBLE_ENV = settings.HOME_VISIBLE
 WRITABLE_ENV = settings.WRITABLE

@@ -31,10 +31,14 @@ import sys
 from pathlib import Path
 
 from ...box.procstat import start_time
-from ..providers.base import NetworkNotChanged
 
 NS_GET_USERNS = 0xB701  # ioctl on a namespace file: the user namespace that owns it (linux/nsfs.h)
 STOP_SECONDS = 5.0
+
+
+class NetworkNotChanged(RuntimeError):
+    """`%network on|off` could not change the box's network; the message says why, and what to do instead."""
+
 
 #: Watches the box's init (argv 1, its start time argv 2) and pasta (argv 3, 4); ends pasta once the
 #: init has ended. Run by this machine's Python without site (`-S`): only `os`, `select`, `signal`, `sys`.

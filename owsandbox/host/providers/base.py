@@ -18,14 +18,12 @@ from __future__ import annotations
 import abc
 from typing import TYPE_CHECKING, Any
 
+from ..isolation.network import NetworkNotChanged
+
 if TYPE_CHECKING:
     from ...channel import ExecdEndpoint
     from ..client import Transport
     from ..isolation.resources import LimitReport
-
-
-class NetworkNotChanged(RuntimeError):
-    """`%network on|off` could not change the box's network; the message says why, and what to do instead."""
 
 
 class Provider(abc.ABC):

@@ -65,7 +65,8 @@ from ..isolation.resources import (
 )
 from ..isolation.seccomp import UnsupportedArchitecture, box_policy, compile_filter, native_arch, refused_syscalls
 from ..logpump import LogPump
-from .local import _LAUNCHER, LocalProvider, runtime_root
+from ..privatedir import runtime_root
+from .local import _LAUNCHER, LocalProvider
 
 BOX_RUN = "/run/owsandbox"  # where the daemon keeps its own files, inside the box
 BOX_RUNNER = f"{BOX_RUN}/runner.pyz"

@@ -54,9 +54,9 @@ from ..isolation.container_seccomp import default_profile_path, extend_profile
 from ..isolation.guard import Guard, GuardedWorkspace, inside
 from ..isolation.policy import LIMITS_ENV, NETWORK_ENV, SYSTEM_FOLDERS, WorkspaceRefused, passed_env_names
 from ..isolation.resources import CGROUP_ROOT, CgroupEnforcement, LimitReport, Limits, human_size
+from ..privatedir import runtime_root
 from .boxed import BoxError
 from .exec import ExecProvider, stdin_program
-from .local import runtime_root
 
 IMAGE_ENV = settings.IMAGE
 ENGINE_ENV = settings.ENGINE

@@ -129,7 +129,7 @@ def store_root(workspace: str, env: dict[str, str] | None = None) -> Path:
         base = Path(real)
         base.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     else:
-        from ..providers.local import runtime_root  # the providers import this module's users, not it
+        from ..privatedir import runtime_root
 
         base = runtime_root(avoid=workspace) / "snapshots"
     refuse_visible(str(base), workspace)

@@ -70,6 +70,7 @@ class Entry:
     kind: str | None = None  # jsonrpc.REQUEST, NOTIFICATION or RESPONSE; None for other records
     call: Call | None = None  # the call it asks, answers, advances or cancels
     failed: str | None = None  # a sent record that did not reach the program, and why
+    by: str | None = None  # a sent record the notebook wrote by itself: the `--answer` file it came from
 
     def export(self) -> dict[str, Any]:
         """The entry as a line of a saved conversation (replay.py reads it back)."""

@@ -41,6 +41,7 @@ class Dialect:
     # why a successful response is still a failure (MCP's isError), or None
     tool_error: Callable[[dict[str, Any]], str | None] = lambda _response: None
     codes: dict[int, type[E.JsonRpcError]] = field(default_factory=dict)
+    methods: tuple[str, ...] = ()  # what a client usually sends, for Tab in a %send line
 
 
 def _mcp_cancel(request: dict[str, Any], reason: str) -> dict[str, Any]:
@@ -102,12 +103,17 @@ def _acp_progress_key(notification: dict[str, Any]) -> Any:
 
 PLAIN = Dialect("jsonrpc", "JSON-RPC 2.0")
 MCP = Dialect("mcp", "MCP", _mcp_cancel, _mcp_progress_keys, _mcp_progress_key, _mcp_tool_error,
-              {-32002: E.ResourceNotFound})
+              {-32002: E.ResourceNotFound},
+              ("initialize", "notifications/initialized", "ping", "tools/list", "tools/call", "resources/list",
+               "resources/read", "resources/templates/list", "prompts/list", "prompts/get", "completion/complete",
+               "logging/setLevel", "notifications/cancelled", "notifications/roots/list_changed"))
 LSP = Dialect("lsp", "LSP", _lsp_cancel, _lsp_progress_keys, _lsp_progress_key, codes={
     -32002: E.ServerNotInitialized, -32001: E.UnknownErrorCode, -32800: E.RequestCancelled,
     -32801: E.ContentModified, -32802: E.ServerCancelled, -32803: E.RequestFailed})
 ACP = Dialect("acp", "ACP", _acp_cancel, _acp_progress_keys, _acp_progress_key,
-              codes={-32000: E.AuthRequired, -32002: E.ResourceNotFound})
+              codes={-32000: E.AuthRequired, -32002: E.ResourceNotFound},
+              methods=("initialize", "authenticate", "session/new", "session/load", "session/prompt",
+                       "session/cancel", "session/set_mode"))
 DIALECTS = {d.name: d for d in (PLAIN, MCP, LSP, ACP)}
 
 _FAMILIES = (("notifications/", MCP), ("tools/", MCP), ("resources/", MCP), ("prompts/", MCP),

@@ -21,6 +21,8 @@ again to a program that has ended.
 * `conversation.py` (with `jsonrpc.py`, `dialects.py`, `jsonrpc_errors.py`): what was said both ways,
   matched into calls;
 * `answers.py`: the waits for a `%send`'s answers, their timeouts and cancels;
+* `asked.py`: the program's own requests: the line that answers one, and `--answer` files;
+* `tools.py` (with `json_schema.py`): the methods and tools it named, a tools/call's check;
 * `replay.py`: saved conversations and a replay's verdict.
 """
 
@@ -39,12 +41,14 @@ from typing import TYPE_CHECKING, Any
 from ..errors import AttachedProgramExited, AttachError, AttachFailed
 from . import jsonrpc as R
 from .answers import Answers, NoAnswer, Waiter, error_in
+from .asked import AutoAnswer
 from .conversation import RECEIVED, SENT, Call, Conversation, Entry
 from .dialects import DIALECTS
 from .jsonrpc_errors import JsonRpcError
 from .loop import AttachLoop, ch, endpoint_for, has_ended, restarts_when_ended, session_status
 from .registry import AttachRegistry, saved_tail
 from .replay import Saved
+from .tools import Vocabulary
 from .view import LiveDisplay, listing_row
 
 log = logging.getLogger(__name__)
@@ -86,6 +90,8 @@ class Program:
     connected_at: float = 0.0  # time.monotonic() when the connection (which starts a new program) began
     ended_at: float | None = None  # when the channel learnt that the program ended
     news: asyncio.Event | None = None  # set by the first record or the failure while %attach waits for either
+    auto_answers: dict[str, AutoAnswer] = field(default_factory=dict)  # method → `--answer` for its requests
+    vocabulary: Vocabulary = field(default_factory=Vocabulary)  # methods said, tools listed
 
     def describe(self) -> str:
         return f"#{self.number} {self.name}"
@@ -119,7 +125,8 @@ class AttachManager:
     # -- attaching --------------------------------------------------------------------------
 
     def start(self, command: str, name: str | None, cwd: str | None, url: str | None,
-              headers: dict[str, str], parent: dict[str, Any], dialect: str | None = None) -> Program:
+              headers: dict[str, str], parent: dict[str, Any], dialect: str | None = None,
+              auto_answers: dict[str, AutoAnswer] | None = None) -> Program:
         """Start `command` and attach to it. Its display waits for `show`, so that the cell's line
         saying what was attached comes before it."""
         endpoint = endpoint_for(url, headers, self._box_endpoint)
@@ -130,6 +137,7 @@ class AttachManager:
             raise AttachError(f"could not start {command!r}: {exc}") from None
         program = self._new_program(name or _short_name(command), session_id, endpoint, command, cwd or "", url,
                                     dialect=dialect)
+        program.auto_answers = dict(auto_answers or {})
         # A program that cannot start (a missing file, a bad import) exits at once: wait for that, or
         # for its first record, which says it is up, but not longer than START_CHECK_SECONDS.
         self._connect(program, 0, parent, settle=START_CHECK_SECONDS, until_record=True, command=command)
@@ -143,7 +151,8 @@ class AttachManager:
         self._view.show(program)  # on the loop, where records update it: no frame overtakes this one
 
     def reattach(self, session_id: str | None, last: bool, since: int | None, url: str | None,
-                 headers: dict[str, str], parent: dict[str, Any]) -> Program:
+                 headers: dict[str, str], parent: dict[str, Any],
+                 auto_answers: dict[str, AutoAnswer] | None = None) -> Program:
         saved = self._registry.load()
         entry: dict[str, Any] | None = None
         if last:
@@ -173,6 +182,8 @@ class AttachManager:
                 f"{status.get('output_offset', '?')}). It is not attached again, since this execd would "
                 "start the session anew")
         program = self._program_for(entry, endpoint, url or entry.get("url"))
+        if auto_answers is not None:
+            program.auto_answers = dict(auto_answers)
         self._connect(program, since if since is not None else int(entry.get("cursor", 0)), parent,
                       settle=EXIT_NOTICE_SECONDS if ended else 0.0, until_record=False,
                       since_tail=saved_tail(entry) if since is None else b"")
@@ -246,8 +257,16 @@ class AttachManager:
 
         async def on_record(record: dict[str, Any], offset: int) -> None:
             entry = conversation.received(record, time.time(), offset)
+            program.vocabulary.said(record)
+            call = entry.call
+            if call is not None and call.answer is entry and call.asked_by == SENT:
+                program.vocabulary.listed(call.method, record)
             if program.channel is not None:
                 program.answers.offer(program.channel, entry)
+                auto = program.auto_answers.get(call.method) if call is not None and call.request is entry \
+                    and call.asked_by == RECEIVED and entry.kind == R.REQUEST else None
+                if auto is not None:
+                    await self._answer_by_itself(program, program.channel, auto, record)
             moved(offset)
 
         async def on_not_json(text: str, offset: int) -> None:
@@ -305,6 +324,31 @@ class AttachManager:
             self.show(program)  # what it wrote before it failed (its stderr, a line that was not JSON)
             raise _failed_at_once(program, fatal, started=until_record)
 
+    @staticmethod
+    async def _answer_by_itself(program: Program, channel: ExecdJsonLineChannel, auto: AutoAnswer,
+                                request: dict[str, Any]) -> None:
+        """`--answer`: the program's request answered from its file, on the loop, so that it goes out
+        even while a %send waits (for the very call that made the program ask, often)."""
+        response = auto.to(request)
+        entry = program.conversation.sent(response, time.time())
+        entry.by = auto.path
+        try:
+            await channel.send(response)
+        except Exception as exc:  # noqa: BLE001 - shown on the answer's line; the view goes on
+            entry.failed = str(exc) or type(exc).__name__
+            log.warning("%s: the --answer to %s could not be sent: %s", program.describe(), auto.method, exc)
+
+    def words(self, number: int | None) -> tuple[list[str], list[str]]:
+        """For Tab in a %send line: the method names program #`number` (None: the latest) has seen,
+        then its dialect's usual ones, and the tools its tools/list named; nothing when none is attached."""
+        try:
+            program = self.pick(number)
+        except AttachError:
+            return [], []
+        methods = list(program.vocabulary.methods)
+        methods += [m for m in program.conversation.dialect.methods if m not in program.vocabulary.methods]
+        return methods, list(program.vocabulary.tools)
+
     # -- using programs ---------------------------------------------------------------------
 
     def pick(self, number: int | None) -> Program:
@@ -318,13 +362,18 @@ class AttachManager:
         return program
 
     def send(self, number: int | None, records: list[dict[str, Any]],
-             timeout: float | None) -> tuple[Program, list[Entry]]:
+             timeout: float | None, check: bool = True) -> tuple[Program, list[Entry]]:
         """Write records; wait for the answers to the requests among them (each within `timeout` of its
         last progress; None: not at all). The entries sent: each request's `call.answer` holds its answer."""
         program = self.pick(number)
         channel = program.channel
         if channel is None or not channel.is_connected:
             raise AttachError(f"{program.describe()} is not attached ({program.state}); {self.again_hint(program)}")
+        if check:
+            for record in records:  # before anything goes: a refused record sends none of them
+                program.vocabulary.check(record)
+        for record in records:
+            program.vocabulary.said(record)
         try:
             sent = self._loop.run(program.answers.exchange(channel, program, records, timeout), timeout=None)
         except (ch.ExecdError, RuntimeError) as exc:

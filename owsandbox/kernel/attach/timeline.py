@@ -17,6 +17,7 @@ import json
 from typing import Any
 
 from . import jsonrpc as R
+from .asked import answer_line
 from .conversation import ARROWS, RECEIVED, SENT, Call, Conversation, Entry, latest
 
 RECORD_CHARS = 1000  # of one line of the view (%records prints it whole)
@@ -71,7 +72,7 @@ def _plain(conversation: Conversation, number: int, now: float) -> list[str]:
         said = ""
         call = entry.call
         if entry.direction == SENT and call is not None and call.request is entry:
-            said = _state(call, now)
+            said = _state(call, now, number)
         lines.append(f"{ARROWS[entry.direction]} {compact(entry.record)}{said}{_failed(entry)}")
     return lines
 
@@ -96,7 +97,7 @@ def _rpc(conversation: Conversation, number: int, now: float) -> list[str]:
         request = item.request.record or {}
         params = f" {_cut(compact(request['params']), PARAMS_CHARS)}" if "params" in request else ""
         lines.append(f"  {ARROWS[item.request.direction]} {compact(item.id)} {item.method}{params}"
-                     f"{_state(item, now)}{_failed(item.request)}")
+                     f"{_state(item, now, number)}{_failed(item.request)}")
         if item.answer is not None:
             lines.append(f"      {ARROWS[item.answer.direction]} {compact(item.answer.record)}{_failed(item.answer)}")
     notes, earlier = latest(conversation.notifications, SHOW_NOTIFICATIONS)
@@ -110,13 +111,12 @@ def _rpc(conversation: Conversation, number: int, now: float) -> list[str]:
     return lines
 
 
-def _state(call: Call, now: float) -> str:
+def _state(call: Call, now: float, number: int) -> str:
     """What became of a call, after its request: pending for how long, answered how fast, and how."""
     if call.answer is None:
-        if call.asked_by == RECEIVED:
-            return (f"  · the program waits for your answer: %send {{\"jsonrpc\": \"2.0\", \"id\": "
-                    f"{compact(call.id)}, \"result\": ...}}")
         said = f"  · pending {duration(max(now - call.request.at, 0.0))}"
+        if call.asked_by == RECEIVED:  # the line that answers it, to run as is or edit first
+            return f"{said}: the program waits for your answer: {answer_line(call.request.record or {}, number)}"
         if call.progress is not None:
             said += f", {_progress(call)}"
         if call.cancel is not None:
@@ -129,7 +129,8 @@ def _state(call: Call, now: float) -> str:
     result = (call.answer.record or {}).get("result")
     if isinstance(result, dict) and result.get("isError") is True:
         return f"  · tool error in {latency}"
-    return f"  · answered in {latency}" + (" (after a cancel)" if call.cancel is not None else "")
+    by = f" by --answer {call.answer.by}" if call.answer.by else ""
+    return f"  · answered{by} in {latency}" + (" (after a cancel)" if call.cancel is not None else "")
 
 
 def _progress(call: Call) -> str:

@@ -11,7 +11,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .conversation import SENT
 from .timeline import RECORD_CHARS as RECORD_CHARS  # the view's line length, named here too
 from .timeline import timeline
 
@@ -65,10 +64,10 @@ class LiveDisplay:
             self._loop.call_later(RENDER_SECONDS, self.render, program)
 
     def _tick_while_pending(self, program: Program) -> None:
-        """A pending call's timer counts on screen: one more frame a second while any call waits (each
-        frame replaces the one before, so the cell's output limit counts it once)."""
-        if program.ticking or not program.attached \
-                or not any(call.asked_by == SENT for call in program.conversation.pending_calls()):
+        """A pending call's timer counts on screen: one more frame a second while any call waits, the
+        notebook's or the program's own (each frame replaces the one before, so the cell's output
+        limit counts it once)."""
+        if program.ticking or not program.attached or not program.conversation.pending_calls():
             return
         program.ticking = True
 

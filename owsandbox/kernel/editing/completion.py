@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ... import protocol as P
 from ...protocol.methods import FS_LIST, SHELL_COMPLETE, SHELL_INSPECT
+from ..attach.send_completion import Words, send_matches
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ class CompletionContext:
     folder: Callable[[], str]  # the current shell's folder
     history: list[str]  # the cells run so far (the variables they assigned complete too)
     magics: MagicTable
+    attach_words: Words | None = None  # the attached programs' method and tool names, for %send
 
 _BREAKS = set(" \t\n;|&<>()`\"'=")
 _COMMAND_BEFORE = re.compile(r"(^|[;&|(`]|\$\(|&&|\|\||\b(then|do|else|elif|time|sudo|xargs|exec)\s)\s*$")
@@ -126,6 +128,10 @@ def complete(ctx: CompletionContext, code: str, cursor: int) -> tuple[list[str],
     typed = code[start:end]
     line_start = code.rfind("\n", 0, start) + 1
     before = code[line_start:start]
+    if ctx.attach_words is not None:
+        names = send_matches(code, line_start, start, typed, ctx.attach_words)
+        if names is not None:
+            return names, start, end
     if typed.startswith("%") and not before.strip():
         return [name for name in ctx.magics.names() if name.startswith(typed)], start, end
     if typed.startswith("$"):

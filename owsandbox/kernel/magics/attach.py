@@ -14,6 +14,7 @@ from typing import Any
 from ... import protocol as P
 from ...protocol.methods import FS_WRITE
 from ..attach import jsonrpc as R
+from ..attach.asked import AutoAnswer, auto_answer, parse_option
 from ..attach.conversation import ARROWS, RECEIVED, SENT, STDOUT, Entry
 from ..attach.dialects import DIALECTS
 from ..attach.replay import ReplayDiffers, compare, labels, parse, report, saved_text
@@ -25,8 +26,9 @@ from .framework import MagicContext, magic, show_table
 
 DEFAULT_TIMEOUT = 30.0  # seconds a %send waits for an answer, again after each progress notification
 
-ATTACH_USAGE = ("%attach [--name N] [--cwd DIR] [--dialect D] [--url URL --header K:V ...] -- COMMAND ...\n"
-                "       %attach --session ID [--since N] | --last | --list | --kill [N]")
+ATTACH_USAGE = ("%attach [--name N] [--cwd DIR] [--dialect D] [--answer METHOD=FILE.json ...] "
+                "[--url URL --header K:V ...] -- COMMAND ...\n"
+                "       %attach --session ID [--since N] [--answer ...] | --last [--answer ...] | --list | --kill [N]")
 
 
 def _attach_options(p: argparse.ArgumentParser) -> None:
@@ -34,6 +36,9 @@ def _attach_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cwd", help="the folder it runs in (default: the current shell's folder)")
     p.add_argument("--dialect", choices=sorted(DIALECTS),
                    help="its JSON-RPC dialect, for Stop's cancel and progress (default: guessed from its records)")
+    p.add_argument("--answer", action="append", default=[], metavar="METHOD=FILE.json",
+                   help="answer the program's own METHOD requests from FILE.json ({\"result\": ...} or "
+                        "{\"error\": ...}; the id is each request's), even while a %%send waits")
     p.add_argument("--url", help="an execd endpoint (http://host:port or unix:/path); default: the sandbox's own")
     p.add_argument("--header", action="append", default=[], metavar="K:V", help="a header for that endpoint")
     p.add_argument("--session", metavar="ID", help="attach again to a running session (an id or its start)")
@@ -51,6 +56,23 @@ def _headers(pairs: list[str]) -> dict[str, str]:
             raise UsageError(f"--header takes K:V, not {pair!r}")
         headers[key.strip()] = value.strip()
     return headers
+
+
+def _auto_answers(ctx: MagicContext, options: list[str]) -> dict[str, AutoAnswer]:
+    """`--answer METHOD=FILE.json ...`, each file read from the sandbox (relative to the shell's folder)."""
+    found: dict[str, AutoAnswer] = {}
+    for option in options:
+        method, path = parse_option(option)
+        if method in found:
+            raise UsageError(f"--answer {method} is given twice ({found[method].path} and {path})")
+        try:
+            text = read_whole(ctx, path, ctx.settings["shell"]).decode("utf-8", "replace")
+        except P.RunnerError as err:
+            if err.code == P.FS_ERROR:
+                raise UsageError(f"--answer {method}={path}: {err.message}") from None
+            raise
+        found[method] = auto_answer(method, path, text)
+    return found
 
 
 def _said(ctx: MagicContext, program: Program, verb: str) -> None:
@@ -84,14 +106,17 @@ def _attach(ctx: MagicContext, text: str, _body: str) -> None:
         _said(ctx, program, "ended")
         return
     headers = _headers(args.header)
+    answers = _auto_answers(ctx, args.answer)
     if args.session or args.last:
         if command.strip():
             raise UsageError("%attach --session/--last attaches to a running program; drop the -- COMMAND")
         if args.dialect:
             raise UsageError("--dialect goes with a new program; one attached again keeps the dialect it had")
-        program = manager.reattach(args.session, args.last, args.since, args.url, headers, ctx.parent)
+        program = manager.reattach(args.session, args.last, args.since, args.url, headers, ctx.parent,
+                                   answers if args.answer else None)
         ctx.stream(f"attached again to {program.describe()} (session {program.session_id[:8]}), reading from "
                    f"offset {program.since}\n")
+        _said_answers(ctx, program)
         manager.show(program)
         return
     if not command.strip():
@@ -99,10 +124,16 @@ def _attach(ctx: MagicContext, text: str, _body: str) -> None:
     if args.since is not None:
         raise UsageError("--since goes with --session")
     cwd = args.cwd or ctx.shell_folder()
-    program = manager.start(command.strip(), args.name, cwd, args.url, headers, ctx.parent, args.dialect)
+    program = manager.start(command.strip(), args.name, cwd, args.url, headers, ctx.parent, args.dialect, answers)
     # Not the cursor: the header below keeps counting it while records arrive, this line stays.
     ctx.stream(f"attached to {program.describe()} (session {program.session_id[:8]})\n")
+    _said_answers(ctx, program)
     manager.show(program)
+
+
+def _said_answers(ctx: MagicContext, program: Program) -> None:
+    for method, auto in program.auto_answers.items():
+        ctx.stream(f"answering {method} requests of {program.describe()} from {auto.path}\n")
 
 
 @magic("detach", "line", "Stop watching an attached program; it keeps running (%attach --last picks it up).",
@@ -143,11 +174,12 @@ def _sent_line(entry: Entry, who: str) -> str:
     return f"sent a record without an id to {who} (nothing to wait for)\n"
 
 
-def _exchange(ctx: MagicContext, number: int | None, records: list[dict[str, Any]], timeout: float | None) -> None:
+def _exchange(ctx: MagicContext, number: int | None, records: list[dict[str, Any]], timeout: float | None,
+              check: bool = True) -> None:
     """Send, show each answer expanded (indented text; JupyterLab's JSON tree opened), then make an
     error answer the cell's error, naming its code and message."""
     manager = ctx.attach
-    program, sent = manager.send(number, records, timeout)
+    program, sent = manager.send(number, records, timeout, check)
     said = ""
     for entry in sent:
         call = entry.call
@@ -174,7 +206,8 @@ def _exchange(ctx: MagicContext, number: int | None, records: list[dict[str, Any
 
 
 def _send_options(text: str) -> tuple[int | None, float | None, bool, str]:
-    """`[N] [--timeout S] [--no-wait]` before the JSON of `%send`, and the JSON."""
+    """`[N] [--timeout S] [--no-wait]` before the JSON of `%send`, and the JSON (`--no-check`: see
+    `_no_check`)."""
     stripped = text.strip()
     starts = [i for i in (stripped.find("{"), stripped.find("[")) if i >= 0]
     head, rest = (stripped[:min(starts)], stripped[min(starts):]) if starts else (stripped, "")
@@ -210,16 +243,29 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _no_check(text: str) -> tuple[str, bool]:
+    """`--no-check` among %send's options (before the JSON): send a tools/call its tool's inputSchema refuses."""
+    stripped = text.strip()
+    starts = [i for i in (stripped.find("{"), stripped.find("[")) if i >= 0]
+    cut = min(starts) if starts else len(stripped)
+    head = stripped[:cut].split()
+    if "--no-check" not in head:
+        return text, True
+    return " ".join(word for word in head if word != "--no-check") + " " + stripped[cut:], False
+
+
 @magic("send", "line", "Send one JSON record to an attached program; a request waits for its answer.",
-       raw=True, usage="%send [N] [--timeout S | --no-wait] JSON")
+       raw=True, usage="%send [N] [--timeout S | --no-wait] [--no-check] JSON")
 def _send(ctx: MagicContext, text: str, _body: str) -> None:
+    text, check = _no_check(text)
     number, timeout, no_wait, rest = _send_options(text)
     if not rest.strip():
         raise UsageError("%send needs a JSON record, as in: %send {\"id\": 1, \"type\": \"echo\"}")
     records = _parse_records(rest.strip())
     if len(records) != 1:
         raise UsageError("%send sends one record; use %%send for several")
-    _exchange(ctx, number, records, None if no_wait else timeout or ctx.settings.get("send_wait", DEFAULT_TIMEOUT))
+    _exchange(ctx, number, records, None if no_wait else timeout or ctx.settings.get("send_wait", DEFAULT_TIMEOUT),
+              check)
 
 
 @magic("send", "cell", "Send one JSON record a line to an attached program; wait for the answers to the requests.",
@@ -228,9 +274,11 @@ def _send(ctx: MagicContext, text: str, _body: str) -> None:
                                  metavar="S", help="seconds to wait for each answer, again after each progress "
                                                    f"notification ({DEFAULT_TIMEOUT:g})"),
                   p.add_argument("--no-wait", action="store_true",
-                                 help="send requests without waiting (their answers show in the program's view)")))
+                                 help="send requests without waiting (their answers show in the program's view)"),
+                  p.add_argument("--no-check", action="store_true",
+                                 help="send a tools/call even when its tool's inputSchema refuses its arguments")))
 def _send_cell(ctx: MagicContext, args: argparse.Namespace, body: str) -> None:
-    _exchange(ctx, args.number, _parse_records(body), None if args.no_wait else args.timeout)
+    _exchange(ctx, args.number, _parse_records(body), None if args.no_wait else args.timeout, not args.no_check)
 
 
 def _records_options(p: argparse.ArgumentParser) -> None:
