@@ -10,7 +10,7 @@ from owsandbox import protocol as P
 from owsandbox.box.outbox import ANSWERED, NEW, RUNNING, Outbox, RequestLedger
 from owsandbox.box.shell.bash import ansi_c_quote
 from owsandbox.box.shell.capture import MARKER_START, LiveBatcher, MarkerScanner, OutputRecord, StreamDecoder
-from owsandbox.host.client import SeqTracker
+from owsandbox.host.session import SeqTracker
 
 # -- framing ------------------------------------------------------------------------------------
 

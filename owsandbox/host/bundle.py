@@ -31,15 +31,19 @@ def default_dir() -> Path:
     return Path(cache) / "owsandbox"
 
 
-def box_sources() -> list[Path]:
-    """The box's modules and the protocol's, in a fixed order."""
-    return sorted(path for folder in BOX_PACKAGES for path in (_ROOT / folder).rglob("*.py")
+#: The box's files that are not modules: read with `pkgutil.get_data`, from the zipapp as from a folder.
+BOX_DATA = ("*.bash",)
+
+
+def box_sources(patterns: tuple[str, ...] = ("*.py",)) -> list[Path]:
+    """The box's modules and the protocol's (or its files matching `patterns`), in a fixed order."""
+    return sorted(path for folder in BOX_PACKAGES for pattern in patterns for path in (_ROOT / folder).rglob(pattern)
                   if "__pycache__" not in path.parts)
 
 
 def _sources() -> list[tuple[str, bytes]]:
     files = [("__main__.py", _MAIN), ("owsandbox/__init__.py", _ROOT_INIT)]
-    for path in box_sources():
+    for path in box_sources(("*.py", *BOX_DATA)):
         files.append((path.relative_to(_ROOT.parent).as_posix(), path.read_bytes()))
     return files
 

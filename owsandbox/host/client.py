@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from .. import protocol as P
 from ..protocol.methods import HELLO, SESSION_ACK, SESSION_RESUME
+from .session import Session
 
 log = logging.getLogger(__name__)
 
@@ -66,24 +67,6 @@ class Call:
             self.on_done()
 
 
-class SeqTracker:
-    """The highest seq up to which every answer has arrived, for `session.resume` and acks."""
-
-    def __init__(self, start: int = 0) -> None:
-        self.contiguous = start
-        self._above: set[int] = set()
-
-    def saw(self, seq: int) -> bool:
-        """Record `seq`; False when it was seen before (a replayed duplicate)."""
-        if seq <= self.contiguous or seq in self._above:
-            return False
-        self._above.add(seq)
-        while self.contiguous + 1 in self._above:
-            self.contiguous += 1
-            self._above.discard(self.contiguous)
-        return True
-
-
 class RunnerClient:
     def __init__(self, open_transport: Callable[[], Transport], ping_seconds: float = 5.0,
                  reconnect_timeout: float = 30.0, hello_timeout: float = 15.0, ack_delay: float = 0.05) -> None:
@@ -95,18 +78,14 @@ class RunnerClient:
         self._prefix = uuid.uuid4().hex[:12]
         self._ids = itertools.count(1)
         self._lock = threading.RLock()
-        self._calls: dict[str, Call] = {}
+        self._session = Session()
         self._transport: Transport | None = None
         self._ready = False  # the current transport has said hello and resumed
         self._closed = False
-        self._seqs = SeqTracker()
-        self._acked = 0
         self._tick = threading.Condition(self._lock)
         self._pump: threading.Thread | None = None
         self._ticker: threading.Thread | None = None
         self.hello: dict[str, Any] = {}
-        self.instance_id: str | None = None
-        self.restarts = 0
         self.reconnects = 0
         self.max_frame_bytes = P.DEFAULT_MAX_FRAME_BYTES
         self.last_error: str | None = None
@@ -180,7 +159,7 @@ class RunnerClient:
                         err = message["error"]
                         raise P.from_error({"message": "hello failed", **err})
                     result = message.get("result") or {}
-                elif self.instance_id is not None:
+                elif self._session.instance_id is not None:
                     self._dispatch(message)
         return result, splitter
 
@@ -190,37 +169,26 @@ class RunnerClient:
         send once the lock is released (nothing is written while holding it: the pump needs it to
         drain the pipe, and a full pipe would then never empty)."""
         frames: list[bytes] = []
-        new_instance = hello.get("instance_id")
         self.hello = hello
         self.max_frame_bytes = int(hello.get("max_frame_bytes") or P.DEFAULT_MAX_FRAME_BYTES)
         self._transport = transport
-        if first or self.instance_id is None:
-            self.instance_id = new_instance
-            self._seqs = SeqTracker(int(hello.get("last_seq") or 0))
-            self._acked = self._seqs.contiguous
-        elif new_instance == self.instance_id:
+        was = self._session.instance_id
+        adoption = self._session.adopt(hello, first)
+        if adoption.kind == "resume":
             resume_id = f"{self._prefix}-resume-{next(self._ids)}"
-            frames.append(P.encode(P.request(resume_id, SESSION_RESUME, {"last_seq": self._seqs.contiguous})))
-            self._calls[resume_id] = Call(resume_id, SESSION_RESUME, b"", None)
-            self._calls[resume_id].done.set()  # nobody waits; its answer is only logged
-        else:
+            frames.append(P.encode(P.request(resume_id, SESSION_RESUME, {"last_seq": adoption.resume_from})))
+            resume = Call(resume_id, SESSION_RESUME, b"", None)
+            resume.done.set()  # nobody waits; its answer is only logged
+            self._session.calls[resume_id] = resume
+        elif adoption.kind == "restarted":
             log.warning("the runner restarted (instance %s, was %s): commands in flight are unknown",
-                        new_instance, self.instance_id)
-            self.restarts += 1
-            self.instance_id = new_instance
-            self._seqs = SeqTracker(int(hello.get("last_seq") or 0))
-            self._acked = self._seqs.contiguous
+                        self._session.instance_id, was)
             lost = P.RunnerError(P.RUNNER_RESTARTED, P.RESTARTED_MESSAGE)
-            for call in list(self._calls.values()):
-                if call.sent_to is not None:
-                    self._calls.pop(call.request_id, None)
-                    call.settle(error=lost)
+            for call in adoption.lost:
+                call.settle(error=lost)
             if self.on_restart is not None:
                 self.on_restart(hello)
-        for call in list(self._calls.values()):
-            if not call.done.is_set():
-                frames.append(call.frame)
-                call.sent_to = self.instance_id
+        frames += [call.frame for call in adoption.send]
         self._ready = True
         self._pump = threading.Thread(target=self._pump_loop, args=(transport, splitter), name="runner-pump",
                                       daemon=True)
@@ -263,9 +231,7 @@ class RunnerClient:
             log.error("the runner could not be reached again: %s", err.message)
             with self._lock:
                 self.last_error = err.message
-                for call in list(self._calls.values()):
-                    self._calls.pop(call.request_id, None)
-                    call.settle(error=err)
+                self._session.fail_all(err)
             return
         with self._lock:
             if self._closed:
@@ -282,19 +248,16 @@ class RunnerClient:
             params = message.get("params")
             if isinstance(params, dict):
                 with self._lock:
-                    call = self._calls.get(params.get("id"))
+                    call = self._session.calls.get(params.get("id"))
                 if call is not None and call.on_notification is not None:
                     try:
                         call.on_notification({"method": message.get("method"), **params})
                     except Exception:  # noqa: BLE001 - a broken view must not stop the pump
                         log.exception("a live-output handler failed")
             return
-        seq = message.get("seq")
         with self._lock:
-            if isinstance(seq, int) and not self._seqs.saw(seq):
-                return  # a replay of an answer already delivered
-            call = self._calls.pop(request_id, None)
-            if isinstance(seq, int):
+            call = self._session.answered(message)
+            if isinstance(message.get("seq"), int):
                 self._tick.notify()
         if call is None:
             return
@@ -315,14 +278,13 @@ class RunnerClient:
                     return
                 now = time.monotonic()
                 wait = self.ping_seconds - (now - last_ping) if self.ping_seconds > 0 else 3600.0
-                if self._seqs.contiguous > self._acked:
+                if self._session.unacked:
                     wait = min(wait, self.ack_delay)
                 self._tick.wait(max(wait, 0.0))
                 if self._closed:
                     return
-                if self._seqs.contiguous > self._acked and self._ready:
-                    self._acked = self._seqs.contiguous
-                    frames.append(P.encode(P.notification(SESSION_ACK, {"seq": self._acked})))
+                if self._ready and (acked := self._session.ack_due()) is not None:
+                    frames.append(P.encode(P.notification(SESSION_ACK, {"seq": acked})))
                 if self.ping_seconds > 0 and time.monotonic() - last_ping >= self.ping_seconds:
                     last_ping = time.monotonic()
                     if self._ready:
@@ -364,10 +326,10 @@ class RunnerClient:
         with self._lock:
             if self._closed:
                 raise P.RunnerError(P.RUNNER_UNREACHABLE, "the runner client is closed")
-            self._calls[request_id] = call
+            self._session.calls[request_id] = call
             transport = self._transport if self._ready else None
             if transport is not None:
-                call.sent_to = self.instance_id
+                call.sent_to = self._session.instance_id
             elif self._pump is None or not self._pump.is_alive():
                 threading.Thread(target=self._reconnect_once, daemon=True).start()
         self._send_on(transport, frame)
@@ -388,7 +350,7 @@ class RunnerClient:
     def wait(self, call: Call, timeout: float | None = None) -> Any:
         if not call.done.wait(timeout):
             with self._lock:
-                self._calls.pop(call.request_id, None)
+                self._session.calls.pop(call.request_id, None)
             raise TimeoutError(f"no answer to {call.method} within {timeout:g} s")
         if call.error is not None:
             raise call.error
@@ -398,6 +360,16 @@ class RunnerClient:
         with self._lock:
             transport = self._transport if self._ready else None
         self._send_on(transport, P.encode(P.notification(method, params)))
+
+    @property
+    def instance_id(self) -> str | None:
+        """The daemon instance this client talks to (a new one after a restart of the box)."""
+        return self._session.instance_id
+
+    @property
+    def restarts(self) -> int:
+        """How often the box was found restarted since the first hello."""
+        return self._session.restarts
 
     @property
     def connected(self) -> bool:
@@ -417,10 +389,7 @@ class RunnerClient:
             transport, self._transport = self._transport, None
             self._ready = False
             self._tick.notify_all()
-            closed = P.RunnerError(P.RUNNER_UNREACHABLE, "the runner client was closed")
-            for call in list(self._calls.values()):
-                call.settle(error=closed)
-            self._calls.clear()
+            self._session.fail_all(P.RunnerError(P.RUNNER_UNREACHABLE, "the runner client was closed"))
         if transport is not None:
             transport.close()
 

@@ -42,7 +42,7 @@ from owsandbox.box.shell.bash import DISPLAY_START
 from owsandbox.box.shell.capture import MARKER_START, LiveBatcher, MarkerScanner, OutputRecord, StreamDecoder
 from owsandbox.channel.errors import JsonLineError, ReplayGap
 from owsandbox.channel.jsonlines import REPLAY, STDERR, STDOUT, JsonLineDecoder, Record, StderrText
-from owsandbox.host.client import SeqTracker
+from owsandbox.host.session import SeqTracker
 from owsandbox.kernel.cell.output import TAIL_CHARS, CellOutput, Display, Notice, Stream
 from owsandbox.kernel.editing import completeness
 from owsandbox.kernel.errors import UsageError

@@ -40,7 +40,9 @@ line would cost each ~0.4 ms of round trip, ~1.6 ms with such a library.
 
 from __future__ import annotations
 
+import enum
 import os
+import pkgutil
 import re
 import secrets
 import selectors
@@ -88,32 +90,10 @@ DISPLAY_START = "\x1f\x1dOWD:"  # a line asking the notebook to show a file: mim
 # (owsandbox/kernel/display/untrusted.py), since anything in the box can print a display line.
 DISPLAY_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp", "image/bmp", "image/svg+xml",
                  "text/html", "text/markdown", "application/json", "text/plain")
-OWDISPLAY_FUNCTION = r"""owdisplay() {
-  local mime= id= path= usage='usage: owdisplay FILE [--mime TYPE] [--id ID]'
-  while [ $# -gt 0 ]; do
-    case $1 in
-      --mime) mime=$2; shift 2 || return 2;; --mime=*) mime=${1#*=}; shift;;
-      --id) id=$2; shift 2 || return 2;; --id=*) id=${1#*=}; shift;;
-      -h|--help) echo "$usage"; echo 'Shows FILE (png, jpeg, gif, svg, html, markdown, json, text) in the notebook;'\
- 'a later call with the same --id replaces that output. HTML shows in a frame where no script runs,'\
- "Markdown's raw HTML as text. --mime takes: @TYPES_LIST@."; return 0;;
-      -*) echo "owdisplay: unknown option $1" >&2; echo "$usage" >&2; return 2;;
-      *) if [ -n "$path" ]; then echo "owdisplay: one file at a time" >&2; return 2; fi; path=$1; shift;;
-    esac
-  done
-  [ -n "$path" ] || { echo "$usage" >&2; return 2; }
-  mime=${mime,,}
-  case $mime in
-    ''|@TYPES_CASE@) ;;
-    *) echo "owdisplay: type '$mime' is not shown (it could run code in the notebook's page);"\
- "--mime takes: @TYPES_LIST@" >&2; return 2;;
-  esac
-  [ -f "$path" ] || { echo "owdisplay: no such file: $path" >&2; return 1; }
-  case $path in /*) ;; *) path=$PWD/$path;; esac
-  printf '\037\035OWD:%s\t%s\t%s\n' "$mime" "$id" "$path"
-}
-export -f owdisplay
-""".replace("@TYPES_CASE@", "|".join(DISPLAY_TYPES)).replace("@TYPES_LIST@", ", ".join(DISPLAY_TYPES))
+# The function every shell has, kept as bash in a file of its own (owdisplay.bash: `bash -n` checks it).
+OWDISPLAY_FUNCTION = ((pkgutil.get_data(__package__ or __name__.rpartition(".")[0], "owdisplay.bash") or b"")
+                      .decode("utf-8").replace("@TYPES_CASE@", "|".join(DISPLAY_TYPES))
+                      .replace("@TYPES_LIST@", ", ".join(DISPLAY_TYPES)))
 _INIT = (
     "PS1=''; PS2=''; PS0=''; PROMPT_COMMAND=''; set +H +o history +m; unset HISTFILE; "
     f"exec {_MARK_OUT_FD}>&1 {_MARK_ERR_FD}>&2\n" + "__ows_status() { return \"$1\"; }\n" + OWDISPLAY_FUNCTION
@@ -211,8 +191,24 @@ def _job_over(pid: int) -> bool:
     return state is None or state in (*procstat.DEAD_STATES, "T", "t")
 
 
+class CommandState(enum.Enum):
+    RUNNING = "running"
+    STOPPING = "stopping"  # Stop or its timeout asked it to end (`Command.stop_reason` says which)
+    ENDED = "ended"  # both end markers came in, or the shell itself ended
+
+
+# Every way a command's state may change, in one place: (state, event) -> new state. An event that
+# is not here changes nothing (a second Stop, a marker after the shell exited, ...).
+COMMAND_TRANSITIONS = {
+    (CommandState.RUNNING, "stop"): CommandState.STOPPING,
+    (CommandState.RUNNING, "ended"): CommandState.ENDED,
+    (CommandState.STOPPING, "ended"): CommandState.ENDED,
+}
+
+
 class Command:
-    """One command in flight on a shell."""
+    """One command in flight on a shell. Its life is `CommandState`, changed only by `advance`; the
+    rest is what the reader learns on the way (output, prompts, the end markers' status and folder)."""
 
     def __init__(self, command: str, token: str, record: OutputRecord, batcher: LiveBatcher,
                  on_live: Callable[[dict[str, Any]], None] | None,
@@ -229,8 +225,9 @@ class Command:
         self.cwd: str | None = None
         self.out_done = False
         self.err_done = False
-        self.stop_reason: str | None = None  # "interrupt" or "timeout"
-        self.finished = threading.Event()
+        self.state = CommandState.RUNNING
+        self.stop_reason: str | None = None  # "interrupt" or "timeout", set with the move to STOPPING
+        self.finished = threading.Event()  # set once its result is handed over
         self.frames_sent = 0
         self.last_news = self.started  # when the client last heard of this command (output or progress)
         self.terminal = False  # its stdin and output are the shell's terminals
@@ -244,6 +241,28 @@ class Command:
         self.reading = 0  # which terminal that wait reads (0: stdin's, 1: stderr's)
         self.seen_waiting = False  # a new wait was seen once with no prompt printed yet
         self.eof_noted = False
+
+    def advance(self, event: str, reason: str | None = None) -> bool:
+        """Move on by `event` ("stop", with its reason; "ended"); False when it does not apply now."""
+        new = COMMAND_TRANSITIONS.get((self.state, event))
+        if new is None:
+            return False
+        self.state = new
+        if event == "stop":
+            self.stop_reason = reason
+        return True
+
+    @property
+    def stopping(self) -> bool:
+        return self.stop_reason is not None
+
+    def ending(self, error: str | None, outcome: str) -> tuple[str, str | None]:
+        """The result's outcome and error: a stop says how it ended, whatever else happened."""
+        if self.stop_reason == "interrupt":
+            return P.OUTCOME_INTERRUPT, error or "interrupted by user"
+        if self.stop_reason == "timeout":
+            return P.OUTCOME_TIMEOUT, error or f"timed out after {self.timeout_s:g} s"
+        return outcome, error
 
 
 class Shell:
@@ -425,9 +444,8 @@ class Shell:
 
     def _stop(self, cmd: Command, reason: str) -> None:
         with self._lock:
-            if self._current is not cmd or cmd.stop_reason is not None:
+            if self._current is not cmd or not cmd.advance("stop", reason):
                 return
-            cmd.stop_reason = reason
         self._signal_group(signal.SIGINT)  # at once; the thread repeats and escalates if need be
         threading.Thread(target=self._escalate, args=(cmd,), daemon=True).start()
 
@@ -684,7 +702,7 @@ class Shell:
             self._keep_between(stream, raw, text)
             return
         self._hand_over_between(cmd, now)
-        if cmd.stop_reason is not None and stream == "stderr" and raw == b"\n":
+        if cmd.stopping and stream == "stderr" and raw == b"\n":
             return  # the newline bash prints when SIGINT aborts a line, as a terminal shows ^C
         self._add(cmd, stream, raw, text, now)
 
@@ -730,7 +748,7 @@ class Shell:
     def _check_for_reader(self, cmd: Command, now: float) -> None:
         """Whether the command now waits to read its terminal: if so, say so once (with the prompt it
         printed, and whether echo is off), or, when no one can answer, give it end-of-input."""
-        if cmd.stop_reason is not None or now - cmd.last_check < INPUT_CHECK_SECONDS:
+        if cmd.stopping or now - cmd.last_check < INPUT_CHECK_SECONDS:
             return
         cmd.last_check = now
         wait = waiting_reader(self.pid, [terminal.device for terminal in self._terminals],
@@ -824,7 +842,7 @@ class Shell:
             cmd.out_done = True
         else:
             cmd.err_done = True
-        if cmd.out_done and cmd.err_done:
+        if cmd.out_done and cmd.err_done and cmd.advance("ended"):
             self._flush_lines(now)  # all of the command's output is in: what waits goes out
             for chatter in self._chatter.values():
                 chatter.fresh_line()  # nothing is held after `_flush_lines`
@@ -843,10 +861,7 @@ class Shell:
                 self._refresh_at = time.monotonic() + DEFINITIONS_REFRESH_SECONDS
         cmd.batcher.discard()  # what the live view did not get yet is in the record
         output = cmd.record.finish()
-        if cmd.stop_reason == "interrupt":
-            outcome, error = P.OUTCOME_INTERRUPT, error or "interrupted by user"
-        elif cmd.stop_reason == "timeout":
-            outcome, error = P.OUTCOME_TIMEOUT, error or f"timed out after {cmd.timeout_s:g} s"
+        outcome, error = cmd.ending(error, outcome)
         result: dict[str, Any] = {
             "command": cmd.command,
             "cwd": self.cwd,
@@ -887,6 +902,7 @@ class Shell:
             except OSError:
                 pass
         if cmd is not None:
+            cmd.advance("ended")
             self._hand_over_between(cmd, time.monotonic())
             if cmd.exit_code is None and self.exit_status is not None and self.exit_status >= 0:
                 cmd.exit_code = self.exit_status

@@ -1,0 +1,109 @@
+"""The host's side of a runner session, without I/O: which daemon it talks to, what has arrived, what
+it acknowledged, and the calls in flight; and the one decision a new pipe needs.
+
+When a pipe is (re)opened and the box has said hello, the host must decide, and decide the same way
+whatever the pipe is: the same daemon instance means *resume* (ask for the answers after the last
+contiguous seq, send again every call not yet answered: the daemon runs a request id at most once);
+another instance means the box *restarted*: every call already sent may or may not have run, so it
+fails with `RunnerRestarted` rather than being run twice, and only calls never sent go out. `adopt`
+makes that decision from the hello alone. `RunnerClient` holds one `Session` under its lock and does
+the reading, the writing and the threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .. import protocol as P
+
+if TYPE_CHECKING:
+    from .client import Call
+
+
+class SeqTracker:
+    """The highest seq up to which every answer has arrived, for `session.resume` and acks."""
+
+    def __init__(self, start: int = 0) -> None:
+        self.contiguous = start
+        self._above: set[int] = set()
+
+    def saw(self, seq: int) -> bool:
+        """Record `seq`; False when it was seen before (a replayed duplicate)."""
+        if seq <= self.contiguous or seq in self._above:
+            return False
+        self._above.add(seq)
+        while self.contiguous + 1 in self._above:
+            self.contiguous += 1
+            self._above.discard(self.contiguous)
+        return True
+
+
+@dataclass
+class Adoption:
+    """What to do with a pipe whose box said `hello`."""
+
+    kind: str  # "first" (a new session), "resume" (the same daemon) or "restarted" (another one)
+    resume_from: int | None = None  # for "resume": ask for what came after this seq
+    lost: list[Call] = field(default_factory=list)  # for "restarted": fail these, their outcome is unknown
+    send: list[Call] = field(default_factory=list)  # (re)send these, now marked as sent to this instance
+
+
+class Session:
+    def __init__(self) -> None:
+        self.instance_id: str | None = None
+        self.seqs = SeqTracker()
+        self.acked = 0
+        self.restarts = 0
+        self.calls: dict[str, Call] = {}
+
+    def adopt(self, hello: dict[str, Any], first: bool) -> Adoption:
+        new_instance = hello.get("instance_id")
+        if first or self.instance_id is None:
+            adoption = Adoption("first")
+            self._start(new_instance, hello)
+        elif new_instance == self.instance_id:
+            adoption = Adoption("resume", resume_from=self.seqs.contiguous)
+        else:
+            adoption = Adoption("restarted")
+            self.restarts += 1
+            self._start(new_instance, hello)
+            adoption.lost = [call for call in self.calls.values() if call.sent_to is not None]
+            for call in adoption.lost:
+                del self.calls[call.request_id]
+        for call in self.calls.values():
+            if not call.done.is_set():
+                call.sent_to = self.instance_id
+                adoption.send.append(call)
+        return adoption
+
+    def _start(self, instance_id: Any, hello: dict[str, Any]) -> None:
+        self.instance_id = instance_id
+        self.seqs = SeqTracker(int(hello.get("last_seq") or 0))
+        self.acked = self.seqs.contiguous
+
+    def answered(self, message: dict[str, Any]) -> Call | None:
+        """The call an answer settles, taken out of flight; None for a duplicate (a replay of an
+        answer already delivered) or an answer nobody waits for."""
+        seq = message.get("seq")
+        if isinstance(seq, int) and not self.seqs.saw(seq):
+            return None
+        return self.calls.pop(message.get("id"), None)  # type: ignore[arg-type]
+
+    def ack_due(self) -> int | None:
+        """The seq to acknowledge now, if answers arrived since the last ack."""
+        if self.seqs.contiguous <= self.acked:
+            return None
+        self.acked = self.seqs.contiguous
+        return self.acked
+
+    @property
+    def unacked(self) -> bool:
+        return self.seqs.contiguous > self.acked
+
+    def fail_all(self, error: P.RunnerError, settle: Callable[[Call, P.RunnerError], None] | None = None) -> None:
+        """Every call in flight fails with `error` (the client was closed, the box is gone)."""
+        calls, self.calls = list(self.calls.values()), {}
+        for call in calls:
+            (settle or (lambda c, e: c.settle(error=e)))(call, error)

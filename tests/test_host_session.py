@@ -1,0 +1,67 @@
+"""The resume-or-restart decision, without pipes or threads: a call that may have run is never sent
+twice, and nothing unanswered is forgotten."""
+
+from __future__ import annotations
+
+import pytest
+
+from owsandbox import protocol as P
+from owsandbox.host.client import Call
+from owsandbox.host.session import Session
+
+pytestmark = pytest.mark.unit
+
+
+def call(session: Session, request_id: str, sent_to: str | None = None) -> Call:
+    made = Call(request_id, "shell.run", f"frame {request_id}".encode(), None)
+    made.sent_to = sent_to
+    session.calls[request_id] = made
+    return made
+
+
+def test_the_first_hello_starts_from_the_boxs_last_seq_and_sends_what_waited() -> None:
+    session = Session()
+    waiting = call(session, "a")
+    adoption = session.adopt({"instance_id": "one", "last_seq": 7}, first=True)
+    assert adoption.kind == "first" and adoption.send == [waiting] and waiting.sent_to == "one"
+    assert session.seqs.contiguous == 7 and session.acked == 7 and session.ack_due() is None
+
+
+def test_the_same_daemon_resumes_after_the_last_contiguous_answer_and_resends_the_unanswered() -> None:
+    session = Session()
+    session.adopt({"instance_id": "one", "last_seq": 0}, first=True)
+    sent = call(session, "a", sent_to="one")
+    answered = call(session, "b", sent_to="one")
+    for seq, request_id in ((1, "b"), (3, "x")):
+        session.answered({"id": request_id, "seq": seq, "result": {}})
+    adoption = session.adopt({"instance_id": "one", "last_seq": 3}, first=False)
+    assert adoption.kind == "resume" and adoption.resume_from == 1  # 2 is missing: ask again from 1
+    assert adoption.send == [sent] and not adoption.lost and answered.request_id not in session.calls
+
+
+def test_another_daemon_fails_every_sent_call_and_sends_only_the_never_sent() -> None:
+    session = Session()
+    session.adopt({"instance_id": "one"}, first=True)
+    sent = call(session, "a", sent_to="one")
+    never = call(session, "b")
+    adoption = session.adopt({"instance_id": "two", "last_seq": 0}, first=False)
+    assert adoption.kind == "restarted" and adoption.lost == [sent] and adoption.send == [never]
+    assert session.restarts == 1 and session.instance_id == "two" and list(session.calls) == ["b"]
+    assert never.sent_to == "two"
+
+
+def test_a_replayed_answer_settles_nothing_twice_and_acks_are_due_once() -> None:
+    session = Session()
+    session.adopt({"instance_id": "one"}, first=True)
+    first = call(session, "a", sent_to="one")
+    assert session.answered({"id": "a", "seq": 1, "result": 1}) is first
+    assert session.answered({"id": "a", "seq": 1, "result": 1}) is None
+    assert session.ack_due() == 1 and session.ack_due() is None and not session.unacked
+
+
+def test_failing_all_settles_and_forgets_every_call() -> None:
+    session = Session()
+    calls = [call(session, name) for name in "abc"]
+    session.fail_all(P.RunnerError(P.RUNNER_UNREACHABLE, "gone"))
+    assert not session.calls
+    assert all(isinstance(c.error, P.RunnerUnreachable) and c.done.is_set() for c in calls)
