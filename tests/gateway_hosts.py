@@ -111,6 +111,7 @@ def _start_sshd(host: Host, folder: Path) -> subprocess.Popen[bytes]:
         f"Port 22\nListenAddress {host.address}\nHostKey {folder}/host_key\n"
         f"AuthorizedKeysFile {folder}/authorized_keys\nPermitRootLogin prohibit-password\n"
         "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nUseDNS no\n"
+        "MaxStartups 100\n"  # a class whose kernels start at once logs in at once
         f"SetEnv XDG_RUNTIME_DIR={host.runtime} JUPYTER_RUNTIME_DIR={host.runtime}/jupyter\n"
         f"PidFile {folder}/sshd-{host.name}.pid\n")
     os.makedirs("/run/sshd", exist_ok=True)
