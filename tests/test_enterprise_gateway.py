@@ -165,3 +165,36 @@ def test_the_gateway_refuses_root_without_kernel_username(place: Place) -> None:
     status, body = place.gateway.request("POST", "/api/kernels", {"name": "owsandbox-eg", "env": {}})
     assert status == 403, (status, body)
     assert "root" in body["reason"] and "KERNEL_USERNAME" in body["reason"], body
+
+
+def test_an_unpinned_restart_moves_to_the_other_host_and_starts_empty(place: Place) -> None:
+    """Round-robin gives a restart the next host (nothing else starts in between here): the kernel
+    there has a new, empty sandbox, and the old one, kept for a restart on its own host, ends after
+    its linger (30 s)."""
+    kernel_id = place.gateway.start_kernel(workspace(place, "moved"))
+    host, pid = kernel_on(place, kernel_id)
+    ws = place.gateway.websocket(kernel_id)
+    try:
+        assert ws.run("echo only-here > /tmp/mark", 60).status == "ok"
+        old_box = {p: c for p, c in pin(place, pid).items() if "runner.pyz serve" in c}
+    finally:
+        ws.close()
+    status, _ = place.gateway.request("POST", f"/api/kernels/{kernel_id}/restart")
+    assert status == 200
+    moved, new_pid = wait_until(lambda: (found := kernel_on(place, kernel_id)) and found[1] != pid and found,
+                                60, "the restarted kernel's process")
+    assert moved is not host, "round-robin gave the restart the same host"
+    ws = place.gateway.websocket(kernel_id)
+    try:
+        cell = ws.run("cat /tmp/mark 2>&1; true", 60)
+        assert "No such file" in cell.text(), cell.outputs
+    finally:
+        ws.close()
+    new_tree = pin(place, new_pid)
+    assert not set(old_box) & set(new_tree)
+    left = wait_gone(list(old_box), 45)  # the linger of a sandbox kept for a restart, and a margin
+    assert not left, f"the old host's sandbox did not end: {[old_box[p] for p in left]}"
+    status, _ = place.gateway.request("DELETE", f"/api/kernels/{kernel_id}")
+    assert status == 204
+    left = wait_gone(list(new_tree), 20)
+    assert not left, f"still running after DELETE: {[new_tree[p] for p in left]}"
