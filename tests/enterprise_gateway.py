@@ -60,9 +60,9 @@ class EnterpriseGateway:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "EG_", "KERNEL_"))}
         env.update(HOME=str(network.home), JUPYTER_PATH=str(spec_prefix / "share" / "jupyter"),
                    JUPYTER_RUNTIME_DIR=str(network.folder / "gateway-runtime"),
-                   EG_RESPONSE_IP=GATEWAY_ADDRESSES[0], EG_KERNEL_LOG_DIR=str(network.folder))
-        argv = network.in_gateway([str(gateway_venv()), "--ip=127.0.0.1", f"--port={PORT}",
-                                   f"--EnterpriseGatewayApp.auth_token={self.token}", "--debug"])
+                   EG_RESPONSE_IP=GATEWAY_ADDRESSES[0], EG_KERNEL_LOG_DIR=str(network.folder),
+                   EG_AUTH_TOKEN=self.token)  # as the README starts it
+        argv = network.in_gateway([str(gateway_venv()), "--ip=127.0.0.1", f"--port={PORT}", "--debug"])
         self._log = log_path.open("wb")
         self.process = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.PIPE)
         self._ready = threading.Event()
