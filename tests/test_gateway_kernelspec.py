@@ -103,3 +103,51 @@ def test_the_payload_opens_with_the_gateways_private_key_as_the_gateway_opens_it
 def test_a_key_that_is_not_rsa_is_refused() -> None:
     with pytest.raises(gateway_launcher.LaunchError, match="not an RSA public key"):
         gateway_launcher.encrypted({}, base64.b64encode(b"not a key").decode())
+
+
+# -- the launcher's refusals, as a real process (no gateway: each refusal comes before it is answered) --
+
+
+def run_launcher(tmp_path: Path, cwd: Path, env: dict[str, str], address: str = "") -> tuple[int, str, Path]:
+    import os
+    import subprocess
+
+    from Cryptodome.PublicKey import RSA
+
+    from .ports import free_port
+
+    public = "".join(RSA.generate(1024).publickey().export_key("PEM").decode().splitlines()[1:-1])
+    runtime = tmp_path / "runtime"
+    kernel_id = "6a1f0d4e-2b7c-4e8a-9f31-0c5d7e9b2a44"
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("KERNEL_", "OWSANDBOX_"))}
+    done = subprocess.run([str(Path(sys.executable).parent / "owsandbox"), "gateway-kernel",
+                           "--RemoteProcessProxy.kernel-id", kernel_id,
+                           "--RemoteProcessProxy.response-address", address or f"127.0.0.1:{free_port()}",
+                           "--RemoteProcessProxy.public-key", public, "--RemoteProcessProxy.port-range", "0..0"],
+                          cwd=cwd, env={**base, "JUPYTER_RUNTIME_DIR": str(runtime), **env},
+                          capture_output=True, text=True, timeout=60)
+    return done.returncode, done.stderr, runtime / f"kernel-{kernel_id}.json"
+
+
+def test_the_launcher_refuses_root_as_the_workspace(tmp_path: Path) -> None:
+    status, said, connection = run_launcher(tmp_path, Path("/"), {"OWSANDBOX_PROVIDER": "local"})
+    assert status == 2 and "the workspace would be /" in said, said
+    assert not connection.exists()
+
+
+def test_the_launcher_refuses_to_fall_back_to_no_isolation(tmp_path: Path) -> None:
+    # no bwrap on PATH: what a host (or a container) without bubblewrap looks like to the kernel
+    status, said, connection = run_launcher(tmp_path, tmp_path, {"PATH": str(tmp_path / "empty")})
+    assert status == 2 and "no sandbox on this host: bubblewrap (bwrap) is not installed" in said, said
+    assert not connection.exists()
+
+
+def test_the_launcher_names_a_missing_working_dir(tmp_path: Path) -> None:
+    status, said, _ = run_launcher(tmp_path, tmp_path, {"KERNEL_WORKING_DIR": str(tmp_path / "gone")})
+    assert status == 2 and f"KERNEL_WORKING_DIR '{tmp_path / 'gone'}'" in said, said
+
+
+def test_the_launcher_says_the_gateway_cannot_be_reached_and_leaves_no_connection_file(tmp_path: Path) -> None:
+    status, said, connection = run_launcher(tmp_path, tmp_path, {"OWSANDBOX_PROVIDER": "local"})
+    assert status == 2 and "the gateway's response address 127.0.0.1:" in said and "cannot be reached" in said, said
+    assert not connection.exists() and connection.parent.is_dir()  # it was written, then removed

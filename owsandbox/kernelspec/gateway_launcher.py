@@ -23,6 +23,10 @@ its own app:
   held. `{"shutdown": 1}` is noted only: the port answers until the kernel exits, so the gateway's
   liveness poll sees the kernel alive as long as it is (a restart waits for the old kernel to end).
 
+It refuses, before it answers the gateway (which then reports a launch timeout pointing at the
+kernel's log, where the reason is): `/` as the workspace, and a host where bubblewrap does not work
+when the spec chose no provider (`auto` would run the cells on the host unisolated).
+
 Needs pycryptodomex (the gateway uses it on its side too): `pip install 'owsandbox[gateway]'`.
 """
 
@@ -209,10 +213,37 @@ def listen_for_gateway(sock: socket.socket, pid: int) -> threading.Thread:
     return thread
 
 
+def check_place(environ: dict[str, str] | None = None) -> None:
+    """Refuse what a gateway's host must not do quietly: make `/` the workspace (a login or a container
+    whose working folder is the root), or run cells unisolated because bubblewrap does not work there
+    (`auto` would fall back to `local`; a spec that wants that says `--provider local`)."""
+    env = os.environ if environ is None else environ
+    workspace = Path(env.get("OWSANDBOX_WORKSPACE") or os.getcwd()).resolve()
+    if workspace == Path("/"):
+        raise LaunchError("the workspace would be / (the folder the kernel starts in): give the kernel its "
+                          "folder with KERNEL_WORKING_DIR in the request's env, or OWSANDBOX_WORKSPACE in the spec")
+    if env.get("OWSANDBOX_PROVIDER", "auto") in ("", "auto"):
+        from ..runner.providers import bwrap_problem
+
+        problem = bwrap_problem()
+        if problem is not None:
+            raise LaunchError(f"no sandbox on this host: {problem}. The kernel would run cells on the host "
+                              "itself; install bubblewrap here, or choose a provider in the spec "
+                              "(owsandbox install --provider ...; --provider local to accept no isolation)")
+
+
 def launch(argv: list[str]) -> int:
     """Tell the gateway where the kernel listens, then run owsandbox's kernel app until it shuts down."""
+    path: Path | None = None
     try:
         args = parse(argv)
+        working_dir = os.environ.get("KERNEL_WORKING_DIR")
+        if working_dir:
+            try:
+                os.chdir(working_dir)
+            except OSError as exc:
+                raise LaunchError(f"KERNEL_WORKING_DIR {working_dir!r}: {exc}") from None
+        check_place()
         ip = facing_address(args.address)
         path = connection_file(args.kernel_id)
         info = write_connection(path, ip, args.ports)
@@ -220,20 +251,11 @@ def launch(argv: list[str]) -> int:
         info.update(pid=os.getpid(), pgid=os.getpgid(0), comm_port=signals.getsockname()[1],
                     kernel_id=args.kernel_id)
         payload = encrypted(info, args.public_key)
-    except LaunchError as exc:
-        print(f"owsandbox gateway-kernel: error: {exc}", file=sys.stderr)
-        return 2
-    working_dir = os.environ.get("KERNEL_WORKING_DIR")
-    if working_dir:
-        try:
-            os.chdir(working_dir)
-        except OSError as exc:
-            print(f"owsandbox gateway-kernel: error: KERNEL_WORKING_DIR {working_dir!r}: {exc}", file=sys.stderr)
-            return 2
-    listen_for_gateway(signals, os.getpid())
-    try:
+        listen_for_gateway(signals, os.getpid())
         send_to_gateway(args.address, payload)
     except LaunchError as exc:
+        if path is not None:
+            path.unlink(missing_ok=True)
         print(f"owsandbox gateway-kernel: error: {exc}", file=sys.stderr)
         return 2
     log.info("kernel %s listens on %s (connection file %s)", args.kernel_id, ip, path)
