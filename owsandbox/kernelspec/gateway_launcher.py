@@ -174,8 +174,9 @@ def send_to_gateway(address: tuple[str, int], payload: bytes) -> None:
 def listen_for_gateway(sock: socket.socket, pid: int) -> threading.Thread:
     """Answer the gateway's requests on the signal port until it says shutdown (or the kernel exits)."""
 
+    sock.listen(1)  # before the gateway hears of the port: its first liveness poll must not be refused
+
     def serve() -> None:
-        sock.listen(1)
         while True:
             try:
                 conn, _ = sock.accept()
