@@ -20,7 +20,7 @@ import pytest
 from .conftest import require_bwrap
 from .enterprise_gateway import EnterpriseGateway, install_spec
 from .gateway_hosts import GatewayNetwork, Host, gateway_network
-from .processes import PinnedProcesses, command_line, pid_alive, wait_gone
+from .processes import PinnedProcesses, command_line, descendants, pid_alive, wait_gone
 from .waiting import wait_until
 
 pytestmark = pytest.mark.system
@@ -79,15 +79,10 @@ def kernel_on(place: Place, kernel_id: str) -> tuple[Host, int]:
 def pin(place: Place, pid: int) -> dict[int, str]:
     """The kernel and its sandbox (bubblewrap, the daemon, the shells), pinned; their command lines."""
     seen = place.processes.add_tree(pid)
-    tree = {p: c for p, c in seen.items() if p == pid or p in _descendants_of(pid, seen)}
+    below = set(descendants(pid))
+    tree = {p: c for p, c in seen.items() if p == pid or p in below}
     assert any(os.path.basename(c.split(" ", 1)[0]) == "bwrap" for c in tree.values()), tree
     return tree
-
-
-def _descendants_of(pid: int, seen: dict[int, str]) -> set[int]:
-    from .processes import descendants
-
-    return set(descendants(pid))
 
 
 def test_two_kernels_land_on_two_hosts_run_cells_and_stop(place: Place) -> None:
