@@ -291,10 +291,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         hosts = None
-        if args.hosts is not None or args.enterprise_gateway:
+        if args.hosts is not None:
             from .gateway import parse_hosts
 
-            hosts = parse_hosts(args.hosts) if args.hosts is not None else None
+            hosts = parse_hosts(args.hosts)
         dest = install(user=args.user, prefix=args.prefix, sys_prefix=args.sys_prefix, name=args.name,
                        display_name=args.display_name, provider=args.provider, env=dict(args.env),
                        limits=args.limit, image=args.image, engine=args.engine, baseline=args.baseline,
