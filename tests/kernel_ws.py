@@ -50,7 +50,8 @@ class KernelWebSocket:
     """The WebSocket of kernel `url` (ws://…/api/kernels/ID/channels), with `token`. Every message read
     is kept in `seen` (in order) and filed under the request it answers."""
 
-    def __init__(self, url: str, token: str, user: str = "owsandbox-test") -> None:
+    def __init__(self, url: str, token: str, user: str = "owsandbox-test", sock: Any = None) -> None:
+        """`sock`: a connected socket to speak over (one opened in another network namespace)."""
         from websockets.sync.client import connect
 
         self.user = user
@@ -59,7 +60,7 @@ class KernelWebSocket:
         self._stack = ExitStack()  # connect() is a context manager (websockets 17 warns otherwise)
         self.ws = self._stack.enter_context(connect(f"{url}?session_id={self.session}", proxy=None,
                                                     additional_headers={"Authorization": f"token {token}"},
-                                                    max_size=None, open_timeout=30))
+                                                    max_size=None, open_timeout=30, sock=sock))
         self._iopub: dict[str, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
         self._idle: set[str] = set()
         self._replies: dict[str, dict[str, Any]] = {}

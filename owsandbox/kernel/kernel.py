@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import signal
 import threading
@@ -31,7 +32,7 @@ from ipykernel.kernelbase import Kernel
 from .. import __version__
 from .. import protocol as P
 from ..protocol.methods import SHELL_INPUT, SHELL_INPUT_WANTED, SHELL_INTERRUPT, SHELL_OUTPUT, SHELL_RUN
-from ..terminal.locate import sandbox_key
+from ..terminal.locate import kernel_key
 from .attach.session import AttachManager
 from .cell.budget import Withheld
 from .cell.hints import network_hint
@@ -93,11 +94,13 @@ class OwSandboxKernel(Kernel):
         self.stdin = StdinChannel(self.session, lambda: self.stdin_socket, self.log)
 
     def _kernel_key(self) -> str | None:
-        """The kernel's id, from its connection file, which every client keeps across a restart: its
-        name where Jupyter's servers and consoles give it one (`kernel-<id>.json`), else a digest of its
-        path (jupyter_client's own managers write a temporary `tmpXXXX.json`)."""
+        """The kernel's id, which every client keeps across a restart: KERNEL_ID where the kernel's
+        environment has it (Enterprise Gateway), else from its connection file (`kernel-<id>.json`, or a
+        digest of its path for jupyter_client's temporary `tmpXXXX.json`)."""
         connection_file = getattr(self.parent, "connection_file", "") or ""
-        return sandbox_key(connection_file) if connection_file else None  # as `owsandbox shell` finds it
+        if not connection_file and not os.environ.get("KERNEL_ID"):
+            return None
+        return kernel_key(connection_file)  # as `owsandbox shell` finds it
 
     # -- what %attach needs -----------------------------------------------------------------
 

@@ -61,6 +61,8 @@ def kernel_dict(
     engine: str | None = None,
     baseline: str | None = None,
     record: str | None = None,
+    gateway: str | None = None,
+    hosts: list[str] | None = None,
 ) -> dict[str, Any]:
     """The content of kernel.json.
 
@@ -68,8 +70,11 @@ def kernel_dict(
     `install` passes the full `sys.executable` so the kernel runs where owsandbox is installed.
     `provider` becomes `OWSANDBOX_PROVIDER` in the kernel's environment (it wins over one in `env`).
     `image` and `engine` (the `container` provider's; an image alone chooses that provider) become
-    `OWSANDBOX_IMAGE` and `OWSANDBOX_ENGINE`.
+    `OWSANDBOX_IMAGE` and `OWSANDBOX_ENGINE`. `gateway` ("ssh") and `hosts` make it Enterprise Gateway's
+    remote kernelspec (owsandbox.kernelspec.gateway).
     """
+    if hosts and not gateway:
+        raise ValueError("--hosts is for --enterprise-gateway ssh")
     kernel_env = dict(env or {})
     if image or engine:
         provider = provider or "container"
@@ -110,6 +115,10 @@ def kernel_dict(
         "owsandbox": {"provider": kernel_env.get(settings.PROVIDER) or "auto"},
         "debugger": False,
     }
+    if gateway:
+        from .gateway import gateway_spec
+
+        spec = gateway_spec(spec, gateway, hosts, executable)
     return spec
 
 
@@ -152,6 +161,8 @@ def install(
     engine: str | None = None,
     baseline: str | None = None,
     record: str | None = None,
+    gateway: str | None = None,
+    hosts: list[str] | None = None,
 ) -> str:
     """Install the kernelspec and return the folder it landed in.
 
@@ -174,7 +185,8 @@ def install(
     with tempfile.TemporaryDirectory(prefix="owsandbox-kernelspec-") as tmp:
         staged = write_kernelspec(
             Path(tmp) / name, provider=provider, env=env, display_name=display_name, executable=sys.executable,
-            limits=limits, image=image, engine=engine, baseline=baseline, record=record,
+            limits=limits, image=image, engine=engine, baseline=baseline, record=record, gateway=gateway,
+            hosts=hosts,
         )
         return KernelSpecManager().install_kernel_spec(str(staged), name, user=user, prefix=prefix)
 
@@ -255,6 +267,11 @@ def _parser() -> argparse.ArgumentParser:
     inst.add_argument("--record", default=None, metavar="DIR",
                       help="record every session as an asciicast file in DIR, a folder outside the students' "
                            "workspaces; ~ and $USER are each user's (sets OWSANDBOX_RECORD)")
+    inst.add_argument("--enterprise-gateway", default=None, choices=("ssh",), metavar="ssh",
+                      help="a kernelspec for Jupyter Enterprise Gateway: kernels started over ssh on --hosts "
+                           "(its DistributedProcessProxy), by owsandbox's own launcher")
+    inst.add_argument("--hosts", default=None, metavar="H1,H2",
+                      help="the hosts Enterprise Gateway starts kernels on, in turn (with --enterprise-gateway)")
 
     uninst = commands.add_parser("uninstall", help="remove an installed kernelspec",
                                  description="Remove an installed owsandbox kernelspec.")
@@ -275,10 +292,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Removed kernelspec {args.name.lower()} from {removed}")
         return 0
     try:
+        hosts = None
+        if args.hosts is not None:
+            from .gateway import parse_hosts
+
+            hosts = parse_hosts(args.hosts)
         dest = install(user=args.user, prefix=args.prefix, sys_prefix=args.sys_prefix, name=args.name,
                        display_name=args.display_name, provider=args.provider, env=dict(args.env),
                        limits=args.limit, image=args.image, engine=args.engine, baseline=args.baseline,
-                       record=args.record)
+                       record=args.record, gateway=args.enterprise_gateway, hosts=hosts)
     except ValueError as e:
         print(f"owsandbox install: error: {e}", file=sys.stderr)
         return 2

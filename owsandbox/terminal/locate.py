@@ -27,6 +27,9 @@ EXECD_SOCKET = ("run", "execd.sock")  # in a sandbox's state folder, made by the
 RECORD = "daemon.json"  # the host's record of the sandbox, with the execd token the daemon gave it
 PROBE_TIMEOUT_SECONDS = 5.0
 _TOKEN = re.compile(r"[A-Za-z0-9_\-]{16,200}")  # secrets.token_urlsafe's alphabet
+_UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+_GATEWAY_STEM = re.compile(f"kernel-({_UUID})_[a-z0-9_]{{8}}")  # tempfile.mkstemp(prefix="kernel-<id>_")
+_KERNEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 class NoSandbox(RuntimeError):
@@ -49,13 +52,31 @@ class KernelSandbox:
 
 def sandbox_key(connection_file: str) -> str:
     """The key a kernel finds its sandbox by, from its connection file, which every client keeps across a
-    restart: its name where Jupyter's servers and consoles give it one (`kernel-<id>.json`), else a digest
-    of its path (jupyter_client's own managers write a temporary `tmpXXXX.json`)."""
+    restart: its name where Jupyter's servers and consoles give it one (`kernel-<id>.json`; Enterprise
+    Gateway's launchers add a random `_XXXXXXXX` per start, which is dropped), else a digest of its path
+    (jupyter_client's own managers write a temporary `tmpXXXX.json`)."""
     stem = os.path.splitext(os.path.basename(connection_file))[0]
+    gateway = _GATEWAY_STEM.fullmatch(stem)
+    if gateway:
+        return f"kernel-{gateway.group(1)}"
     if stem.startswith("kernel-"):
         return stem
     path = os.path.realpath(connection_file)
     return "kernel-file-" + hashlib.sha256(path.encode("utf-8", "surrogateescape")).hexdigest()[:20]
+
+
+def kernel_key(connection_file: str, environ: dict[str, str] | None = None) -> str:
+    """The key of the sandbox of the kernel running here: `kernel-<KERNEL_ID>` where the kernel's
+    environment names its id (Enterprise Gateway sets KERNEL_ID, and keeps it across a restart whatever
+    the connection file is called), else `sandbox_key` of its connection file. A KERNEL_ID that cannot
+    name a folder is refused: it would otherwise pick another kernel's sandbox or a path outside."""
+    kernel_id = (os.environ if environ is None else environ).get("KERNEL_ID", "")
+    if not kernel_id:
+        return sandbox_key(connection_file)
+    if not _KERNEL_ID.fullmatch(kernel_id):
+        raise ValueError(f"KERNEL_ID {kernel_id!r} is not a kernel id (letters, digits, '-', '_' and '.', "
+                         "at most 128, starting with a letter or digit)")
+    return f"kernel-{kernel_id}"
 
 
 def runtime_dir() -> Path:

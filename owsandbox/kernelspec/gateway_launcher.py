@@ -1,0 +1,273 @@
+"""`owsandbox gateway-kernel`: owsandbox's kernel started on a remote host by Jupyter Enterprise Gateway.
+
+Enterprise Gateway's remote process proxies (DistributedProcessProxy over ssh, and the container ones)
+start a launcher on the host and wait for it to send back the kernel's connection information,
+encrypted with the gateway's public key, to `--RemoteProcessProxy.response-address`. The gateway's own
+launcher (`launch_ipykernel.py`) then runs plain ipykernel `IPKernelApp`, not owsandbox's app, whose
+orderly exit (owsandbox.kernel.app) would be lost. So owsandbox speaks that protocol itself and starts
+its own app:
+
+* the connection file is `kernel-<id>.json` in Jupyter's runtime folder on the host (the gateway's
+  launcher adds a random part per start): the same name after a restart, which `owsandbox shell
+  --existing` on that host finds;
+* the kernel's ports and the launcher's signal port are bound on the host's address facing the gateway
+  (the one its packets to the response address leave from), not on every interface;
+* the payload is the gateway's version 1: the connection information AES-encrypted with a fresh key,
+  that key RSA-encrypted (PKCS#1 v1.5) with the gateway's public key, both base64 in a JSON object;
+* a thread answers the gateway on the signal port while the kernel runs: `{"signum": N}` (0 is the
+  gateway's liveness poll) is sent to the kernel's own process. The gateway asks for SIGTERM right
+  after its `shutdown_request` (DistributedProcessProxy.shutdown_listener), and a kernel ended by
+  SIGTERM cannot tell a shutdown from a restart, so its sandbox would linger as for a restart; so
+  SIGTERM is held for `TERM_GRACE_SECONDS`, in which the kernel ends as the request says (its box
+  ended, or kept for the restart), and sent only to a kernel still running then. SIGKILL is not
+  held. `{"shutdown": 1}` is noted only: the port answers until the kernel exits, so the gateway's
+  liveness poll sees the kernel alive as long as it is (a restart waits for the old kernel to end).
+
+It refuses, before it answers the gateway (which then reports a launch timeout pointing at the
+kernel's log, where the reason is): `/` as the workspace, and a host where bubblewrap does not work
+when the spec chose no provider (`auto` would run the cells on the host unisolated).
+
+Needs pycryptodomex (the gateway uses it on its side too): `pip install 'owsandbox[gateway]'`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import logging
+import os
+import random
+import secrets
+import signal
+import socket
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from .. import settings
+
+LAUNCHER_VERSION = 1  # the payload format of Enterprise Gateway's launchers that this one speaks
+KERNEL_PORTS = ("shell_port", "iopub_port", "stdin_port", "hb_port", "control_port")
+LISTEN_TIMEOUT_SECONDS = 5.0
+TERM_GRACE_SECONDS = 3.0  # below jupyter_client's 5 s wait before the gateway kills the kernel
+PORT_TRIES = 20
+
+log = logging.getLogger("owsandbox.gateway")
+
+
+class LaunchError(RuntimeError):
+    """The gateway's arguments or the host cannot start the kernel; the message says which."""
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The gateway's launcher arguments, in its two spellings (`--kernel-id`, `--RemoteProcessProxy.kernel-id`)."""
+    parser = argparse.ArgumentParser(prog="owsandbox gateway-kernel",
+                                     description="Start owsandbox's kernel for Jupyter Enterprise Gateway.")
+    for name, metavar in (("kernel-id", "ID"), ("response-address", "IP:PORT"), ("public-key", "KEY"),
+                          ("port-range", "LOWER..UPPER")):
+        dest = name.replace("-", "_")
+        parser.add_argument(f"--{name}", f"--RemoteProcessProxy.{name}", dest=dest, metavar=metavar)
+    for ignored in ("spark-context-initialization-mode", "cluster-type"):  # the Python launcher's; no Spark here
+        parser.add_argument(f"--{ignored}", f"--RemoteProcessProxy.{ignored}", dest=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    missing = [f"--RemoteProcessProxy.{n}" for n in ("kernel-id", "response-address", "public-key")
+               if not getattr(args, n.replace("-", "_"))]
+    if missing:
+        raise LaunchError(f"the gateway did not pass {', '.join(missing)}: the kernelspec's argv must have "
+                          "them ({kernel_id}, {response_address}, {public_key}), as owsandbox install "
+                          "--enterprise-gateway writes it")
+    args.address = response_address(args.response_address)
+    args.ports = port_range(args.port_range)
+    return args
+
+
+def response_address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise LaunchError(f"--RemoteProcessProxy.response-address {text!r}: expected IP:PORT")
+    return host, int(port)
+
+
+def port_range(text: str | None) -> tuple[int, int]:
+    """`LOWER..UPPER` (`0..0` or none: any port)."""
+    if not text:
+        return 0, 0
+    lower, sep, upper = text.partition("..")
+    if not sep or not lower.isdigit() or not upper.isdigit() or int(lower) > int(upper) or int(upper) > 65535:
+        raise LaunchError(f"--RemoteProcessProxy.port-range {text!r}: expected LOWER..UPPER, as 40000..41000")
+    return int(lower), int(upper)
+
+
+def facing_address(gateway: tuple[str, int]) -> str:
+    """This host's address that the gateway's packets come back to: the source of a route to it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(gateway)  # UDP: no packet is sent, the kernel only picks the route
+        return str(probe.getsockname()[0])
+
+
+def bound_socket(ip: str, ports: tuple[int, int]) -> socket.socket:
+    """A TCP socket bound on `ip`, on a port within `ports` (any where the range is 0..0)."""
+    lower, upper = ports
+    last: OSError | None = None
+    for _ in range(PORT_TRIES if upper else 1):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind((ip, random.randint(lower, upper) if upper else 0))
+            return sock
+        except OSError as exc:
+            sock.close()
+            last = exc
+    raise LaunchError(f"no free port on {ip} within {lower}..{upper} after {PORT_TRIES} tries: {last}")
+
+
+def connection_file(kernel_id: str) -> Path:
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    folder = Path(jupyter_runtime_dir())
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return folder / f"kernel-{kernel_id}.json"
+
+
+def write_connection(path: Path, ip: str, ports: tuple[int, int]) -> dict[str, Any]:
+    """The kernel's five ports (chosen, then freed for the kernel to bind) and its key, written to `path`."""
+    from jupyter_client.connect import write_connection_file
+
+    held = [bound_socket(ip, ports) for _ in KERNEL_PORTS]
+    chosen = {name: sock.getsockname()[1] for name, sock in zip(KERNEL_PORTS, held, strict=True)}
+    for sock in held:
+        sock.close()
+    write_connection_file(str(path), ip=ip, key=secrets.token_hex(16).encode(), transport="tcp",
+                          signature_scheme="hmac-sha256", kernel_name="", **chosen)
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def encrypted(info: dict[str, Any], public_key: str) -> bytes:
+    """The gateway's version 1 payload for `info`."""
+    try:
+        from Cryptodome.Cipher import AES, PKCS1_v1_5
+        from Cryptodome.PublicKey import RSA
+        from Cryptodome.Util.Padding import pad
+    except ImportError:
+        raise LaunchError("pycryptodomex is not installed where the kernel runs: the connection information "
+                          "is sent encrypted to the gateway (pip install 'owsandbox[gateway]')") from None
+    try:
+        gateway_key = RSA.import_key(base64.b64decode(public_key.encode()))
+    except (ValueError, IndexError, TypeError) as exc:
+        raise LaunchError(f"--RemoteProcessProxy.public-key is not an RSA public key: {exc}") from None
+    aes_key = secrets.token_bytes(16)
+    sealed = AES.new(aes_key, AES.MODE_ECB).encrypt(pad(json.dumps(info).encode(), 16))
+    payload = {"version": LAUNCHER_VERSION,
+               "key": base64.b64encode(PKCS1_v1_5.new(gateway_key).encrypt(aes_key)).decode(),
+               "conn_info": base64.b64encode(sealed).decode()}
+    return base64.b64encode(json.dumps(payload).encode())
+
+
+def send_to_gateway(address: tuple[str, int], payload: bytes) -> None:
+    try:
+        with socket.create_connection(address, timeout=LISTEN_TIMEOUT_SECONDS) as sock:
+            sock.sendall(payload)
+    except OSError as exc:
+        raise LaunchError(f"the gateway's response address {address[0]}:{address[1]} cannot be reached "
+                          f"from this host: {exc}") from None
+
+
+def listen_for_gateway(sock: socket.socket, pid: int) -> threading.Thread:
+    """Answer the gateway's requests on the signal port until it says shutdown (or the kernel exits)."""
+
+    sock.listen(1)  # before the gateway hears of the port: its first liveness poll must not be refused
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return  # closed
+            with conn:
+                conn.settimeout(LISTEN_TIMEOUT_SECONDS)
+                data = b""
+                try:
+                    while chunk := conn.recv(4096):
+                        data += chunk
+                    request = json.loads(data or b"{}")
+                except (OSError, ValueError) as exc:
+                    log.warning("a request on the gateway's signal port was not read: %s", exc)
+                    continue
+            if not isinstance(request, dict):
+                log.warning("a request on the gateway's signal port was not an object: %r", request)
+                continue
+            signum = request.get("signum")
+            if isinstance(signum, int) and signum == signal.SIGTERM:
+                log.info("the gateway asks for SIGTERM: sent in %g s if the kernel has not ended by then",
+                         TERM_GRACE_SECONDS)
+                held = threading.Timer(TERM_GRACE_SECONDS, os.kill, (pid, signal.SIGTERM))
+                held.daemon = True
+                held.start()
+            elif isinstance(signum, int) and signum >= 0:
+                if signum:
+                    log.info("the gateway sends signal %d", signum)
+                os.kill(pid, signum)
+            if request.get("shutdown"):
+                log.info("the gateway's listener shutdown: the port answers until the kernel exits")
+
+    thread = threading.Thread(target=serve, name="gateway-signals", daemon=True)
+    thread.start()
+    return thread
+
+
+def check_place(environ: dict[str, str] | None = None) -> None:
+    """Refuse what a gateway's host must not do quietly: make `/` the workspace (a login or a container
+    whose working folder is the root), or run cells unisolated because bubblewrap does not work there
+    (`auto` would fall back to `local`; a spec that wants that says `--provider local`)."""
+    env = os.environ if environ is None else environ
+    workspace = Path(env.get(settings.WORKSPACE) or os.getcwd()).resolve()
+    if workspace == Path("/"):
+        raise LaunchError("the workspace would be / (the folder the kernel starts in): give the kernel its "
+                          "folder with KERNEL_WORKING_DIR in the request's env, or OWSANDBOX_WORKSPACE in the spec")
+    if env.get(settings.PROVIDER, "auto") in ("", "auto"):
+        from ..host.providers import bwrap_problem
+
+        problem = bwrap_problem()
+        if problem is not None:
+            raise LaunchError(f"no sandbox on this host: {problem}. The kernel would run cells on the host "
+                              "itself; install bubblewrap here, or choose a provider in the spec "
+                              "(owsandbox install --provider ...; --provider local to accept no isolation)")
+
+
+def launch(argv: list[str]) -> int:
+    """Tell the gateway where the kernel listens, then run owsandbox's kernel app until it shuts down."""
+    path: Path | None = None
+    try:
+        args = parse(argv)
+        working_dir = os.environ.get("KERNEL_WORKING_DIR")
+        if working_dir:
+            try:
+                os.chdir(working_dir)
+            except OSError as exc:
+                raise LaunchError(f"KERNEL_WORKING_DIR {working_dir!r}: {exc}") from None
+        check_place()
+        ip = facing_address(args.address)
+        path = connection_file(args.kernel_id)
+        info = write_connection(path, ip, args.ports)
+        signals = bound_socket(ip, args.ports)
+        info.update(pid=os.getpid(), pgid=os.getpgid(0), comm_port=signals.getsockname()[1],
+                    kernel_id=args.kernel_id)
+        payload = encrypted(info, args.public_key)
+        listen_for_gateway(signals, os.getpid())
+        send_to_gateway(args.address, payload)
+    except LaunchError as exc:
+        if path is not None:
+            path.unlink(missing_ok=True)
+        print(f"owsandbox gateway-kernel: error: {exc}", file=sys.stderr)
+        return 2
+    log.info("kernel %s listens on %s (connection file %s)", args.kernel_id, ip, path)
+    from ..kernel.app import OwSandboxKernelApp
+    from ..kernel.kernel import OwSandboxKernel
+
+    try:
+        OwSandboxKernelApp.launch_instance(argv=["-f", str(path)], kernel_class=OwSandboxKernel)
+    finally:
+        signals.close()
+        path.unlink(missing_ok=True)
+    return 0

@@ -1,0 +1,117 @@
+"""Jupyter Enterprise Gateway for the tests and the benchmark: its own virtual environment and a server.
+
+The gateway pins jupyter-client < 7 and jupyter-server < 2, which owsandbox's own environment cannot
+hold, so it lives in a virtual environment of its own (`.venv-eg` beside the project, made once and
+kept: CI makes it in .ci/run). It runs in the network namespace `gw` of tests/gateway_hosts.py, on
+that namespace's loopback, with HOME a folder holding the ssh key and the hosts' keys (paramiko reads
+`~/.ssh`), and finds the kernelspec that `owsandbox install --enterprise-gateway ssh` wrote through
+JUPYTER_PATH.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import secrets
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from .gateway_hosts import GATEWAY_ADDRESSES, GatewayNetwork, socket_in
+from .kernel_ws import KernelWebSocket
+
+EG_VERSION = "3.3.0"
+EG_VENV = Path(__file__).resolve().parents[1] / ".venv-eg"
+PORT = 8888  # on the gateway namespace's own loopback
+START_SECONDS = 90
+KERNEL_NAME = "owsandbox-eg"
+
+
+def gateway_venv() -> Path:
+    """The gateway's virtual environment, made the first time (pip from PyPI) and kept."""
+    program = EG_VENV / "bin" / "jupyter-enterprisegateway"
+    if not program.exists():
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(EG_VENV)], check=True)
+        subprocess.run([str(EG_VENV / "bin" / "pip"), "install", "-q", f"jupyter_enterprise_gateway=={EG_VERSION}"],
+                       check=True)
+    return program
+
+
+def install_spec(prefix: Path, hosts: list[str]) -> Path:
+    """The kernelspec, as the README says: `owsandbox install --enterprise-gateway ssh --hosts ...`."""
+    owsandbox = Path(sys.executable).parent / "owsandbox"
+    done = subprocess.run([str(owsandbox), "install", "--enterprise-gateway", "ssh", "--hosts", ",".join(hosts),
+                           "--prefix", str(prefix), "--name", KERNEL_NAME, "--provider", "bwrap"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return prefix / "share" / "jupyter" / "kernels" / KERNEL_NAME
+
+
+class EnterpriseGateway:
+    """One `jupyter enterprisegateway` in the gateway namespace, spoken to over REST and WebSockets."""
+
+    def __init__(self, network: GatewayNetwork, spec_prefix: Path, log_path: Path) -> None:
+        self.network = network
+        self.token = secrets.token_hex(16)
+        self.log_path = log_path
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "EG_", "KERNEL_"))}
+        env.update(HOME=str(network.home), JUPYTER_PATH=str(spec_prefix / "share" / "jupyter"),
+                   JUPYTER_RUNTIME_DIR=str(network.folder / "gateway-runtime"),
+                   EG_RESPONSE_IP=GATEWAY_ADDRESSES[0], EG_KERNEL_LOG_DIR=str(network.folder),
+                   EG_AUTH_TOKEN=self.token)  # as the README starts it
+        argv = network.in_gateway([str(gateway_venv()), "--ip=127.0.0.1", f"--port={PORT}", "--debug"])
+        self._log = log_path.open("wb")
+        self.process = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.PIPE)
+        self._ready = threading.Event()
+        threading.Thread(target=self._pump, daemon=True).start()
+        if not self._ready.wait(START_SECONDS) or self.process.poll() is not None:
+            self.stop()
+            raise RuntimeError(f"the gateway did not start: {self.log()[-3000:]}")
+
+    def _pump(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self._log.write(line)
+            self._log.flush()
+            if b"is available at" in line:
+                self._ready.set()
+        self._ready.set()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None,
+                timeout: float = 120) -> tuple[int, Any]:
+        conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=timeout)
+        conn.sock = socket_in(self.network.gateway, ("127.0.0.1", PORT), timeout)
+        try:
+            conn.request(method, path, body=json.dumps(body) if body is not None else None,
+                         headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"})
+            answer = conn.getresponse()
+            data = answer.read()
+            return answer.status, json.loads(data) if data else None
+        finally:
+            conn.close()
+
+    def start_kernel(self, env: dict[str, str] | None = None) -> str:
+        status, body = self.request("POST", "/api/kernels", {"name": KERNEL_NAME, "env": env or {}})
+        assert status == 201, (status, body)
+        return body["id"]
+
+    def websocket(self, kernel_id: str, user: str = "student") -> KernelWebSocket:
+        sock = socket_in(self.network.gateway, ("127.0.0.1", PORT))
+        return KernelWebSocket(f"ws://127.0.0.1:{PORT}/api/kernels/{kernel_id}/channels", self.token, user,
+                               sock=sock)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()

@@ -1,0 +1,153 @@
+"""`owsandbox install --enterprise-gateway ssh` and the launcher's own parts, without a gateway.
+
+What the gateway itself does with them (ssh, the response address, signals) is driven for real in
+tests/test_enterprise_gateway.py; here are the spec's content, the refusals, and the payload, which
+is decrypted as the gateway's ResponseManager._decode_payload does (the same library, the same steps).
+The payload tests are not `unit`: pycryptodomex finds its native library through ldconfig.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from owsandbox import kernelspec
+from owsandbox.kernelspec import gateway, gateway_launcher
+
+PROXY = "enterprise_gateway.services.processproxies.distributed.DistributedProcessProxy"
+
+
+@pytest.fixture
+def prefix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "prefix" / "share" / "jupyter"))
+    return tmp_path / "prefix"
+
+
+@pytest.mark.unit
+def test_the_spec_starts_owsandboxs_launcher_on_the_given_hosts(prefix: Path) -> None:
+    assert kernelspec.main(["install", "--enterprise-gateway", "ssh", "--hosts", "h1.lab,10.0.0.7",
+                            "--prefix", str(prefix), "--name", "eg", "--provider", "bwrap"]) == 0
+    spec = json.loads((prefix / "share/jupyter/kernels/eg/kernel.json").read_text())
+    assert spec["metadata"]["process_proxy"] == {"class_name": PROXY, "config": {"remote_hosts": "h1.lab,10.0.0.7"}}
+    command = Path(sys.executable).parent / "owsandbox"
+    assert spec["argv"] == [str(command), "gateway-kernel", "--RemoteProcessProxy.kernel-id", "{kernel_id}",
+                            "--RemoteProcessProxy.response-address", "{response_address}",
+                            "--RemoteProcessProxy.public-key", "{public_key}",
+                            "--RemoteProcessProxy.port-range", "{port_range}"]
+    assert all(shlex.quote(word) == word for word in spec["argv"] if "{" not in word)  # the gateway joins them
+    assert spec["env"]["OWSANDBOX_PROVIDER"] == "bwrap" and spec["interrupt_mode"] == "message"
+    assert spec["metadata"]["owsandbox"]["hosts"] == ["h1.lab", "10.0.0.7"]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("argv", "said"), [
+    (["--enterprise-gateway", "ssh"], "needs --hosts"),
+    (["--hosts", "a,b"], "--hosts is for --enterprise-gateway ssh"),
+    (["--enterprise-gateway", "ssh", "--hosts", "a,,b"], "give the hosts"),
+    (["--enterprise-gateway", "ssh", "--hosts", "a;reboot"], "'a;reboot' is not a host name"),
+])
+def test_wrong_gateway_options_are_refused_by_name(prefix: Path, capsys: pytest.CaptureFixture[str],
+                                                   argv: list[str], said: str) -> None:
+    assert kernelspec.main(["install", *argv, "--prefix", str(prefix)]) == 2
+    assert said in capsys.readouterr().err
+    assert not (prefix / "share/jupyter/kernels/owsandbox").exists()
+
+
+@pytest.mark.unit
+def test_a_python_without_the_owsandbox_command_beside_it_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="no owsandbox command beside"):
+        gateway.launcher_command(str(tmp_path / "python3"))
+    spaced = tmp_path / "with space" / "bin"
+    spaced.mkdir(parents=True)
+    (spaced / "owsandbox").write_text("")
+    with pytest.raises(ValueError, match="not one shell word"):
+        gateway.launcher_command(str(spaced / "python3"))
+
+
+@pytest.mark.unit
+def test_the_launcher_takes_both_spellings_and_names_what_is_missing() -> None:
+    args = gateway_launcher.parse(["--RemoteProcessProxy.kernel-id", "k1", "--response-address", "10.1.2.3:8877",
+                                   "--RemoteProcessProxy.public-key", "AAAA", "--RemoteProcessProxy.port-range",
+                                   "40000..41000", "--RemoteProcessProxy.spark-context-initialization-mode", "none"])
+    assert (args.kernel_id, args.address, args.ports) == ("k1", ("10.1.2.3", 8877), (40000, 41000))
+    with pytest.raises(gateway_launcher.LaunchError, match="response-address, --RemoteProcessProxy.public-key"):
+        gateway_launcher.parse(["--kernel-id", "k1"])
+    with pytest.raises(gateway_launcher.LaunchError, match="expected IP:PORT"):
+        gateway_launcher.parse(["--kernel-id", "k", "--response-address", "nowhere", "--public-key", "A"])
+    with pytest.raises(gateway_launcher.LaunchError, match="expected LOWER..UPPER"):
+        gateway_launcher.port_range("41000..40000")
+    assert gateway_launcher.port_range("0..0") == (0, 0) and gateway_launcher.port_range(None) == (0, 0)
+
+
+def test_the_payload_opens_with_the_gateways_private_key_as_the_gateway_opens_it() -> None:
+    from Cryptodome.Cipher import AES, PKCS1_v1_5
+    from Cryptodome.PublicKey import RSA
+    from Cryptodome.Util.Padding import unpad
+
+    private = RSA.generate(1024)
+    public = "".join(private.publickey().export_key("PEM").decode().splitlines()[1:-1])  # as the gateway sends it
+    info = {"shell_port": 5001, "key": "k", "pid": 42, "comm_port": 6001, "kernel_id": "k1"}
+    payload = json.loads(base64.b64decode(gateway_launcher.encrypted(info, public)))
+    assert payload["version"] == 1
+    aes_key = PKCS1_v1_5.new(private).decrypt(base64.b64decode(payload["key"]), b"\x42")
+    opened = unpad(AES.new(aes_key, AES.MODE_ECB).decrypt(base64.b64decode(payload["conn_info"])), 16)
+    assert json.loads(opened) == info
+
+
+def test_a_key_that_is_not_rsa_is_refused() -> None:
+    with pytest.raises(gateway_launcher.LaunchError, match="not an RSA public key"):
+        gateway_launcher.encrypted({}, base64.b64encode(b"not a key").decode())
+
+
+# -- the launcher's refusals, as a real process (no gateway: each refusal comes before it is answered) --
+
+
+def run_launcher(tmp_path: Path, cwd: Path, env: dict[str, str], address: str = "") -> tuple[int, str, Path]:
+    import os
+    import subprocess
+
+    from Cryptodome.PublicKey import RSA
+
+    from .ports import free_port
+
+    public = "".join(RSA.generate(1024).publickey().export_key("PEM").decode().splitlines()[1:-1])
+    runtime = tmp_path / "runtime"
+    kernel_id = "6a1f0d4e-2b7c-4e8a-9f31-0c5d7e9b2a44"
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("KERNEL_", "OWSANDBOX_"))}
+    done = subprocess.run([str(Path(sys.executable).parent / "owsandbox"), "gateway-kernel",
+                           "--RemoteProcessProxy.kernel-id", kernel_id,
+                           "--RemoteProcessProxy.response-address", address or f"127.0.0.1:{free_port()}",
+                           "--RemoteProcessProxy.public-key", public, "--RemoteProcessProxy.port-range", "0..0"],
+                          cwd=cwd, env={**base, "JUPYTER_RUNTIME_DIR": str(runtime), **env},
+                          capture_output=True, text=True, timeout=60)
+    return done.returncode, done.stderr, runtime / f"kernel-{kernel_id}.json"
+
+
+def test_the_launcher_refuses_root_as_the_workspace(tmp_path: Path) -> None:
+    status, said, connection = run_launcher(tmp_path, Path("/"), {"OWSANDBOX_PROVIDER": "local"})
+    assert status == 2 and "the workspace would be /" in said, said
+    assert not connection.exists()
+
+
+def test_the_launcher_refuses_to_fall_back_to_no_isolation(tmp_path: Path) -> None:
+    # no bwrap on PATH: what a host (or a container) without bubblewrap looks like to the kernel
+    status, said, connection = run_launcher(tmp_path, tmp_path, {"PATH": str(tmp_path / "empty")})
+    assert status == 2 and "no sandbox on this host: bubblewrap (bwrap) is not installed" in said, said
+    assert not connection.exists()
+
+
+def test_the_launcher_names_a_missing_working_dir(tmp_path: Path) -> None:
+    status, said, _ = run_launcher(tmp_path, tmp_path, {"KERNEL_WORKING_DIR": str(tmp_path / "gone")})
+    assert status == 2 and f"KERNEL_WORKING_DIR '{tmp_path / 'gone'}'" in said, said
+
+
+def test_the_launcher_says_the_gateway_cannot_be_reached_and_leaves_no_connection_file(tmp_path: Path) -> None:
+    status, said, connection = run_launcher(tmp_path, tmp_path, {"OWSANDBOX_PROVIDER": "local"})
+    assert status == 2 and "the gateway's response address 127.0.0.1:" in said and "cannot be reached" in said, said
+    assert not connection.exists() and connection.parent.is_dir()  # it was written, then removed
