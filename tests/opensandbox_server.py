@@ -31,6 +31,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -158,6 +159,7 @@ class OpenSandboxServer:
     def config(self) -> str:
         return "\n".join([
             "[server]", 'host = "127.0.0.1"', f"port = {self.port}", f'api_key = "{self.api_key}"',
+            "timeout_graceful_shutdown = 1",  # its WebSockets open at the end need not hold it 5 s
             "[log]", 'level = "INFO"',
             "[runtime]", 'type = "docker"', f'execd_image = "{self.execd_image}"',
             "[store]", 'type = "sqlite"', f'path = "{self.folder / "opensandbox.db"}"',
@@ -213,6 +215,10 @@ class OpenSandboxServer:
             return (self.folder / "server.log").read_text(errors="replace")[-3000:]
         except OSError as exc:
             return f"(no log: {exc})"
+
+    def full_log(self) -> str:
+        """The whole log, its colour codes taken out (uvicorn's access lines, one per request)."""
+        return re.sub(r"\x1b\[[0-9;]*m", "", (self.folder / "server.log").read_text(errors="replace"))
 
     def containers(self, *filters: str) -> list[dict[str, Any]]:
         """The sandbox containers on the dockerd (label opensandbox.io/id), as `docker inspect` has them."""

@@ -49,7 +49,7 @@ ENGINE = Path(__file__).resolve().parents[1] / "notebooks" / "engines" / "echo_e
 SETTINGS = ("OWSANDBOX_EXECD_URL", "OWSANDBOX_EXECD_TOKEN", "OWSANDBOX_EXECD_HEADERS", "OWSANDBOX_IMAGE",
             "OWSANDBOX_LIMITS", "OWSANDBOX_OPENSANDBOX_SERVER", "OWSANDBOX_OPENSANDBOX_API_KEY",
             "OWSANDBOX_OPENSANDBOX_TIMEOUT", "OWSANDBOX_OPENSANDBOX_READY_TIMEOUT", "OPEN_SANDBOX_API_KEY",
-            "OPEN_SANDBOX_DOMAIN")
+            "OPEN_SANDBOX_DOMAIN", "OWSANDBOX_OPENSANDBOX_SERVER_PROXY")
 
 
 @pytest.fixture(scope="module")
@@ -166,6 +166,35 @@ def test_a_kernel_creates_a_sandbox_attaches_restarts_into_it_and_deletes_it(ser
     # shutdown deleted it: gone from the server and from Docker
     assert api(server, "GET", f"/v1/sandboxes/{made['id']}")[0] == 404
     assert server.containers() == []
+
+
+def test_a_kernel_reaches_its_sandbox_through_the_servers_proxy(server, image, no_sandbox_left, tmp_path):
+    """OWSANDBOX_OPENSANDBOX_SERVER_PROXY=1: every request to execd, the pipes' WebSockets and %attach's
+    included, goes through the server's own proxy (`/v1/sandboxes/{id}/proxy/44772/...`)."""
+    kernel = kernel_on(tmp_path, server, image, OWSANDBOX_OPENSANDBOX_SERVER_PROXY="1")
+    try:
+        first = kernel.run("echo through the proxy")
+        assert first.status == "ok", first.outputs
+        assert first.text() == "through the proxy\n"
+        [made] = running_sandboxes(server)
+        proxy = f"/v1/sandboxes/{made['id']}/proxy/{EXECD_PORT}"
+        table = kernel.run("%sandbox --all").of_type("display_data")[0]["data"]["text/plain"]
+        assert f"{server.url}{proxy} (the server's proxy)" in table, table
+        engine = base64.b64encode(ENGINE.read_bytes()).decode()
+        assert kernel.run(f"echo {engine} | base64 -d > /tmp/echo_engine.py").status == "ok"
+        started = kernel.run("%attach -- python3 /tmp/echo_engine.py")
+        assert started.status == "ok", started.outputs
+        answer = kernel.run('%send {"id": 1, "type": "echo", "text": "proxied"}')
+        assert answer.of_type("display_data")[0]["data"]["application/json"]["text"] == "proxied"
+        killed = kernel.run("%attach --kill")  # a DELETE through the proxy, which streams its body on
+        assert killed.status == "ok", killed.outputs
+    finally:
+        kernel.close()
+    log = server.full_log()
+    assert f'"POST {proxy}/pty HTTP/1.1" 201' in log and f'"WebSocket {proxy}/pty/' in log
+    deletes = [line for line in log.splitlines() if f'"DELETE {proxy}/pty/' in line]
+    assert deletes and all(line.endswith(" 200") or line.endswith(" 204") for line in deletes), deletes
+    assert f'"GET /v1/sandboxes/{made["id"]}/endpoints/{EXECD_PORT}?use_server_proxy=true' in log
 
 
 # -- the provider on its own -------------------------------------------------------------------------
