@@ -108,11 +108,12 @@ def require_server() -> str:
     return program
 
 
-def build_execd_image(docker: Any) -> str:
+def build_execd_image(docker: Any, bootstrap: str = BOOTSTRAP) -> str:
     """The execd image on `docker` (from the Debian test image, which has `tail` for the server's
-    copying container), built when this runner's version has none yet."""
+    copying container), built when this runner's version has none yet; `bootstrap` is its
+    `/bootstrap.sh`."""
     program = execd_program()
-    tag = hashlib.sha256(program + BOOTSTRAP.encode()).hexdigest()[:12]
+    tag = hashlib.sha256(program + bootstrap.encode()).hexdigest()[:12]
     name = f"localhost/owsandbox-test-execd:{tag}"
     if docker.has_image(name):
         return name
@@ -120,7 +121,7 @@ def build_execd_image(docker: Any) -> str:
     with tempfile.TemporaryDirectory(prefix="owsbx-execd-image-") as folder:
         context = Path(folder)
         (context / "execd").write_bytes(program)
-        (context / "bootstrap.sh").write_text(BOOTSTRAP)
+        (context / "bootstrap.sh").write_text(bootstrap)
         for path in (context / "execd", context / "bootstrap.sh"):
             path.chmod(0o755)
         (context / "Dockerfile").write_text(f"FROM {base}\nCOPY execd bootstrap.sh /\n")

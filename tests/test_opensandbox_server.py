@@ -41,7 +41,7 @@ from owsandbox.runner.workspace import RunnerWorkspace
 from .conftest import DEFAULT_KERNEL_NAME
 from .containers import MARKER
 from .kernel_session import KernelSession
-from .opensandbox_server import EXECD_PORT, OpenSandboxServer, build_execd_image, require_server
+from .opensandbox_server import BOOTSTRAP, EXECD_PORT, OpenSandboxServer, build_execd_image, require_server
 
 pytestmark = pytest.mark.system
 
@@ -231,11 +231,39 @@ def test_an_image_the_server_cannot_pull_is_named(server, no_sandbox_left):
 
 
 def test_an_image_without_python3_is_named_and_its_sandbox_deleted(server, docker, no_sandbox_left):
-    """The sandbox runs, but execd (python3 here) cannot start in it: nothing answers at its endpoint."""
-    made = provider(server, docker.no_python_image(), ready_timeout=30)
+    """The sandbox runs, but execd (python3 here) cannot start in it: nothing answers at its endpoint
+    (tried until the ready timeout, as an execd may start listening a moment after its sandbox runs)."""
+    made = provider(server, docker.no_python_image(), ready_timeout=3)
     with pytest.raises(BoxError, match=rf"cannot use the OpenSandbox execd at http://127.0.0.1:{EXECD_PORT}"):
         made.create()
     assert server.containers() == []  # made by this provider, so deleted when it could not be used
+
+
+def other_server(server: OpenSandboxServer, execd_image: str, network_mode: str = "host") -> OpenSandboxServer:
+    """A second server on the same dockerd (not started), while the module's has no sandbox."""
+    made = OpenSandboxServer(server.program, server.docker, execd_image)
+    made.config = lambda: OpenSandboxServer.config(made).replace(  # type: ignore[method-assign]
+        'network_mode = "host"', f'network_mode = "{network_mode}"')
+    return made
+
+
+def test_an_execd_that_listens_after_its_sandbox_runs_is_waited_for(server, image, no_sandbox_left):
+    """The server calls a sandbox Running once its first process runs; execd, which that process
+    starts, may listen later (a Python one here takes a moment; the bootstrap below takes a second more)."""
+    late = BOOTSTRAP.replace("/opt/opensandbox/execd >", "{ sleep 1; exec /opt/opensandbox/execd; } >")
+    assert late != BOOTSTRAP
+    slow = other_server(server, build_execd_image(server.docker, late))
+    try:
+        slow.start()
+        made = provider(slow, image)
+        workspace = RunnerWorkspace(made, "/")
+        try:
+            assert workspace.executor.run("echo late")["output"] == "late\n"
+        finally:
+            workspace.close()
+        assert slow.containers() == []
+    finally:
+        slow.stop()
 
 
 def test_bridge_mode_here_gives_an_endpoint_nothing_answers_at_and_the_sandbox_is_deleted(server, image, docker,
@@ -244,14 +272,12 @@ def test_bridge_mode_here_gives_an_endpoint_nothing_answers_at_and_the_sandbox_i
     container, in a network namespace of its own with no interface, and publishes none of its ports,
     so the endpoint the server gives (`127.0.0.1:PORT/proxy/44772`, execd proxying to itself) has
     nothing behind it. The provider names that endpoint, and deletes the sandbox it made."""
-    bridged = OpenSandboxServer(server.program, docker, execd_image)
-    bridged.config = lambda: OpenSandboxServer.config(bridged).replace('network_mode = "host"',  # type: ignore
-                                                                        'network_mode = "bridge"')
+    bridged = other_server(server, execd_image, "bridge")
     try:
         bridged.start()
         with pytest.raises(BoxError, match=r"cannot use the OpenSandbox execd at http://127\.0\.0\.1:\d+/proxy/44772: "
                                            r"cannot reach execd .*Connection refused"):
-            provider(bridged, image).create()
+            provider(bridged, image, ready_timeout=3).create()  # execd is waited for until then
         assert bridged.containers() == []
     finally:
         bridged.stop()

@@ -24,7 +24,8 @@ the ones OpenSandbox itself maintains. Once the sandbox runs, everything else is
   refuse an unknown resource name), so `pids` is not sent, and `%sandbox` says the server sets it.
 * **Ready**: the SDK returns once the server has accepted the sandbox and published its endpoints. Its
   health check (execd's `/ping`) is skipped: the provider waits for the state `Running` instead, which
-  names the reason when the sandbox fails, and the first pipe session to execd proves the rest.
+  names the reason when the sandbox fails, then for execd to answer at all (a Running sandbox's execd
+  may not listen yet), and the first pipe session to execd proves the rest.
 * **execd**: `GET /sandboxes/{id}/endpoints/44772` answers `host[:port][/path]` without a scheme and
   the headers that route to it (`OpenSandbox-Ingress-To`, ...); the server's scheme is used, and every
   request to execd carries those headers.
@@ -49,7 +50,9 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from ...channel.control import ExecdControl
 from ...channel.endpoint import ExecdEndpoint
+from ...channel.errors import ExecdHTTPError, ExecdUnreachable
 from ..limits import Limits, human_size
 from .boxed import BoxError
 from .bwrap import LIMITS_ENV
@@ -306,6 +309,27 @@ class OpenSandboxLifecycleProvider(OpenSandboxProvider):
             time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
             pause = min(pause * 1.5, 1.0)
 
+    def _wait_for_execd(self, deadline: float) -> None:
+        """Until the sandbox's execd answers. A sandbox is Running once its first process runs, and the
+        execd that process starts may listen a moment later. Any HTTP answer will do (a session that does
+        not exist is a 404); a refused connection, or a proxy's 502, 503 or 504 for one, is tried again
+        until the ready deadline, after which the bootstrap's own connection names what failed."""
+        control = ExecdControl(self.execd, timeout=5)
+        pause = 0.02
+        while True:
+            try:
+                control.status("owsandbox-readiness")
+                return
+            except ExecdHTTPError as exc:
+                if exc.status not in (502, 503, 504):
+                    return
+            except ExecdUnreachable:
+                pass
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 1.5, 0.5)
+
     def _execd_from(self, endpoint: Any) -> ExecdEndpoint:
         """The execd endpoint from the API's answer: `host[:port][/path]` in the server's scheme, its headers."""
         address = endpoint.endpoint
@@ -372,6 +396,7 @@ class OpenSandboxLifecycleProvider(OpenSandboxProvider):
                         self._renew()  # it may be near its end: a full timeout from now on
                 except self._sdk.SdkError as exc:
                     raise self._failure(exc, f"give the execd endpoint of the sandbox {self.sandbox_id}") from None
+                self._wait_for_execd(started + self.ready_timeout)
                 self._start_renewing()
                 self._start()
             except BaseException:
