@@ -9,7 +9,9 @@ the project's own execd-compatible endpoint there instead, as a released execd b
 
 * `/execd`: a shell line that runs python3 on the file itself, followed by the box's zipapp (Python
   reads a zip archive with anything before it). It serves on 0.0.0.0:44772 with no access token, as
-  the server's Docker runtime starts execd (it has no secure access).
+  the server's Docker runtime starts execd (it has no secure access). Its output is not held back
+  (`release_lag=0`): the crossing of stdout and stderr that the lag plays is tested elsewhere
+  (tests/test_provider_opensandbox.py), and here a cell's round trip is measured.
 * `/bootstrap.sh`: starts `/opt/opensandbox/execd` in the background, then `exec "$@"`.
 
 The network: the tests' dockerd has no bridge, no firewall rules and no userland proxy (the host's
@@ -69,7 +71,8 @@ from {PACKAGE}.execd import ExecdServer
 class Open(ExecdServer):
     def _authorized(self, request):  # the Docker runtime starts execd with no access token
         return True
-server = Open("unused", tcp_host="0.0.0.0", tcp_port={EXECD_PORT}, cwd="/", release="{EXECD_RELEASE}")
+server = Open("unused", tcp_host="0.0.0.0", tcp_port={EXECD_PORT}, cwd="/", release="{EXECD_RELEASE}",
+              release_lag=0.0)
 server.start()
 print("execd listening on", server.tcp_port, flush=True)
 threading.Event().wait()
