@@ -1,6 +1,8 @@
 """The opensandbox provider creating a sandbox per kernel through OpenSandbox's lifecycle API.
 
-No OpenSandbox server runs here, so `tests/lifecycle_standin.py` plays one from the API's spec: it
+OpenSandbox's real server runs in tests/test_opensandbox_server.py; what it cannot be made to do within
+a test (timeouts under 60 s, expiry, a sandbox deleted behind the kernel's back, Pending and Failed
+sandboxes, malformed requests) runs here, where `tests/lifecycle_standin.py` plays it from the API's spec: it
 checks every request the real SDK sends, makes each sandbox a local process serving the project's own
 execd-compatible endpoint, and hands out endpoints behind a gateway that requires the routing header.
 The kernel is the real one (jupyter_client), the SDK the real one from PyPI, the HTTP real.
