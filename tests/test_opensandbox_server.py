@@ -118,7 +118,8 @@ def running_sandboxes(server: OpenSandboxServer) -> list[dict[str, Any]]:
 
 # -- through the kernel ------------------------------------------------------------------------------
 
-def test_a_kernel_creates_a_sandbox_attaches_restarts_into_it_and_deletes_it(server, image, no_sandbox_left, tmp_path):
+def test_a_kernel_creates_a_sandbox_attaches_stops_restarts_into_it_and_deletes_it(server, image, no_sandbox_left,
+                                                                                  tmp_path):
     kernel = kernel_on(tmp_path, server, image, OWSANDBOX_LIMITS="memory=768M,cpu=1.5")
     try:
         first = kernel.run(f"cat {MARKER}; echo $HOME")
@@ -148,8 +149,17 @@ def test_a_kernel_creates_a_sandbox_attaches_restarts_into_it_and_deletes_it(ser
         assert answer.of_type("display_data")[0]["data"]["application/json"]["text"] == "through the real server"
         assert kernel.run("%attach --kill").status == "ok"
 
-        # a restart finds the sandbox by its labels and reuses it, with the daemon that lingered in it
+        # Stop: the command in the sandbox ends, its shell stays
         assert kernel.run("export BEFORE=1; echo kept > /tmp/kept.txt").status == "ok"
+        stopped = kernel.send("echo started; sleep 60")
+        kernel.wait_for(lambda m: m["parent_header"].get("msg_id") == stopped and m["msg_type"] == "stream"
+                        and "started" in m["content"]["text"], what="the command's first line")
+        kernel.km.interrupt_kernel()
+        run = kernel.collect(stopped)
+        assert run.status == "error" and run.reply["content"]["ename"] == "Interrupted"
+        assert kernel.run("echo $BEFORE").text() == "1\n"
+
+        # a restart finds the sandbox by its labels and reuses it, with the daemon that lingered in it
         daemon = kernel.run("echo $PPID").text()
         kernel.km.restart_kernel(now=False)
         kernel.kc.wait_for_ready(timeout=60)
