@@ -49,6 +49,8 @@ OPENSANDBOX_TIMEOUT = _setting("OPENSANDBOX_TIMEOUT", "host.providers.opensandbo
                                "the sandbox's lifetime, renewed while the kernel runs")
 OPENSANDBOX_READY_TIMEOUT = _setting("OPENSANDBOX_READY_TIMEOUT", "host.providers.opensandbox_lifecycle",
                                      "seconds to wait for a new sandbox to be ready")
+OPENSANDBOX_SERVER_PROXY = _setting("OPENSANDBOX_SERVER_PROXY", "host.providers.opensandbox_lifecycle",
+                                    "1: reach the sandbox through the lifecycle server's proxy, not its endpoint")
 EXECD_URL = _setting("EXECD_URL", "channel.endpoint", "an execd endpoint (OpenSandbox's, or one's own) for %attach")
 EXECD_TOKEN = _setting("EXECD_TOKEN", "channel.endpoint", "that endpoint's access token")
 EXECD_HEADERS = _setting("EXECD_HEADERS", "channel.endpoint", "routing headers for that endpoint, a JSON object")

@@ -1,6 +1,8 @@
 """A stand-in for OpenSandbox's lifecycle API, written from its spec (`specs/sandbox-lifecycle.yml` of
-alibaba/OpenSandbox), for tests: no real OpenSandbox server can run here, and the provider that creates
-a sandbox per kernel must still be driven through the real SDK over real HTTP into a real execd.
+alibaba/OpenSandbox), for tests of what OpenSandbox's real server (tests/test_opensandbox_server.py)
+cannot be made to do within a test: timeouts under its 60 s minimum, a sandbox deleted behind a
+kernel's back, one stuck Pending or ending Failed, the spec's refusals. The provider is still driven
+through the real SDK over real HTTP into a real execd.
 
 What it plays:
 

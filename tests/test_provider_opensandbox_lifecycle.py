@@ -1,6 +1,8 @@
 """The opensandbox provider creating a sandbox per kernel through OpenSandbox's lifecycle API.
 
-No OpenSandbox server runs here, so `tests/lifecycle_standin.py` plays one from the API's spec: it
+OpenSandbox's real server runs in tests/test_opensandbox_server.py; what it cannot be made to do within
+a test (timeouts under 60 s, expiry, a sandbox deleted behind the kernel's back, Pending and Failed
+sandboxes, malformed requests) runs here, where `tests/lifecycle_standin.py` plays it from the API's spec: it
 checks every request the real SDK sends, makes each sandbox a local process serving the project's own
 execd-compatible endpoint, and hands out endpoints behind a gateway that requires the routing header.
 The kernel is the real one (jupyter_client), the SDK the real one from PyPI, the HTTP real.
@@ -60,7 +62,7 @@ def no_outside_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("OWSANDBOX_EXECD_URL", "OWSANDBOX_EXECD_TOKEN", "OWSANDBOX_EXECD_HEADERS", "OWSANDBOX_IMAGE",
                  "OWSANDBOX_LIMITS", "OWSANDBOX_OPENSANDBOX_SERVER", "OWSANDBOX_OPENSANDBOX_API_KEY",
                  "OWSANDBOX_OPENSANDBOX_TIMEOUT", "OWSANDBOX_OPENSANDBOX_READY_TIMEOUT", "OPEN_SANDBOX_API_KEY",
-                 "OPEN_SANDBOX_DOMAIN"):
+                 "OPEN_SANDBOX_DOMAIN", "OWSANDBOX_OPENSANDBOX_SERVER_PROXY"):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -265,6 +267,17 @@ def test_settings_that_cannot_work_are_refused_before_anything_starts(monkeypatc
     assert type(resolve("opensandbox")(cwd="/")) is OpenSandboxProvider  # the sandbox that exists, as before
     assert server_url("osb.example:8080/v1/") == "http://osb.example:8080"
     assert server_url("https://osb.example/v1") == "https://osb.example"
+
+
+@pytest.mark.unit
+def test_the_server_proxy_setting_is_a_yes_or_a_no(monkeypatch):
+    for text, meant in (("1", True), ("yes", True), ("0", False), ("", False)):
+        monkeypatch.setenv("OWSANDBOX_OPENSANDBOX_SERVER_PROXY", text)
+        assert provider("http://127.0.0.1:1").server_proxy is meant
+    monkeypatch.setenv("OWSANDBOX_OPENSANDBOX_SERVER_PROXY", "perhaps")
+    with pytest.raises(ValueError, match="OWSANDBOX_OPENSANDBOX_SERVER_PROXY='perhaps' is neither 1 .* nor 0"):
+        provider("http://127.0.0.1:1")
+    assert provider("http://127.0.0.1:1", server_proxy=True).server_proxy is True  # an argument wins
 
 
 # -- what the SDK sends, and what the stand-in refuses -------------------------------------------------------

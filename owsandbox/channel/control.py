@@ -123,7 +123,10 @@ class ExecdControl:
 
     def _request(self, method: str, path: str, body: Any = None, *, expect: tuple[int, ...]) -> bytes:
         headers = dict(self.endpoint.headers)
-        payload = None
+        # An empty body rather than none: http.client then sends `Content-Length: 0` with a DELETE too.
+        # OpenSandbox's server proxy streams every DELETE's body on, chunked unless a length came with
+        # it, and an execd that takes no chunked body (the box's own) would refuse it (400).
+        payload = b"" if method == "DELETE" else None
         if body is not None:
             payload = json.dumps(body).encode("utf-8")
             headers["Content-Type"] = "application/json"

@@ -14,6 +14,9 @@ the ones OpenSandbox itself maintains. Once the sandbox runs, everything else is
   have bash, python3 and `tail`), `OWSANDBOX_LIMITS` as for the other providers,
   `OWSANDBOX_OPENSANDBOX_TIMEOUT` (the sandbox's lifetime without renewal, 600 s; the API's least is
   60) and `OWSANDBOX_OPENSANDBOX_READY_TIMEOUT` (how long it may take to become Running, 120 s).
+  `OWSANDBOX_OPENSANDBOX_SERVER_PROXY=1` asks for execd's endpoint through the server's own proxy
+  (`use_server_proxy`: `server/sandboxes/{id}/proxy/44772`, HTTP and WebSocket), for a kernel that
+  reaches the server but not the sandboxes.
 * **Create** (`POST /sandboxes`): the image, the entrypoint `tail -f /dev/null`, the timeout, resource
   limits from the kernel's limits (memory in Mi; cpu in millicores when one is set) and metadata labels
   `owsandbox.key` (the kernel's key) and `owsandbox.spec` (a digest of the settings). The API has no
@@ -21,7 +24,8 @@ the ones OpenSandbox itself maintains. Once the sandbox runs, everything else is
   refuse an unknown resource name), so `pids` is not sent, and `%sandbox` says the server sets it.
 * **Ready**: the SDK returns once the server has accepted the sandbox and published its endpoints. Its
   health check (execd's `/ping`) is skipped: the provider waits for the state `Running` instead, which
-  names the reason when the sandbox fails, and the first pipe session to execd proves the rest.
+  names the reason when the sandbox fails, then for execd to answer at all (a Running sandbox's execd
+  may not listen yet), and the first pipe session to execd proves the rest.
 * **execd**: `GET /sandboxes/{id}/endpoints/44772` answers `host[:port][/path]` without a scheme and
   the headers that route to it (`OpenSandbox-Ingress-To`, ...); the server's scheme is used, and every
   request to execd carries those headers.
@@ -47,7 +51,9 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from ... import settings
+from ...channel.control import ExecdControl
 from ...channel.endpoint import ExecdEndpoint
+from ...channel.errors import ExecdHTTPError, ExecdUnreachable
 from ..isolation.policy import LIMITS_ENV
 from ..isolation.resources import LimitReport, Limits, human_size
 from .boxed import BoxError
@@ -61,6 +67,7 @@ API_KEY_ENV = settings.OPENSANDBOX_API_KEY
 SDK_KEY_ENV = "OPEN_SANDBOX_API_KEY"  # the SDK's own, used when ours is not set
 TIMEOUT_ENV = settings.OPENSANDBOX_TIMEOUT
 READY_ENV = settings.OPENSANDBOX_READY_TIMEOUT
+SERVER_PROXY_ENV = settings.OPENSANDBOX_SERVER_PROXY
 EXECD_PORT = 44772  # where OpenSandbox's execd listens in every sandbox
 KEY_LABEL = "owsandbox.key"
 SPEC_LABEL = "owsandbox.spec"
@@ -141,14 +148,24 @@ def _seconds(given: float | None, env: str, default: float, least: float) -> flo
     return value
 
 
+def _switch(env: str) -> bool:
+    text = os.environ.get(env, "").strip().lower()
+    if text in ("", "0", "no", "false", "off"):
+        return False
+    if text in ("1", "yes", "true", "on"):
+        return True
+    raise ValueError(f"{env}={text!r} is neither 1 (yes) nor 0 (no)")
+
+
 class OpenSandboxLifecycleProvider(OpenSandboxProvider):
     """An OpenSandbox sandbox per kernel, made and deleted through the lifecycle API (see the module)."""
 
     def __init__(self, cwd: str | os.PathLike[str] | None = None, server: str | None = None,
                  api_key: str | None = None, image: str | None = None, limits: Limits | list[str] | str | None = None,
                  key: str | None = None, *, sandbox_timeout: float | None = None, ready_timeout: float | None = None,
-                 python: str = "python3", linger_seconds: float = 300.0, box_cwd: str | None = None,
-                 relay_silence_seconds: float = 60.0, runtime_dir: str | None = None, timeout: float = 60.0) -> None:
+                 server_proxy: bool | None = None, python: str = "python3", linger_seconds: float = 300.0,
+                 box_cwd: str | None = None, relay_silence_seconds: float = 60.0, runtime_dir: str | None = None,
+                 timeout: float = 60.0) -> None:
         super().__init__(cwd, python=python, key=key, linger_seconds=linger_seconds, box_cwd=box_cwd,
                          relay_silence_seconds=relay_silence_seconds, runtime_dir=runtime_dir, timeout=timeout)
         server = server if server is not None else os.environ.get(SERVER_ENV, "")
@@ -164,6 +181,7 @@ class OpenSandboxLifecycleProvider(OpenSandboxProvider):
         # A timeout under the API's 60 s minimum goes to the server anyway, which names the rule.
         self.sandbox_timeout = _seconds(sandbox_timeout, TIMEOUT_ENV, 600.0, 1.0)
         self.ready_timeout = _seconds(ready_timeout, READY_ENV, 120.0, 0.1)
+        self.server_proxy = server_proxy if server_proxy is not None else _switch(SERVER_PROXY_ENV)
         self.sandbox_id = ""
         self.expires_at: datetime | None = None
         self.created_now = False  # this provider made the sandbox (rather than finding it)
@@ -185,7 +203,8 @@ class OpenSandboxLifecycleProvider(OpenSandboxProvider):
         assert self._sdk is not None
         return self._sdk.ConnectionConfig(domain=self.server, api_key=self.api_key or None,
                                           protocol=self.server.split("://", 1)[0],
-                                          request_timeout=timedelta(seconds=30), disable_metrics=True)
+                                          request_timeout=timedelta(seconds=30), disable_metrics=True,
+                                          use_server_proxy=self.server_proxy)
 
     def spec(self) -> str:
         """A digest of the settings a sandbox is made with: one made otherwise is not reused."""
@@ -291,6 +310,27 @@ class OpenSandboxLifecycleProvider(OpenSandboxProvider):
             time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
             pause = min(pause * 1.5, 1.0)
 
+    def _wait_for_execd(self, deadline: float) -> None:
+        """Until the sandbox's execd answers. A sandbox is Running once its first process runs, and the
+        execd that process starts may listen a moment later. Any HTTP answer will do (a session that does
+        not exist is a 404); a refused connection, or a proxy's 502, 503 or 504 for one, is tried again
+        until the ready deadline, after which the bootstrap's own connection names what failed."""
+        control = ExecdControl(self.execd, timeout=5)
+        pause = 0.02
+        while True:
+            try:
+                control.status("owsandbox-readiness")
+                return
+            except ExecdHTTPError as exc:
+                if exc.status not in (502, 503, 504):
+                    return
+            except ExecdUnreachable:
+                pass
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 1.5, 0.5)
+
     def _execd_from(self, endpoint: Any) -> ExecdEndpoint:
         """The execd endpoint from the API's answer: `host[:port][/path]` in the server's scheme, its headers."""
         address = endpoint.endpoint
@@ -357,6 +397,7 @@ class OpenSandboxLifecycleProvider(OpenSandboxProvider):
                         self._renew()  # it may be near its end: a full timeout from now on
                 except self._sdk.SdkError as exc:
                     raise self._failure(exc, f"give the execd endpoint of the sandbox {self.sandbox_id}") from None
+                self._wait_for_execd(started + self.ready_timeout)
                 self._start_renewing()
                 self._start()
             except BaseException:
@@ -436,6 +477,7 @@ class OpenSandboxLifecycleProvider(OpenSandboxProvider):
                            + (f" ({self.renewals} so far)" if self.renewals else ""),
                 "timeout": f"{self.sandbox_timeout:g} s", "made by": "this kernel" if self.created_now
                 else "an earlier kernel with this key (reused)", "limits": self._limit_rows(),
-                "endpoint": endpoint.describe(), "endpoint headers": ", ".join(sorted(endpoint.headers)) or "none",
+                "endpoint": endpoint.describe() + (" (the server's proxy)" if self.server_proxy else ""),
+                "endpoint headers": ", ".join(sorted(endpoint.headers)) or "none",
                 "dies with": "its kernel: deleted at shutdown; after a restart or a crash it lives until its timeout "
                              "unless the next kernel with this key finds it", **self._box_rows()}
