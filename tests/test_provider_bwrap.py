@@ -146,3 +146,21 @@ def test_an_older_bubblewrap_still_makes_an_unprivileged_box(monkeypatch, worksp
     provider = BwrapProvider(cwd=workspace)
     assert provider.describe()["mounts"]["/tmp"] == "private (bubblewrap before 0.6: any size)"
     assert "cannot forbid further user namespaces" in provider.describe()["privileges"]
+
+
+def test_a_home_workspace_with_this_users_state_folder_in_its_cache_starts(zipapp, tmp_path, monkeypatch):
+    """A notebook in the home, where one of this user's runtime folders (`~/.cache/owsandbox/run`) is:
+    the home's `.cache` is hidden, and the state folder inside it was hidden a second time, which
+    bubblewrap could not mount ("Can't remount readonly on .../.cache/owsandbox/run")."""
+    require_bwrap()
+    home = tmp_path / "home"
+    state = home / ".cache" / "owsandbox" / "run"
+    state.mkdir(parents=True, mode=0o700)
+    (home / "notes.txt").write_text("kept\n")
+    monkeypatch.setenv("HOME", str(home))
+    ws = RunnerWorkspace(BwrapProvider(cwd=home, runner_path=zipapp), str(home))
+    try:
+        done = ws.executor.run("cat notes.txt; ls -A .cache | wc -l")
+        assert done["exit_code"] == 0 and done["output"] == "kept\n0\n", done
+    finally:
+        ws.close()

@@ -91,6 +91,20 @@ class Guard:
         self.read_only.append(path)
         self.why[path] = why
 
+    def settle(self) -> None:
+        """Drop what lies inside a hidden path: the empty folder in its place covers it already, and a
+        mount inside it could not be made (its destination is not in the empty folder). A state folder
+        of this user's in `~/.cache`, with the home as the workspace, was hidden twice that way, and
+        bubblewrap refused to start."""
+        outer = [path for path in self.hidden
+                 if not any(path != other and inside(path, other) for other in self.hidden)]
+        covered = [path for path in self.hidden if path not in outer]
+        self.hidden = outer
+        self.read_only = [path for path in self.read_only
+                          if not any(path != hidden and inside(path, hidden) for hidden in outer)]
+        for path in covered:
+            self.why.pop(path, None)
+
     def summary(self) -> dict[str, str]:
         """A few lines for `%sandbox`: what is hidden, what is read-only, what was not scanned."""
         lines: dict[str, str] = {}
@@ -162,6 +176,7 @@ def guard_workspace(workspace: str, home: str, private_folders: Iterable[str] = 
             guard.on_python_path = True
     made = set(box_made)
     _scan(guard, workspace, made, writable)
+    guard.settle()
     return guard
 
 
