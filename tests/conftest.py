@@ -157,20 +157,23 @@ def opensandbox_execd(tmp_path_factory: pytest.TempPathFactory):
 def opensandbox_release_execd(tmp_path_factory: pytest.TempPathFactory):
     """As `opensandbox_execd`, in release mode: the quirks of a released execd (v1.0.10 to v1.0.18:
     `command` ignored, no takeover, an ended program restarted by a new connection, `exit` before
-    the last output, live stdout and stderr crossing, no list route); see box/execd/endpoint.py RELEASE_QUIRKS."""
-    with _execd_server(tmp_path_factory, "execd-release", release="v1.0.18") as server:
+    the last output, live stdout and stderr crossing, no list route); see tests/released_execd.py."""
+    from .released_execd import ReleasedExecd
+
+    with _execd_server(tmp_path_factory, "execd-release", server_class=ReleasedExecd) as server:
         yield server
 
 
 @contextmanager
-def _execd_server(tmp_path_factory: pytest.TempPathFactory, folder: str, **options: Any) -> Iterator[Any]:
+def _execd_server(tmp_path_factory: pytest.TempPathFactory, folder: str, server_class: Any = None,
+                  **options: Any) -> Iterator[Any]:
     """A started execd-compatible endpoint on 127.0.0.1 with a fresh token, stopped however its user ends."""
     import secrets
 
     from owsandbox.box.execd.endpoint import ExecdServer
 
-    server = ExecdServer(secrets.token_urlsafe(18), tcp_host="127.0.0.1", cwd=str(tmp_path_factory.mktemp(folder)),
-                         **options)
+    server = (server_class or ExecdServer)(secrets.token_urlsafe(18), tcp_host="127.0.0.1",
+                                           cwd=str(tmp_path_factory.mktemp(folder)), **options)
     server.start()
     try:
         yield server

@@ -5,12 +5,13 @@ The server takes execd from a local image (`[runtime] execd_image`): it reads `/
 with the entrypoint `/opt/opensandbox/bootstrap.sh` and the request's entrypoint as its arguments.
 OpenSandbox's execd is a Go program that no package registry carries, so the image made here puts
 the project's own execd-compatible endpoint there instead, as a released execd behaves
-(`ExecdServer(release=...)`, see box/execd/endpoint.py):
+(`ReleasedExecd`, tests/released_execd.py):
 
-* `/execd`: a shell line that runs python3 on the file itself, followed by the box's zipapp (Python
-  reads a zip archive with anything before it). It serves on 0.0.0.0:44772 with no access token, as
-  the server's Docker runtime starts execd (it has no secure access). Its output is not held back
-  (`release_lag=0`): the crossing of stdout and stderr that the lag plays is tested elsewhere
+* `/execd`: a shell line that runs python3 on the file itself, followed by the box's zipapp with
+  tests/released_execd.py added (Python reads a zip archive with anything before it). It serves on
+  0.0.0.0:44772 with no access token, as the server's Docker runtime starts execd (it has no secure
+  access). Its output is not held back
+  (`lag=0`): the crossing of stdout and stderr that the lag plays is tested elsewhere
   (tests/test_provider_opensandbox.py), and here a cell's round trip is measured.
 * `/bootstrap.sh`: starts `/opt/opensandbox/execd` in the background, then `exec "$@"`.
 
@@ -31,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import io
 import json
 import os
 import re
@@ -42,13 +44,14 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from owsandbox.host.bundle import PACKAGE, zipapp_bytes
+from owsandbox.host.bundle import zipapp_bytes
 
 from .ports import free_port
 
@@ -58,7 +61,7 @@ SERVER_VENV = ROOT / ".venv-opensandbox-server"
 SERVER_VERSION = "1.1.1"
 EXECD_PORT = 44772
 API_KEY = "owsandbox-test-key"
-#: The released execd whose behaviour the image's execd plays (box/execd/endpoint.py RELEASE_QUIRKS).
+#: The released execd whose behaviour the image's execd plays (tests/released_execd.py RELEASE_QUIRKS).
 EXECD_RELEASE = "v1.0.18"
 
 #: `/execd`: the shell runs its first lines only; python3 then reads the zipapp that follows them.
@@ -67,12 +70,11 @@ EXECD_HEAD = f"""#!/bin/sh
 exec python3 -S -c '
 import sys, threading
 sys.path.insert(0, sys.argv[1])
-from {PACKAGE}.execd.endpoint import ExecdServer
-class Open(ExecdServer):
+from released_execd import ReleasedExecd
+class Open(ReleasedExecd):
     def _authorized(self, request):  # the Docker runtime starts execd with no access token
         return True
-server = Open("unused", tcp_host="0.0.0.0", tcp_port={EXECD_PORT}, cwd="/", release="{EXECD_RELEASE}",
-              release_lag=0.0)
+server = Open("unused", tcp_host="0.0.0.0", tcp_port={EXECD_PORT}, cwd="/", release="{EXECD_RELEASE}", lag=0.0)
 server.start()
 print("execd listening on", server.tcp_port, flush=True)
 threading.Event().wait()
@@ -87,7 +89,14 @@ exec "$@"
 
 
 def execd_program() -> bytes:
-    return EXECD_HEAD.encode() + zipapp_bytes()[1]
+    """`/execd`: EXECD_HEAD, then the box's zipapp with the released execd's module added."""
+    buffer = io.BytesIO()
+    box_zip = io.BytesIO(zipapp_bytes()[1])
+    with zipfile.ZipFile(box_zip) as box, zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as out:
+        for info in box.infolist():
+            out.writestr(info, box.read(info))
+        out.writestr("released_execd.py", (Path(__file__).parent / "released_execd.py").read_bytes())
+    return EXECD_HEAD.encode() + buffer.getvalue()
 
 
 def server_program() -> str | None:

@@ -30,6 +30,7 @@ from owsandbox.box.execd import wsframes as ws
 from owsandbox.box.execd.endpoint import ExecdServer
 from owsandbox.box.execd.ptysessions import ReplayRing
 
+from .released_execd import ReleasedExecd
 from .waiting import wait_until
 
 TOKEN = "test-token-5f3a"
@@ -100,11 +101,11 @@ class Endpoint:
 
 
 @contextmanager
-def running_server(cwd: Path, **options: Any) -> Iterator[ExecdServer]:
+def running_server(cwd: Path, server_class: type[ExecdServer] = ExecdServer, **options: Any) -> Iterator[ExecdServer]:
     folder = tempfile.mkdtemp(prefix="ows-execd-")  # short: a Unix socket path is at most 107 bytes
     os.chmod(folder, 0o700)
-    server = ExecdServer(TOKEN, unix_path=os.path.join(folder, "execd.sock"), tcp_host="127.0.0.1",
-                         cwd=str(cwd), kill_grace=1.0, **options)
+    server = server_class(TOKEN, unix_path=os.path.join(folder, "execd.sock"), tcp_host="127.0.0.1",
+                          cwd=str(cwd), kill_grace=1.0, **options)
     server.start()
     try:
         yield server
@@ -643,7 +644,7 @@ def test_a_silent_client_is_pinged_then_dropped_and_a_live_one_is_not(tmp_path: 
 
 @pytest.fixture
 def release_box(tmp_path: Path) -> Iterator[Endpoint]:
-    with running_server(tmp_path, release="v1.0.18") as running:
+    with running_server(tmp_path, server_class=ReleasedExecd) as running:
         yield Endpoint(running, "unix")
 
 

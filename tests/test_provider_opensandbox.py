@@ -39,6 +39,7 @@ from .conftest import DEFAULT_KERNEL_NAME
 from .kernel_session import KernelSession
 from .ports import free_port
 from .processes import wait_for_file
+from .released_execd import ReleasedExecd
 from .test_runner_shells import run_in_background, wait_until_busy
 
 ENGINE = Path(__file__).resolve().parents[1] / "notebooks" / "engines" / "echo_engine.py"
@@ -475,7 +476,7 @@ def test_refusals_behind_the_servers_proxy_are_execds_own(monkeypatch, tmp_path)
     from owsandbox.channel.errors import ExecdAlreadyConnected, ExecdNotFound, ExecdUnauthorized
 
     monkeypatch.setattr(channel_module, "BUSY_RETRY_SECONDS", 0.6)
-    server = ExecdServer("tok", tcp_host="127.0.0.1", cwd=str(tmp_path), release="v1.0.18", proxy_refusals=True)
+    server = ReleasedExecd("tok", tcp_host="127.0.0.1", cwd=str(tmp_path), proxy_refusals=True)
     server.start()
     url = server.address()["url"][len("http://"):]  # as the lifecycle API gives it: no scheme
     good = ExecdEndpoint(origin=url, headers={TOKEN_HEADER: "tok"})

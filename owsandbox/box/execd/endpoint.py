@@ -32,7 +32,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from ..daemonctl import listen_unix
 from . import wsframes as ws
-from .ptysessions import KIND_REPLAY, KIND_STDERR, KIND_STDIN, SIGNALS, PtySession, SessionTable, StartFailed
+from .ptysessions import KIND_REPLAY, KIND_STDIN, SIGNALS, PtySession, SessionTable, StartFailed
 
 TOKEN_HEADER = "x-execd-access-token"
 MAX_HEAD_BYTES = 64 * 1024
@@ -176,13 +176,8 @@ class WsConnection:
     thread reads (`run`), answers pings, pings the client, and drops it when it goes silent."""
 
     def __init__(self, sock: socket.socket, session: PtySession, *, ping_interval: float, idle_timeout: float,
-                 close_timeout: float, max_message: int = ws.DEFAULT_MAX_MESSAGE,
-                 release_lag: float | None = None) -> None:
+                 close_timeout: float, max_message: int = ws.DEFAULT_MAX_MESSAGE) -> None:
         self.sock = sock
-        # Release mode (see ExecdServer): output frames wait `release_lag` s (stderr twice that)
-        # before they are sent, as behind execd's separate stdout and stderr pumps, so that live
-        # stdout and stderr can cross and `exit` can overtake output; after our Close, TCP closes.
-        self.release_lag = release_lag
         self.session = session
         self.ping_interval = ping_interval
         self.idle_timeout = idle_timeout
@@ -191,7 +186,7 @@ class WsConnection:
         self._cond = threading.Condition()
         self._queue: list[tuple[float, int, bytes]] = []  # a heap: (when it may go, order, frame)
         self._order = itertools.count()
-        self._close_queued = False  # release mode: TCP closes once the Close frame is sent
+        self._close_queued = False  # a Close queued behind frames still due: TCP closes once it is out
         self._pending = 0  # bytes queued or being sent
         self._close_sent = False
         self._close_deadline: float | None = None
@@ -205,10 +200,12 @@ class WsConnection:
         self._writer.start()
 
     def send_output(self, kind: int, data: bytes) -> None:
-        lag = 0.0
-        if self.release_lag is not None:
-            lag = self.release_lag * (2 if kind == KIND_STDERR else 1)
-        self._enqueue(ws.encode_frame(ws.OP_BINARY, bytes([kind]) + data), lag)
+        self._enqueue(ws.encode_frame(ws.OP_BINARY, bytes([kind]) + data), self.output_delay(kind))
+
+    def output_delay(self, kind: int) -> float:
+        """Seconds an output frame of `kind` waits before it may go: none here (a subclass may hold
+        frames back, as a server whose streams are pumped apart does, so that they can cross)."""
+        return 0.0
 
     def send_replay(self, offset: int, data: bytes) -> None:
         self._enqueue(ws.encode_frame(ws.OP_BINARY, bytes([KIND_REPLAY]) + offset.to_bytes(8, "big") + data))
@@ -220,25 +217,21 @@ class WsConnection:
         self.send_json({"type": "error", "code": code, "error": error})
 
     def send_exit(self, exit_code: int) -> None:
-        if self.release_lag is not None:
-            # docker/execd v1.0.10–v1.0.18, controller/pty_ws.go `ptyExitWatcher`: `exit` is written
-            # as soon as the process is reaped, whatever the pumps still hold, then the Close frame,
-            # then `conn.Close()`: output still queued (lagging) is sent after the `exit` here, and the
-            # connection ends without waiting for the client's Close.
-            with self._cond:
-                if self._close_sent or self.closed:
-                    return
-                frame = ws.encode_frame(ws.OP_TEXT, json.dumps({"type": "exit", "exit_code": exit_code}).encode())
-                self._push(frame)  # after `connected` and the replay, before lagging output
-                self._close_queued = True
-                self._close_sent = True
-                self._close_deadline = time.monotonic() + self.close_timeout
-                latest = max((due for due, _, _ in self._queue), default=0.0)
-                self._push(ws.encode_frame(ws.OP_CLOSE, ws.close_payload(ws.CLOSE_NORMAL, "process exited")),
-                           due=latest)
-            return
         self.send_json({"type": "exit", "exit_code": exit_code})
         self.close(ws.CLOSE_NORMAL, "process exited")
+
+    def close_after_queued(self, frame: bytes) -> None:
+        """Queue `frame` now, then a Close after every frame still held back, and close TCP once that
+        is out without waiting for the client's Close (for a subclass whose `exit` overtakes output)."""
+        with self._cond:
+            if self._close_sent or self.closed:
+                return
+            self._push(frame)
+            self._close_queued = True
+            self._close_sent = True
+            self._close_deadline = time.monotonic() + self.close_timeout
+            latest = max((due for due, _, _ in self._queue), default=0.0)
+            self._push(ws.encode_frame(ws.OP_CLOSE, ws.close_payload(ws.CLOSE_NORMAL, "process exited")), due=latest)
 
     def close(self, code: int | None, reason: str = "") -> None:
         """Start the closing handshake: queue a Close frame; nothing else is sent after it."""
@@ -281,7 +274,7 @@ class WsConnection:
                 if not self._queue:
                     break
                 frames = self._due_frames()
-                if not frames:  # release mode: the first frame is still lagging
+                if not frames:  # the first frame is still held back
                     self._cond.wait(max(0.0, self._queue[0][0] - time.monotonic()))
                     continue
                 last = not self._queue and self._close_queued
@@ -295,7 +288,7 @@ class WsConnection:
                 self._pending -= len(data)
                 self._cond.notify_all()
             if last:
-                break  # release mode: the Close is out, TCP closes now
+                break  # the queued Close is out: TCP closes now
         self.abort()  # everything is sent: close TCP
 
     def abort(self) -> None:
@@ -430,34 +423,25 @@ def _dimension(value: object) -> bool:
 # -- the server ---------------------------------------------------------------------------------
 
 
-# The released execds that release mode stands for.
-RELEASES = tuple(f"v1.0.{n}" for n in range(10, 19))
-# What release mode changes, each as OpenSandbox's Go source (components/execd) shows it at
-# docker/execd/v1.0.10 to v1.0.18:
-RELEASE_QUIRKS = {
-    "command ignored": "pkg/web/model/pty.go: CreatePTYSessionRequest decodes `cwd` only; the session is a "
-                       "bare `bash --norc --noprofile` (runtime/pty_session.go, StartPipe/StartPTY)",
-    "no takeover": "controller/pty_ws.go: `if !session.LockWS()` answers 409 ALREADY_CONNECTED; the lock is "
-                   "held until the handler's read loop ends (a vanished client: the 60 s read deadline)",
-    "restart": "controller/pty_ws.go: `if !session.IsRunning()` starts bash again; IsRunning is `pid != 0` and "
-               "waitAndExitPipe sets pid to 0 (runtime/pty_session.go); the new connection gets no `exit`",
-    "exit first": "controller/pty_ws.go, ptyExitWatcher: `exit` when the process is reaped, not after the "
-                  "pumps, then the Close frame and conn.Close()",
-    "live order": "runtime/pty_session.go writeAndFanout writes the ring, then each stream's io.Pipe read by its "
-                  "own pump goroutine (controller/pty_ws.go ptyStreamPump): stdout and stderr frames may cross",
-    "no list": "pkg/web/router.go: no GET on /pty, gin answers 404",
-    "status": "model/pty.go PTYSessionStatusResponse: session_id, running, output_offset only",
-}
-
-
 class ExecdServer:
-    """The HTTP + WebSocket server on a Unix socket and/or a TCP port; `start()` returns at once."""
+    """The HTTP + WebSocket server on a Unix socket and/or a TCP port; `start()` returns at once.
+
+    What differs in a released OpenSandbox execd is played by a subclass in the tests through the
+    hooks below (`takeover_allowed`, `status_keys`, `session_class`, `_list_sessions`,
+    `_session_command`, `_connection`, `_unauthorized`, `_refused`); the box ships none of it.
+    """
+
+    #: Whether `takeover=1` may replace an attached client (execd's own main branch has it).
+    takeover_allowed = True
+    #: The fields of `GET /pty/{id}`: `exit_code` says that an ended program's session can be
+    #: attached to again to read its exit.
+    status_keys: tuple[str, ...] = ("session_id", "running", "output_offset", "exit_code")
+    session_class = PtySession
 
     def __init__(self, token: str, unix_path: str | None = None, tcp_host: str | None = None, tcp_port: int = 0,
                  *, cwd: str | None = None, ping_interval: float = 30.0, idle_timeout: float = 60.0,
                  kill_grace: float = 2.0, close_timeout: float = 5.0, request_timeout: float = 30.0,
-                 unix_listener: socket.socket | None = None, release: str | None = None,
-                 release_lag: float = 0.05, proxy_refusals: bool = False) -> None:
+                 unix_listener: socket.socket | None = None) -> None:
         if not token:
             raise ValueError("an access token is required")
         if unix_path is None and tcp_host is None:
@@ -471,16 +455,7 @@ class ExecdServer:
         self.idle_timeout = idle_timeout
         self.close_timeout = close_timeout
         self.request_timeout = request_timeout
-        # Release mode, for tests only: behave as a released OpenSandbox execd (docker/execd v1.0.10 to
-        # v1.0.18) does where it differs from this server; see `RELEASE_QUIRKS`.
-        if release is not None and release not in RELEASES:
-            raise ValueError(f"release mode knows {', '.join(RELEASES)}, not {release!r}")
-        self.release = release
-        self.release_lag = release_lag
-        # As behind OpenSandbox's server proxy (tests only): a refused WebSocket is accepted, then
-        # closed with 1008 and no reason (server/opensandbox_server/api/proxy.py, _proxy_websocket_request).
-        self.proxy_refusals = proxy_refusals
-        self.sessions = SessionTable(kill_grace, restart_ended=release is not None)
+        self.sessions = SessionTable(kill_grace, self.session_class)
         self._listeners: list[socket.socket] = []
         # A listening socket made by whoever started the box (so the box cannot swap the file the
         # host connects to); `unix_path` then only names it.
@@ -580,8 +555,7 @@ class ExecdServer:
             request, rest = read_request(sock, time.monotonic() + self.request_timeout)
             upgraded = self._dispatch(sock, request, rest)
         except HttpError as err:
-            if self.proxy_refusals and request is not None and _SESSION_PATH.fullmatch(request.path) \
-                    and request.path.endswith("/ws") and _refuse_as_proxy(sock, request):
+            if request is not None and self._refused(sock, request, err):
                 return
             self._answer(sock, err.status, err.body)
         except (OSError, ValueError):
@@ -601,9 +575,7 @@ class ExecdServer:
     def _dispatch(self, sock: socket.socket, request: Request, rest: bytes) -> bool:
         """Answer `request`; True when it became a WebSocket (which is then finished and closed)."""
         if not self._authorized(request):
-            if self.proxy_refusals:
-                raise HttpError(401, "UNAUTHORIZED", UNAUTHORIZED["error"])
-            self._answer(sock, 401, UNAUTHORIZED)
+            self._unauthorized(sock)
             return False
         match = _SESSION_PATH.fullmatch(request.path)
         if request.path == "/pty":
@@ -619,6 +591,13 @@ class ExecdServer:
         self._answer(sock, status, body)
         return False
 
+    def _unauthorized(self, sock: socket.socket) -> None:
+        self._answer(sock, 401, UNAUTHORIZED)
+
+    def _refused(self, sock: socket.socket, request: Request, err: HttpError) -> bool:
+        """A refusal answered otherwise than in HTTP (True when done); this server answers in HTTP."""
+        return False
+
     def _authorized(self, request: Request) -> bool:
         values = request.headers.get(TOKEN_HEADER, [])
         given = values[0].encode("latin-1") if len(values) == 1 else b""
@@ -629,12 +608,17 @@ class ExecdServer:
     def _on_pty(self, request: Request) -> tuple[int, dict[str, Any]]:
         _require(request, "GET", "POST")
         if request.method == "GET":
-            if self.release is not None:  # pkg/web/router.go: the /pty group has POST "" only
-                raise HttpError(404, "NOT_FOUND", "404 page not found")
-            return 200, {"sessions": [session.describe() for session in self.sessions.all()]}
+            return self._list_sessions()
         cwd, command = self._create_params(request.body)
         session = self.sessions.create(cwd, command)
         return 201, {"session_id": session.session_id}
+
+    def _list_sessions(self) -> tuple[int, dict[str, Any]]:
+        return 200, {"sessions": [session.describe() for session in self.sessions.all()]}
+
+    def _session_command(self, command: str | None) -> str | None:
+        """The program a new session runs (None: a bare bash), from the creating request's `command`."""
+        return command
 
     def _create_params(self, body: bytes) -> tuple[str, str | None]:
         try:
@@ -648,8 +632,7 @@ class ExecdServer:
             raise _bad_request("'cwd' must be a string")
         if command is not None and not isinstance(command, str):
             raise _bad_request("'command' must be a string")
-        if self.release is not None:  # model/pty.go: CreatePTYSessionRequest has `cwd` only
-            command = None
+        command = self._session_command(command)
         folder = os.path.join(self.cwd, cwd) if cwd else self.cwd
         if not os.path.isdir(folder):
             raise _bad_request(f"cwd does not exist or is not a folder: {folder}")
@@ -663,12 +646,7 @@ class ExecdServer:
             return 200, {"session_id": session_id, "deleted": True}
         session = self._session(session_id)
         info = session.describe()
-        # `exit_code` is this server's own (None while running): it says that an ended program's
-        # session can be attached to again to read its exit, while a released execd's answer
-        # (model/pty.go, PTYSessionStatusResponse) has the first three only, and attaching again
-        # would start a new bash.
-        keys = ("session_id", "running", "output_offset") + (() if self.release else ("exit_code",))
-        return 200, {key: info[key] for key in keys}
+        return 200, {key: info[key] for key in self.status_keys}
 
     def _session(self, session_id: str) -> PtySession:
         session = self.sessions.get(session_id)
@@ -682,11 +660,8 @@ class ExecdServer:
         session = self._session(session_id)
         use_pty, since, takeover = _ws_query(request)
         key = _ws_key(request)
-        conn = WsConnection(sock, session, ping_interval=self.ping_interval, idle_timeout=self.idle_timeout,
-                            close_timeout=self.close_timeout,
-                            release_lag=self.release_lag if self.release is not None else None)
-        if self.release is not None:
-            takeover = False  # controller/pty_ws.go: `session.LockWS()` or 409; `takeover` is main's only
+        conn = self._connection(sock, session)
+        takeover = takeover and self.takeover_allowed
         with session.lock:
             if session.client is not None and not takeover:
                 raise HttpError(409, "ALREADY_CONNECTED", "another client is attached to this session; "
@@ -702,6 +677,10 @@ class ExecdServer:
             raise
         finally:
             session.detach(conn)
+
+    def _connection(self, sock: socket.socket, session: PtySession) -> WsConnection:
+        return WsConnection(sock, session, ping_interval=self.ping_interval, idle_timeout=self.idle_timeout,
+                            close_timeout=self.close_timeout)
 
     def _attach_locked(self, session: PtySession, conn: WsConnection, use_pty: bool, since: int) -> None:
         """Start the process if needed, then: replay, `connected`, and `exit` if it is over already."""
@@ -719,23 +698,6 @@ class ExecdServer:
             conn.send_exit(session.exit_code if session.exit_code is not None else -1)
         if old is not None and old is not conn:
             old.close(4001, "TAKEN_OVER")
-
-
-def _refuse_as_proxy(sock: socket.socket, request: Request) -> bool:
-    """Accept the WebSocket, then close it with 1008 and no reason, as OpenSandbox's server proxy
-    answers a WebSocket that execd refused; False when the request is no WebSocket upgrade."""
-    try:
-        key = _ws_key(request)
-    except HttpError:
-        return False
-    try:
-        sock.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                     b"Sec-WebSocket-Accept: " + ws.accept_key(key).encode("ascii") + b"\r\n\r\n"
-                     + ws.encode_frame(ws.OP_CLOSE, ws.close_payload(1008, "")))
-    except OSError:
-        pass
-    _close_gently(sock)
-    return True
 
 
 def _require(request: Request, *methods: str) -> None:

@@ -106,11 +106,8 @@ class PtySession:
     """One bash, started by the first WebSocket that connects, in PTY or pipe mode."""
 
     def __init__(self, session_id: str, cwd: str, command: str | None = None,
-                 ring_bytes: int = RING_BYTES, restart_ended: bool = False) -> None:
+                 ring_bytes: int = RING_BYTES) -> None:
         self.session_id = session_id
-        # As a released execd (the server's release mode): a connection to an ended session starts
-        # a new bash in it, with the same ring (runtime/pty_session.go: IsRunning is `pid != 0`).
-        self.restart_ended = restart_ended
         self.cwd = cwd
         self.command = command
         self.lock = threading.Lock()  # ring, client, process state
@@ -153,9 +150,14 @@ class PtySession:
 
     # -- starting ---------------------------------------------------------------------------
 
+    def restarts_when_ended(self) -> bool:
+        """Whether a connection to an ended session starts its program again, with the same ring: not
+        here (the connection reads the exit); a subclass may."""
+        return False
+
     def start_locked(self, use_pty: bool) -> None:
         """Start the process (the caller holds `lock`); raises StartFailed."""
-        if self._proc is not None and self.restart_ended and self.done.is_set() and not self._deleted:
+        if self._proc is not None and self.done.is_set() and not self._deleted and self.restarts_when_ended():
             self._proc, self.mode, self.exit_code = None, None, None
             self.done = threading.Event()
             with self._fd_lock:
@@ -366,14 +368,14 @@ class PtySession:
 class SessionTable:
     """Sessions by id; deleting one kills its processes and forgets it."""
 
-    def __init__(self, kill_grace: float = 2.0, restart_ended: bool = False) -> None:
+    def __init__(self, kill_grace: float = 2.0, session_class: type[PtySession] = PtySession) -> None:
         self.kill_grace = kill_grace
-        self.restart_ended = restart_ended
+        self.session_class = session_class
         self._sessions: dict[str, PtySession] = {}
         self._lock = threading.Lock()
 
     def create(self, cwd: str, command: str | None) -> PtySession:
-        session = PtySession(str(uuid.uuid4()), cwd, command, restart_ended=self.restart_ended)
+        session = self.session_class(str(uuid.uuid4()), cwd, command)
         with self._lock:
             self._sessions[session.session_id] = session
         return session
