@@ -8,8 +8,8 @@ import pytest
 
 from owsandbox import protocol as P
 from owsandbox.box.outbox import ANSWERED, NEW, RUNNING, Outbox, RequestLedger
-from owsandbox.box.shell.bash import ansi_c_quote
 from owsandbox.box.shell.capture import MARKER_START, LiveBatcher, MarkerScanner, OutputRecord, StreamDecoder
+from owsandbox.box.shell.lines import ansi_c_quote
 from owsandbox.host.session import SeqTracker
 
 # -- framing ------------------------------------------------------------------------------------

@@ -38,8 +38,8 @@ from hypothesis import strategies as st
 
 from owsandbox import protocol as P
 from owsandbox.box.execd import wsframes as W
-from owsandbox.box.shell.bash import DISPLAY_START
 from owsandbox.box.shell.capture import MARKER_START, LiveBatcher, MarkerScanner, OutputRecord, StreamDecoder
+from owsandbox.box.shell.lines import DISPLAY_START
 from owsandbox.channel.errors import JsonLineError, ReplayGap
 from owsandbox.channel.jsonlines import REPLAY, STDERR, STDOUT, JsonLineDecoder, Record, StderrText
 from owsandbox.host.session import SeqTracker

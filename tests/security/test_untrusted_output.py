@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from owsandbox.box.shell.bash import DISPLAY_TYPES
+from owsandbox.box.shell.lines import DISPLAY_TYPES
 from owsandbox.kernel.display import untrusted
 
 from ..kernel_session import KernelSession

@@ -28,54 +28,16 @@ import socket
 import threading
 import time
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 from ..daemonctl import listen_unix
 from . import wsframes as ws
+from .http import HttpError, Request, RequestReader, bad_request, http_response
 from .ptysessions import KIND_REPLAY, KIND_STDIN, SIGNALS, PtySession, SessionTable, StartFailed
 
 TOKEN_HEADER = "x-execd-access-token"
-MAX_HEAD_BYTES = 64 * 1024
-MAX_BODY_BYTES = 1024 * 1024
 HIGH_WATER_BYTES = 1024 * 1024  # output queued for a client before the pump waits for it
 UNAUTHORIZED = {"error": "Unauthorized: invalid or missing header X-EXECD-ACCESS-TOKEN"}
-_REASONS = {101: "Switching Protocols", 200: "OK", 201: "Created", 400: "Bad Request", 401: "Unauthorized",
-            404: "Not Found", 405: "Method Not Allowed", 409: "Conflict", 500: "Internal Server Error"}
-_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_REQUEST_LINE = re.compile(rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+) (\S+) HTTP/1\.[01]")
 _SESSION_PATH = re.compile(r"/pty/([^/]+)(/ws)?")
-
-
-class HttpError(Exception):
-    """An answer other than success: `status` and the JSON `body` to send."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.body: dict[str, Any] = {"code": code, "message": message}
-
-
-def _bad_request(message: str) -> HttpError:
-    return HttpError(400, "INVALID_REQUEST", message)
-
-
-class Request:
-    def __init__(self, method: str, target: str, headers: dict[str, list[str]], body: bytes) -> None:
-        parts = urlsplit(target)
-        self.method = method
-        self.path = parts.path
-        self.query = {name: values[-1] for name, values in parse_qs(parts.query, keep_blank_values=True).items()}
-        self.headers = headers
-        self.body = body
-
-    def header(self, name: str) -> str | None:
-        """The one value of header `name` (lower case); None when absent, a 400 when repeated."""
-        values = self.headers.get(name)
-        if not values:
-            return None
-        if len(values) > 1:
-            raise _bad_request(f"header {name} given more than once")
-        return values[0]
 
 
 # -- reading and answering HTTP ----------------------------------------------------------------
@@ -92,65 +54,20 @@ def _recv(sock: socket.socket, deadline: float) -> bytes:
 
 def read_request(sock: socket.socket, deadline: float) -> tuple[Request, bytes]:
     """One request, and whatever bytes came after it (the first WebSocket frames, for an upgrade)."""
-    buffer = b""
-    while (end := buffer.find(b"\r\n\r\n")) < 0:
-        if len(buffer) > MAX_HEAD_BYTES:
-            raise _bad_request(f"the request head is larger than {MAX_HEAD_BYTES} bytes")
+    reader = RequestReader()
+    while reader.request is None:
         data = _recv(sock, deadline)
         if not data:
-            raise ConnectionError("the client left before sending a whole request")
-        buffer += data
-    if end > MAX_HEAD_BYTES:
-        raise _bad_request(f"the request head is larger than {MAX_HEAD_BYTES} bytes")
-    method, target, headers = _parse_head(buffer[:end])
-    length = _content_length(headers)
-    rest = buffer[end + 4 :]
-    if len(rest) < length and any(v.lower() == "100-continue" for v in headers.get("expect", [])):
-        sock.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")  # curl, for one, waits a second for this
-    while len(rest) < length:
-        data = _recv(sock, deadline)
-        if not data:
-            raise ConnectionError("the client left before sending the whole body")
-        rest += data
-    return Request(method, target, headers, rest[:length]), rest[length:]
+            raise ConnectionError("the client left before sending a whole request" if not reader.head_read
+                                  else "the client left before sending the whole body")
+        reader.feed(data)
+        if reader.wants_continue:
+            reader.wants_continue = False
+            sock.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")  # curl, for one, waits a second for this
+    return reader.request, reader.rest
 
 
-def _parse_head(head: bytes) -> tuple[str, str, dict[str, list[str]]]:
-    lines = head.split(b"\r\n")
-    match = _REQUEST_LINE.fullmatch(lines[0])
-    if match is None:
-        raise _bad_request("a malformed request line")
-    headers: dict[str, list[str]] = {}
-    for line in lines[1:]:
-        name, colon, value = line.partition(b":")
-        if not colon or _TOKEN.fullmatch(name) is None:
-            raise _bad_request("a malformed header line")
-        headers.setdefault(name.decode("ascii").lower(), []).append(value.strip(b" \t").decode("latin-1"))
-    target = match.group(2).decode("latin-1")
-    if not target.startswith("/"):
-        raise _bad_request("the request target must be a path")
-    return match.group(1).decode("ascii"), target, headers
 
-
-def _content_length(headers: dict[str, list[str]]) -> int:
-    if "transfer-encoding" in headers:
-        raise _bad_request("Transfer-Encoding is not supported; send a Content-Length")
-    values = headers.get("content-length", [])
-    if not values:
-        return 0
-    if len(values) > 1 or not values[0].isdigit() or not values[0].isascii():
-        raise _bad_request("a malformed Content-Length")
-    length = int(values[0])
-    if length > MAX_BODY_BYTES:
-        raise _bad_request(f"a body of {length} bytes is larger than the limit of {MAX_BODY_BYTES}")
-    return length
-
-
-def http_response(status: int, body: dict[str, Any]) -> bytes:
-    data = json.dumps(body).encode("utf-8")
-    head = (f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n")
-    return head.encode("ascii") + data
 
 
 def _close_gently(sock: socket.socket, linger: float = 1.0) -> None:
@@ -624,18 +541,18 @@ class ExecdServer:
         try:
             params = json.loads(body) if body.strip() else {}
         except ValueError as exc:
-            raise _bad_request(f"the body is not JSON: {exc}") from None
+            raise bad_request(f"the body is not JSON: {exc}") from None
         if not isinstance(params, dict):
-            raise _bad_request("the body must be a JSON object")
+            raise bad_request("the body must be a JSON object")
         cwd, command = params.get("cwd"), params.get("command")
         if cwd is not None and not isinstance(cwd, str):
-            raise _bad_request("'cwd' must be a string")
+            raise bad_request("'cwd' must be a string")
         if command is not None and not isinstance(command, str):
-            raise _bad_request("'command' must be a string")
+            raise bad_request("'command' must be a string")
         command = self._session_command(command)
         folder = os.path.join(self.cwd, cwd) if cwd else self.cwd
         if not os.path.isdir(folder):
-            raise _bad_request(f"cwd does not exist or is not a folder: {folder}")
+            raise bad_request(f"cwd does not exist or is not a folder: {folder}")
         return folder, command or None
 
     def _on_session(self, request: Request, session_id: str) -> tuple[int, dict[str, Any]]:
@@ -713,7 +630,7 @@ def _ws_query(request: Request) -> tuple[bool, int, bool]:
     """(PTY mode, since, takeover) from the query: `pty=0` is pipe mode, anything else a PTY."""
     since_text = request.query.get("since", "0")
     if not (since_text.isascii() and since_text.isdigit()):
-        raise _bad_request(f"'since' must be a byte offset (a whole number ≥ 0), not {since_text!r}")
+        raise bad_request(f"'since' must be a byte offset (a whole number ≥ 0), not {since_text!r}")
     return request.query.get("pty") != "0", int(since_text), request.query.get("takeover") in ("1", "true")
 
 
@@ -722,12 +639,12 @@ def _ws_key(request: Request) -> str:
     upgrade = (request.header("upgrade") or "").lower()
     connection = {token.strip().lower() for token in (request.header("connection") or "").split(",")}
     if upgrade != "websocket" or "upgrade" not in connection:
-        raise _bad_request("this path is a WebSocket: send Upgrade: websocket and Connection: Upgrade")
+        raise bad_request("this path is a WebSocket: send Upgrade: websocket and Connection: Upgrade")
     if request.header("sec-websocket-version") != "13":
-        raise _bad_request("only WebSocket version 13 is supported")
+        raise bad_request("only WebSocket version 13 is supported")
     key = request.header("sec-websocket-key")
     if key is None or len(key) != 24 or not key.endswith("=="):
-        raise _bad_request("a missing or malformed Sec-WebSocket-Key")
+        raise bad_request("a missing or malformed Sec-WebSocket-Key")
     return key
 
 

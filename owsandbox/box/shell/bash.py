@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import enum
 import os
-import pkgutil
 import re
 import secrets
 import selectors
@@ -59,7 +58,19 @@ from ...protocol import INTERNAL_ERROR, INVALID_PARAMS, SHELL_BUSY, RunnerError
 from .. import procstat
 from ..procstat import session_members
 from .capture import LiveBatcher, MarkerScanner, OutputRecord, ShellChatter, StreamDecoder, WholeLines
-from .colours import COLOUR_INIT
+from .lines import (
+    DISPLAY_START,
+    MARK_ERR_FD,
+    MARK_OUT_FD,
+    SHELL_INIT,
+    TTY_ERR_FD,
+    TTY_OUT_FD,
+    channel_fds,
+    command_line,
+    definitions_line,
+    marker_lines,
+    output_mode_line,
+)
 from .terminal import (
     DEFAULT_COLS,
     DEFAULT_ROWS,
@@ -81,76 +92,6 @@ PROGRESS_SECONDS = 5.0  # a command silent this long sends `shell.progress`
 BETWEEN_LIMIT = 64 * 1024  # bytes printed between commands kept for the next one (the latest)
 DEFINITIONS_REFRESH_SECONDS = 0.05  # idle this long after a command, a shell asked once writes them again
 _TTY_NOISE = re.compile(rb"bash: \[\d+: \d+ \(\d+\)\] tcsetattr: Inappropriate ioctl for device\n")
-
-_MARK_OUT_FD = 63
-_MARK_ERR_FD = 62
-DISPLAY_START = "\x1f\x1dOWD:"  # a line asking the notebook to show a file: mime TAB id TAB path
-# The types `owdisplay --mime` takes: none of them can run code in the notebook's page. A courtesy to
-# the user only (a clear error, at once): the kernel checks again what it is asked to show
-# (owsandbox/kernel/display/untrusted.py), since anything in the box can print a display line.
-DISPLAY_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp", "image/bmp", "image/svg+xml",
-                 "text/html", "text/markdown", "application/json", "text/plain")
-# The function every shell has, kept as bash in a file of its own (owdisplay.bash: `bash -n` checks it).
-OWDISPLAY_FUNCTION = ((pkgutil.get_data(__package__ or __name__.rpartition(".")[0], "owdisplay.bash") or b"")
-                      .decode("utf-8").replace("@TYPES_CASE@", "|".join(DISPLAY_TYPES))
-                      .replace("@TYPES_LIST@", ", ".join(DISPLAY_TYPES)))
-_INIT = (
-    "PS1=''; PS2=''; PS0=''; PROMPT_COMMAND=''; set +H +o history +m; unset HISTFILE; "
-    f"exec {_MARK_OUT_FD}>&1 {_MARK_ERR_FD}>&2\n" + "__ows_status() { return \"$1\"; }\n" + OWDISPLAY_FUNCTION
-    + COLOUR_INIT
-)
-
-_ANSI_C = {i: f"\\x{i:02x}" for i in range(256) if not 32 <= i < 127}
-_ANSI_C.update({ord("\\"): "\\\\", ord("'"): "\\'", ord("\n"): "\\n", ord("\t"): "\\t"})
-
-
-def ansi_c_quote(text: str) -> str:
-    """`text` as a bash $'...' word that yields exactly its UTF-8 bytes."""
-    return "$'" + text.encode("utf-8", "surrogateescape").decode("latin-1").translate(_ANSI_C) + "'"
-
-
-def command_line(command: str, last_status: int, stdin: str = "/dev/null") -> str:
-    """The line that runs `command` with `$?` as the previous command left it (the marker line after
-    a command succeeds, so 0 needs nothing). A failed status is given back by a function on the left
-    of `||`, where `set -e` does not act on it. `stdin` is a file, or `&FD` for the terminal.
-    """
-    restore = "" if last_status == 0 else f"__ows_status {last_status} || "
-    return f"{restore}eval {ansi_c_quote(command)} <{stdin}\n"
-
-
-def definitions_line(path: str, token: str | None = None) -> str:
-    """The line that writes the shell's functions, aliases and PATH to `path` (sourceable bash), then
-    a marker with `token`, if any. Builtins only, nothing on the command channels, `$?` 0 and `$_` as
-    they were (as after an end marker), and nothing that can fail under `set -e`."""
-    dump = "builtin declare -f; builtin alias -p; builtin declare -p PATH"
-    marker = f"builtin printf '\\037\\036OWS:%s\\n' {token} >&{_MARK_OUT_FD}; " if token else ""
-    return f"{{ __ows_u=$_; {{ {dump}; }} >|{ansi_c_quote(path)} || :; {marker}: \"$__ows_u\"; }} 2>/dev/null\n"
-
-
-def marker_lines(token: str, out_fd: int = _MARK_OUT_FD, err_fd: int = _MARK_ERR_FD) -> str:
-    """The end markers, on the channels the command's output took: after all of it, in order (hidden
-    from `set -x`: a trace of them would be the runner's chatter in the command's stderr)."""
-    return (
-        f"{{ __ows_s=$?; printf '\\037\\036OWS:%s:%s:%s\\n' {token} \"$__ows_s\" \"$PWD\" >&{out_fd}; "
-        f"printf '\\037\\036OWS:%s\\n' {token} >&{err_fd}; }} 2>/dev/null\n"
-    )
-
-
-# Where a command's output goes: the terminal's descriptors in the shell, or the pipes (saved at start).
-_TTY_OUT_FD = 61
-_TTY_ERR_FD = 60
-
-
-def channel_fds(terminal: bool) -> tuple[int, int]:
-    """The shell's descriptors of a channel's stdout and stderr: the terminals, or the pipes."""
-    return (_TTY_OUT_FD, _TTY_ERR_FD) if terminal else (_MARK_OUT_FD, _MARK_ERR_FD)
-
-
-def output_mode_line(terminal: bool, merge: bool) -> str:
-    """Points the shell's stdout and stderr, for this command and the ones after, at a channel."""
-    out, err = channel_fds(terminal)
-    return f"exec 1>&{out} 2>&{out if merge else err}\n"
-
 
 def notice_channel(terminal: bool, merge: bool) -> str:
     """The channel the shell's own stderr goes to in this mode (where bash writes its job notices)."""
@@ -231,7 +172,7 @@ class Command:
         self.frames_sent = 0
         self.last_news = self.started  # when the client last heard of this command (output or progress)
         self.terminal = False  # its stdin and output are the shell's terminals
-        self.marker_fds = (_MARK_OUT_FD, _MARK_ERR_FD)
+        self.marker_fds = (MARK_OUT_FD, MARK_ERR_FD)
         self.notice_channel = "stderr"  # where bash's own stderr goes while it runs
         self.first_pid: int | None = None  # the namespace's last pid when it started: its jobs come after
         self.allow_stdin = False  # whoever asked can answer a prompt (else a read gets end-of-input)
@@ -342,7 +283,7 @@ class Shell:
         self._current = self._starting
         # Opened by path in bash, the first terminal becomes the controlling terminal of its session
         # (so /dev/tty, getpass and Ctrl-C through the terminal work as in a terminal).
-        self._write(_INIT + f"exec {_TTY_OUT_FD}<>{self._tty.path} {_TTY_ERR_FD}<>{self._tty_err.path}\n"
+        self._write(SHELL_INIT + f"exec {TTY_OUT_FD}<>{self._tty.path} {TTY_ERR_FD}<>{self._tty_err.path}\n"
                     + marker_lines("start"))
         self._reader = threading.Thread(target=self._read_loop, name=f"shell-{name}", daemon=True)
         self._reader.start()
@@ -388,7 +329,7 @@ class Shell:
                 self._env_size = (str(cols), str(rows))
         cmd.marker_fds = channel_fds(terminal)
         cmd.notice_channel = notice_channel(terminal, merge)
-        stdin = f"&{_TTY_OUT_FD}" if terminal else "/dev/null"
+        stdin = f"&{TTY_OUT_FD}" if terminal else "/dev/null"
         lines += command_line(command, self._last_status, stdin) + marker_lines(token, *cmd.marker_fds)
         try:
             self._write(lines)

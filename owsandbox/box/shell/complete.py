@@ -29,7 +29,7 @@ from typing import Any
 from ...protocol import INVALID_PARAMS, RunnerError
 from ..params import get, string_list
 from ..procs import proc_run
-from .bash import OWDISPLAY_FUNCTION
+from .lines import OWDISPLAY_FUNCTION
 
 BASH_COMPLETION_FILES = ("/usr/share/bash-completion/bash_completion",
                          "/usr/local/share/bash-completion/bash_completion", "/etc/bash_completion")
