@@ -233,3 +233,12 @@ def test_ansi_c_quoting_yields_the_exact_text_in_bash(text):
 
     out = subprocess.run(["bash", "-c", f"printf %s {ansi_c_quote(text)}"], capture_output=True, timeout=10).stdout
     assert out == text.encode()
+
+
+@pytest.mark.unit
+def test_a_display_record_holds_one_request_per_line_as_the_protocol_spells_it():
+    from owsandbox.protocol.messages import DisplayRequest, display_requests
+
+    asked = [DisplayRequest("/w/plot.png", "image/png", "fig"), DisplayRequest("/w/a b.svg", "", "")]
+    assert display_requests("".join(request.line() for request in asked)) == asked
+    assert display_requests("only-a-mime") == [DisplayRequest("", "only-a-mime", "")]  # missing fields are empty

@@ -133,11 +133,10 @@ class OwSandboxKernel(Kernel):
 
     @property
     def kernel_info(self) -> dict[str, Any]:
-        # The base class also offers a debugger (importing debugpy, which we do not implement).
-        return {"protocol_version": "5.3", "implementation": self.implementation,
-                "implementation_version": self.implementation_version, "language_info": self.language_info,
-                "banner": self.banner, "help_links": [],
-                "supported_features": ["kernel subshells"] if self._supports_kernel_subshells else []}
+        info = super().kernel_info
+        # The base class offers a debugger wherever debugpy is installed: this kernel has none.
+        info["supported_features"] = [name for name in info["supported_features"] if name != "debugger"]
+        return info
 
     # -- sending ----------------------------------------------------------------------------
 

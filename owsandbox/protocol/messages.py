@@ -8,7 +8,7 @@ a type checker, and the literals name every stream and outcome. Optional fields 
 from __future__ import annotations
 
 import sys
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, NamedTuple, TypedDict
 
 if sys.version_info >= (3, 11):
     from typing import NotRequired
@@ -196,3 +196,25 @@ class ResumeResult(TypedDict):
     instance_id: str
     replayed: int
     gap: bool
+
+
+class DisplayRequest(NamedTuple):
+    """One `owdisplay` request, as a `display` record carries it: a line `MIME TAB ID TAB PATH` (the
+    shell function prints it; the box passes it on as a record of its own, in order with the output
+    around it). `mime` and `id` may be empty; the kernel checks `mime` again before showing anything."""
+
+    path: str
+    mime: str
+    display_id: str
+
+    def line(self) -> str:
+        return f"{self.mime}\t{self.display_id}\t{self.path}\n"
+
+
+def display_requests(text: str) -> list[DisplayRequest]:
+    """The requests in a `display` record's text, one per line (missing fields are empty)."""
+    found = []
+    for line in text.splitlines():
+        mime, display_id, path = (line.split("\t", 2) + ["", ""])[:3]
+        found.append(DisplayRequest(path, mime, display_id))
+    return found

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ...protocol.messages import display_requests
 from .budget import OutputBudget
 from .terminal_text import TerminalText, plain
 
@@ -213,9 +214,8 @@ class CellOutput:
             return
         if stream == "display":  # an `owdisplay` request, recognised by the shell (see box/shell/bash.py)
             self._release()
-            for line in text.splitlines():
-                mime, display_id, path = (line.split("\t", 2) + ["", ""])[:3]
-                self._events.append(Display(path, mime, display_id))
+            for request in display_requests(text):
+                self._events.append(Display(request.path, request.mime, request.display_id))
             return
         self._text(stream, text)
 
