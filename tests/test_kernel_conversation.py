@@ -281,6 +281,18 @@ def test_a_saved_conversation_reads_back_with_its_client_side():
     assert bare.header == {} and bare.client_side == [{"id": 1, "type": "echo"}, {"type": "exit"}]
 
 
+def test_a_save_of_a_long_conversation_says_how_much_came_before_it():
+    talk = Conversation()
+    for n in range(KEEP_RECORDS + 50):
+        talk.sent(request(n, "ping"), T + n)
+        talk.received(result(n, {}), T + n + 0.5)
+    text, count = saved_text(talk, {})
+    header = json.loads(text.splitlines()[0])
+    assert talk.made == 2 * (KEEP_RECORDS + 50) and count < talk.made
+    assert header["dropped"] == talk.made - count and header["entries"] == count
+    assert "dropped" not in json.loads(saved_text(conversation_of("hi"), {})[0].splitlines()[0])  # all kept
+
+
 @pytest.mark.parametrize(("text", "said"), [("", "is empty"), ("{nope\n", "line 1, is not JSON"),
                                             ("[1]\n", "line 1, is not a JSON object"),
                                             ('{"owsandbox": "conversation", "version": 9}\n', "version 9"),

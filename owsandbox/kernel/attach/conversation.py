@@ -179,6 +179,11 @@ class Conversation:
     def stderr_partial(self) -> str:
         return self._stderr_partial
 
+    @property
+    def made(self) -> int:
+        """How many entries this conversation has had, kept or not."""
+        return self._seq
+
     def entries(self) -> list[Entry]:
         """Every entry still kept, in the order it happened."""
         found: dict[int, Entry] = {}

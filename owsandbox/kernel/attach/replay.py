@@ -44,6 +44,8 @@ def saved_text(conversation: Conversation, program: dict[str, Any]) -> tuple[str
     header = {"owsandbox": FORMAT, "version": VERSION, **program, "dialect": conversation.dialect.name,
               "dialect_named": conversation.dialect_fixed, "jsonrpc": conversation.rpc,
               "saved_at": round(time.time(), 3), "entries": len(entries), "counts": conversation.counts}
+    if conversation.made > len(entries):  # the kernel keeps a program's newest part: say what is missing
+        header["dropped"] = conversation.made - len(entries)
     lines = [json.dumps(header, ensure_ascii=False)] + [json.dumps(e.export(), ensure_ascii=False) for e in entries]
     return "\n".join(lines) + "\n", len(entries)
 

@@ -15,7 +15,7 @@ from ... import protocol as P
 from ...protocol.methods import FS_WRITE
 from ..attach import jsonrpc as R
 from ..attach.asked import AutoAnswer, auto_answer, parse_option
-from ..attach.conversation import ARROWS, RECEIVED, SENT, STDOUT, Entry
+from ..attach.conversation import ARROWS, KEEP_RECORDS, RECEIVED, SENT, STDOUT, Entry
 from ..attach.dialects import DIALECTS
 from ..attach.replay import ReplayDiffers, compare, labels, parse, report, saved_text
 from ..attach.session import Program
@@ -289,7 +289,8 @@ def _records_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", metavar="M", help="only the calls and notifications of method M")
     p.add_argument("--id", metavar="ID", help="only what belongs to the request with this id (JSON: 3, '\"a\"')")
     p.add_argument("--stderr", action="store_true", help="the program's stderr lines instead")
-    p.add_argument("--save", metavar="FILE", help="write the whole conversation (both ways, with times) as JSON lines")
+    p.add_argument("--save", metavar="FILE", help="write the conversation the kernel keeps (both ways, with times; "
+                   "the newest 1,000 records and their calls) as JSON lines")
 
 
 def _record_line(entry: Entry) -> str:
@@ -308,7 +309,7 @@ def _records(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
     filtered = args.notifications or args.method is not None or args.id is not None or args.type is not None
     if args.save is not None:
         if filtered or args.stderr:
-            raise UsageError("--save writes the whole conversation; drop the filters")
+            raise UsageError("--save writes the whole conversation the kernel keeps; drop the filters")
         _save(ctx, program, args.save)
         return
     if args.stderr:
@@ -352,9 +353,15 @@ def _save(ctx: MagicContext, program: Program, path: str) -> None:
             raise UsageError(f"not saved: {err.message}") from None
         raise
     counts = program.conversation.counts
-    ctx.stream(f"saved {count} entries of {program.describe()} ({counts['sent']} records sent, {counts['received']} "
+    dropped = program.conversation.made - count
+    kept = (f"the newest {count} of {program.conversation.made} entries" if dropped else f"{count} entries")
+    ctx.stream(f"saved {kept} of {program.describe()} ({counts['sent']} records sent, {counts['received']} "
                f"received, {counts['stderr']} stderr lines) to {done['path']}; %replay {path} sends its client side "
                "to a fresh program\n")
+    if dropped:
+        ctx.note(f"{dropped} earlier entries are not in the file: the kernel keeps a program's newest "
+                 f"{KEEP_RECORDS} records with their calls, notifications and stderr lines; a replay of it starts "
+                 "mid-session\n")
 
 
 REPLAY_USAGE = "%replay FILE.jsonl [--timeout S] [--ignore KEY ...] [--keep] [--name N] [--cwd DIR] [--against CMD ...]"
@@ -389,6 +396,9 @@ def _replay(ctx: MagicContext, text: str, _body: str) -> None:
     cwd = args.cwd or saved.header.get("cwd") or ctx.shell_folder()
     manager = ctx.attach
     program = manager.start(command, args.name or "replay", cwd, None, {}, ctx.parent, dialect=saved.dialect_name())
+    if saved.header.get("dropped"):
+        ctx.note(f"{args.file} holds the newest part of a conversation ({saved.header['dropped']} earlier entries "
+                 "were not saved): its client side starts mid-session, so the program may answer otherwise\n")
     ctx.stream(f"replaying {len(saved.client_side)} records of {args.file} against {program.describe()} "
                f"(session {program.session_id[:8]}): {command}\n")
     manager.show(program)
