@@ -27,16 +27,28 @@ def run(client: Any, command: str, answers: list[str | None] | None = None, **pa
     started = time.monotonic()
     seen: list[tuple[float, dict]] = []
     queue = list(answers or [])
+    typing: list[threading.Thread] = []
+    failed: list[BaseException] = []
+
+    def answer(body: dict) -> None:
+        try:
+            client.call("shell.input", body, timeout=30)
+        except BaseException as exc:  # noqa: BLE001 - raised again in the test's own thread
+            failed.append(exc)
 
     def on_notification(frame: dict) -> None:
         seen.append((time.monotonic() - started, frame))
         if frame.get("method") == "shell.input_wanted":
-            answer = queue.pop(0)
-            body = {"shell": "main", "eof": True} if answer is None else {"shell": "main", "text": answer}
-            threading.Thread(target=client.call, args=("shell.input", body), daemon=True).start()
+            given = queue.pop(0)
+            body = {"shell": "main", "eof": True} if given is None else {"shell": "main", "text": given}
+            typing.append(threading.Thread(target=answer, args=(body,), daemon=True))
+            typing[-1].start()
 
     body = {"command": command, "terminal": True, "stdin": answers is not None, **params}
     result = client.call("shell.run", body, timeout=60, on_notification=on_notification)
+    for thread in typing:  # each answer's own call is over before the box may be closed
+        thread.join(30)
+    assert not failed, failed
     return result, seen
 
 
