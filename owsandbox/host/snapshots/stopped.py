@@ -1,4 +1,4 @@
-"""Snapshots of a sandbox's workspace: the store's file work (snapshots.py) done by this machine on its own
+"""Snapshots of a sandbox's workspace: the store's file work (store.py) done by this machine on its own
 side of the workspace, with the box stopped around a restore.
 
 Only a provider whose workspace is a folder of this machine bound into a box that the host can stop

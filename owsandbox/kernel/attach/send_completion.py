@@ -1,5 +1,5 @@
 """Tab inside a `%send` line (or a `%%send` cell's records): method names the session has seen, and
-inside a `tools/call`, the tool names the program's `tools/list` gave (attach_tools.py).
+inside a `tools/call`, the tool names the program's `tools/list` gave (tools.py).
 
 Why here and not from the sandbox: the names are the attached program's, known to the kernel only;
 nothing is asked of the box, so completion in a `%send` is instant even while a shell is busy.

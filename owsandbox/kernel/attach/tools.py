@@ -4,7 +4,7 @@ the tools `tools/list` answered with their `inputSchema`s.
 Why: a `tools/call` is checked against its tool's schema before it is sent (json_schema.py), so a
 missing required field or a number given as a string is the notebook's clear error, naming the
 field, rather than the server's; and Tab inside a `%send` line completes method and tool names from
-here (attach_completion.py). Only what the program itself said counts: nothing is fetched.
+here (send_completion.py). Only what the program itself said counts: nothing is fetched.
 """
 
 from __future__ import annotations
