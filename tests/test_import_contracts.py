@@ -158,3 +158,25 @@ def test_every_owsandbox_setting_is_named_by_the_settings_module() -> None:
 
 def test_the_settings_module_imports_nothing_of_the_package() -> None:
     assert outside(imported_modules(PACKAGE / "settings.py")) == set()
+
+
+def test_the_kernel_asks_the_box_through_the_sandbox_api_only() -> None:
+    """Of the method names, the kernel names only the live notifications it reads; every request goes
+    through `host/api.py` (and the host's client and nothing else spells the session's own)."""
+    from owsandbox.protocol import methods
+
+    notifications = ("SHELL_OUTPUT", "SHELL_PROGRESS", "SHELL_INPUT_WANTED")
+    allowed = {f"owsandbox.protocol.methods.{name}" for name in notifications}
+    wrong = {}
+    for source in sources("kernel") + sources("box") + sources("host"):
+        names = {name for name in imported_modules(source) if name.startswith("owsandbox.protocol.methods.")}
+        if source.is_relative_to(PACKAGE / "kernel"):
+            names -= allowed
+        elif source.is_relative_to(PACKAGE / "host"):
+            names = set() if source.name in ("api.py", "client.py") else names
+        else:
+            continue  # the box routes on them
+        if names:
+            wrong[name_of(source)] = sorted(names)
+    assert not wrong, wrong
+    assert methods.REQUESTS >= {methods.SHELL_RUN, methods.FS_READ}

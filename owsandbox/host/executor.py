@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import protocol as P
 from ..box.shell.registry import ShellRegistry
-from ..protocol.methods import SHELL_INTERRUPT, SHELL_RUN
+from .api import SandboxAPI
 from .client import RunnerClient
 
 ANSWER_GRACE_SECONDS = 30.0  # past a command's own timeout, how long its answer may take to come back
@@ -58,7 +58,7 @@ class RunnerExecutor:
             params["timeout_s"] = timeout
         wait = None if timeout is None else timeout + self.answer_grace
         try:
-            raw = self.client.call(SHELL_RUN, params, timeout=wait)
+            raw = SandboxAPI.over(self.client).run(params, timeout=wait)
         except P.RunnerError as err:
             return error_result(command, self.folder or self.cwd, err.message)
         except TimeoutError:
@@ -70,7 +70,7 @@ class RunnerExecutor:
 
     def interrupt_now(self) -> bool:
         try:
-            return bool(self.client.call(SHELL_INTERRUPT, {"shell": self.shell}, timeout=10).get("interrupted"))
+            return SandboxAPI.over(self.client).interrupt_and_wait(self.shell)
         except (P.RunnerError, TimeoutError):
             return False
 

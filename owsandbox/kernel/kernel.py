@@ -31,7 +31,8 @@ from ipykernel.kernelbase import Kernel
 
 from .. import __version__
 from .. import protocol as P
-from ..protocol.methods import SHELL_INPUT, SHELL_INPUT_WANTED, SHELL_INTERRUPT, SHELL_OUTPUT, SHELL_RUN
+from ..host.api import SandboxAPI
+from ..protocol.methods import SHELL_INPUT_WANTED, SHELL_OUTPUT
 from ..terminal.locate import kernel_key
 from .attach.session import AttachManager
 from .cell.budget import Withheld
@@ -112,6 +113,11 @@ class OwSandboxKernel(Kernel):
 
     def _runner_call(self, method: str, params: dict[str, Any], timeout: float = 30.0) -> Any:
         return self.sandbox.client.call(method, params, timeout=timeout)
+
+    @property
+    def box(self) -> SandboxAPI:
+        """The current sandbox's calls (a restart of the box changes the client underneath)."""
+        return SandboxAPI(self._runner_call)
 
     def _execd_endpoint(self) -> Any:
         workspace = self.sandbox.wait()
@@ -198,7 +204,7 @@ class OwSandboxKernel(Kernel):
                                   "terminal": False, "stderr": "apart", "stdin": False, "output_limit": 1_000_000}
         if self.settings["timeout"] is not None:
             params["timeout_s"] = self.settings["timeout"]
-        call = client.start_call(SHELL_RUN, params)
+        call = SandboxAPI.over(client).start_run(params)
         with self._running_lock:
             self._running[shell] = call.request_id
         try:
@@ -314,8 +320,8 @@ class OwSandboxKernel(Kernel):
             params["timeout_s"] = self.settings["timeout"]
         provider = workspace.provider
         counted = provider.limit_counters()
-        call = client.start_call(SHELL_RUN, params, on_notification=on_frame,
-                                 on_done=lambda: loop.call_soon_threadsafe(wake.set))
+        call = SandboxAPI.over(client).start_run(params, on_notification=on_frame,
+                                                 on_done=lambda: loop.call_soon_threadsafe(wake.set))
         with self._running_lock:
             self._running[shell] = call.request_id
         try:
@@ -387,7 +393,7 @@ class OwSandboxKernel(Kernel):
 
         def send_input(params: dict[str, Any]) -> None:
             try:
-                client.call(SHELL_INPUT, {"shell": shell, **params}, timeout=10)
+                SandboxAPI.over(client).give_input({"shell": shell, **params})
             except (P.RunnerError, TimeoutError) as exc:  # the command ended meanwhile: nothing reads
                 self.log.debug("shell.input on %s: %s", shell, exc)
 
@@ -452,7 +458,7 @@ class OwSandboxKernel(Kernel):
         client = self.sandbox.client
         for shell in shells:
             try:
-                client.start_call(SHELL_INTERRUPT, {"shell": shell})
+                SandboxAPI.over(client).interrupt(shell)
             except P.RunnerError as exc:
                 log.warning("could not stop the command on shell %s: %s", shell, exc)
 
@@ -469,7 +475,7 @@ class OwSandboxKernel(Kernel):
 
     def _completion_context(self) -> CompletionContext:
         shell = self.settings["shell"]
-        return CompletionContext(shell=shell, call=self._runner_call, folder=lambda: self.shell_folder(shell),
+        return CompletionContext(shell=shell, box=self.box, folder=lambda: self.shell_folder(shell),
                                  history=self.history.codes(200), magics=self.magics,
                                  attach_words=self.attach.words)
 
@@ -545,6 +551,10 @@ class _Context:
             # A shell that has not run a cell yet would start in the workspace, where the daemon is.
             params = {key: value for key, value in params.items() if key != "shell"}
         return client.call(method, params, timeout=timeout)
+
+    @property
+    def box(self) -> SandboxAPI:
+        return SandboxAPI(self.call)
 
     def stream(self, text: str, name: str = "stdout", withheld: Withheld | None = None) -> None:
         self.kernel._stream(self.parent, text, name, withheld)

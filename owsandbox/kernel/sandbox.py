@@ -16,11 +16,11 @@ from typing import Any
 
 from .. import protocol as P
 from .. import settings
+from ..host.api import SandboxAPI
 from ..host.client import RunnerClient
 from ..host.isolation.resources import LimitTooSmall
 from ..host.providers import bwrap_problem, enforcement_of, resolve
 from ..host.workspace import DEFAULT_PROVIDER, PROVIDER_ENV, RunnerWorkspace
-from ..protocol.methods import SHELL_CLOSE
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ class Sandbox:
         """A restarted kernel starts with fresh shells; programs started with %attach live on."""
         for shell in workspace.client.hello.get("shells", []):
             try:
-                workspace.client.call(SHELL_CLOSE, {"shell": shell["name"]}, timeout=10)
+                SandboxAPI.over(workspace.client).close_shell(shell["name"])
             except P.RunnerError as exc:
                 log.warning("shell %s of the previous kernel not closed: %s", shell["name"], exc)
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ... import protocol as P
-from ...protocol.methods import FS_READ, FS_WRITE
+from ...host.api import SandboxAPI
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def saved_tail(entry: dict[str, Any]) -> bytes:
 class AttachRegistry:
     def __init__(self, runner_call: Callable[..., Any], path: Callable[[], str],
                  programs: Callable[[], Iterable[Program]], loop: AttachLoop) -> None:
-        self._runner_call = runner_call
+        self._box = SandboxAPI(runner_call)
         self._path = path
         self._programs = programs  # the kernel's attached programs, whose entries a save writes
         self._loop = loop
@@ -49,7 +49,7 @@ class AttachRegistry:
     def load(self) -> list[dict[str, Any]]:
         """The entries, oldest first; none when the file is missing or not what it should be."""
         try:
-            page = self._runner_call(FS_READ, {"path": self._path(), "limit_lines": 100000})
+            page = self._box.read({"path": self._path(), "limit_lines": 100000})
         except P.RunnerError as err:
             if err.code == P.FS_ERROR:
                 return []
@@ -73,7 +73,7 @@ class AttachRegistry:
         for session_id in forget or ():
             known.pop(session_id, None)
         entries = sorted(known.values(), key=lambda s: s.get("updated", 0))[-KEEP_SESSIONS:]
-        self._runner_call(FS_WRITE, {"path": self._path(), "make_parents": True,
+        self._box.write({"path": self._path(), "make_parents": True,
                                        "text": json.dumps({"sessions": entries}, indent=1) + "\n"})
         self._last_save = time.monotonic()
 

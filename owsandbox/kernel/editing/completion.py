@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ... import protocol as P
-from ...protocol.methods import FS_LIST, SHELL_COMPLETE, SHELL_INSPECT
+from ...host.api import SandboxAPI
 from ..attach.send_completion import Words, send_matches
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ class CompletionContext:
     """What completion may use of the kernel, taken when the request came."""
 
     shell: str  # the current shell: its functions, variables and folder are the ones that count
-    call: Callable[..., Any]  # call(method, params, timeout=...): a runner call in the sandbox
+    box: SandboxAPI  # the sandbox's calls
     folder: Callable[[], str]  # the current shell's folder
     history: list[str]  # the cells run so far (the variables they assigned complete too)
     magics: MagicTable
@@ -79,7 +79,7 @@ def _shell_complete(ctx: CompletionContext, what: str, word: str, words: list[st
     params: dict[str, Any] = {"shell": ctx.shell, "what": what, "word": word}
     if words is not None:
         params["words"] = words
-    return list(ctx.call(SHELL_COMPLETE, params, timeout=COMPLETION_SECONDS)["matches"])
+    return ctx.box.complete(params, timeout=COMPLETION_SECONDS)
 
 
 def command_words(before: str) -> list[str]:
@@ -111,7 +111,7 @@ def _paths(ctx: CompletionContext, typed: str) -> list[str]:
     if not listing_path.startswith("~") and not os.path.isabs(listing_path):
         listing_path = os.path.join(ctx.folder(), listing_path)
     try:
-        listing = ctx.call(FS_LIST, {"path": listing_path}, timeout=COMPLETION_SECONDS)
+        listing = ctx.box.list({"path": listing_path}, timeout=COMPLETION_SECONDS)
     except Exception as exc:  # noqa: BLE001 - no such folder: nothing to offer
         log.debug("no paths to complete in %s: %s", listing_path, exc)
         return []
@@ -157,4 +157,4 @@ def inspect_word(ctx: CompletionContext, code: str, cursor: int) -> str:
         kind = "cell" if word.startswith("%%") else "line"
         found = ctx.magics.get((kind, word.lstrip("%")))
         return found.parser.format_help() if found else ""
-    return str(ctx.call(SHELL_INSPECT, {"shell": ctx.shell, "word": word}, timeout=COMPLETION_SECONDS)["text"])
+    return ctx.box.inspect(ctx.shell, word, timeout=COMPLETION_SECONDS)

@@ -12,7 +12,6 @@ import shlex
 from typing import Any
 
 from ... import protocol as P
-from ...protocol.methods import FS_WRITE
 from ..attach import jsonrpc as R
 from ..attach.asked import AutoAnswer, auto_answer, parse_option
 from ..attach.conversation import ARROWS, KEEP_RECORDS, RECEIVED, SENT, STDOUT, Entry
@@ -347,7 +346,7 @@ def _save(ctx: MagicContext, program: Program, path: str) -> None:
                                                     "command": program.command, "cwd": program.cwd,
                                                     "session": program.session_id})
     try:
-        done = ctx.call(FS_WRITE, {"path": path, "shell": ctx.settings["shell"], "text": text, "make_parents": True})
+        done = ctx.box.write({"path": path, "shell": ctx.settings["shell"], "text": text, "make_parents": True})
     except P.RunnerError as err:
         if err.code == P.FS_ERROR:
             raise UsageError(f"not saved: {err.message}") from None

@@ -10,7 +10,6 @@ import time
 from typing import Any
 
 from ... import protocol as P
-from ...protocol.methods import FS_LIST, FS_READ, FS_SEARCH, FS_STAT, FS_WRITE
 from ..cell.budget import Withheld
 from ..display.rich import MAX_RICH_BYTES, mime_for, rich_bundle
 from ..errors import UsageError
@@ -55,7 +54,7 @@ def read_whole(ctx: MagicContext, path: str, shell: str | None) -> bytes:
         params: dict[str, Any] = {"path": path, "offset_bytes": offset, "limit_bytes": 1024 * 1024}
         if shell:
             params["shell"] = shell
-        page = ctx.call(FS_READ, params)
+        page = ctx.box.read(params)
         if page["total_bytes"] > MAX_RICH_BYTES:
             raise UsageError(f"{path} is {page['total_bytes']} bytes, more than the {MAX_RICH_BYTES} shown at once")
         chunks.append(base64.b64decode(page["data_b64"]))
@@ -80,7 +79,7 @@ def _read(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
         return
     if args.bytes:
         offset, limit = _span(args.bytes, "--bytes")
-        page = ctx.call(FS_READ, {"path": args.path, "shell": shell, "offset_bytes": offset,
+        page = ctx.box.read({"path": args.path, "shell": shell, "offset_bytes": offset,
                                     "limit_bytes": limit if limit is not None else 4096})
         data = base64.b64decode(page["data_b64"])
         end = offset + page["length"]
@@ -96,7 +95,7 @@ def _read(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
     if first < 1 or (last is not None and last < first):
         raise UsageError(f"--lines wants 1 <= A <= B, not {args.lines}")
     count = (last - first + 1) if last is not None else 200
-    page = ctx.call(FS_READ, {"path": args.path, "shell": shell, "offset_line": first, "limit_lines": count})
+    page = ctx.box.read({"path": args.path, "shell": shell, "offset_line": first, "limit_lines": count})
     ctx.stream(page["text"] if page["text"].endswith("\n") or not page["text"] else page["text"] + "\n",
                withheld=Withheld(f"lines {page['start_line']}-{page['end_line']} of {args.path}",
                                  "ask for fewer with --lines A:B, or part of a long line with --bytes"))
@@ -133,7 +132,7 @@ def _do_write(ctx: MagicContext, args: argparse.Namespace, text: str) -> None:
     elif args.new:
         params["if_match_sha256"] = ""
     try:
-        done = ctx.call(FS_WRITE, params)
+        done = ctx.box.write(params)
     except P.RunnerError as err:
         if err.code == P.FS_ERROR:
             raise UsageError(f"not written: {err.message}") from None
@@ -156,7 +155,7 @@ def _write_line(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None
 @magic("ls", "line", "List a folder in the sandbox (default: the shell's folder).",
        lambda p: p.add_argument("path", nargs="?", default="."))
 def _ls(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
-    listing = ctx.call(FS_LIST, {"path": args.path, "shell": _shell(ctx)})
+    listing = ctx.box.list({"path": args.path, "shell": _shell(ctx)})
     rows = [[e["name"] + ("/" if e["type"] == "folder" else ""), e["type"], _size(e.get("size")),
              _when(e.get("mtime"))] for e in listing["entries"]]
     footer = f"{len(rows)} entries in {listing['path']}" + (" (truncated)" if listing.get("truncated") else "")
@@ -165,7 +164,7 @@ def _ls(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
 
 @magic("stat", "line", "Show a path's type, size, mode, time and sha256.", lambda p: p.add_argument("path"))
 def _stat(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
-    info = ctx.call(FS_STAT, {"path": args.path, "shell": _shell(ctx)})
+    info = ctx.box.stat({"path": args.path, "shell": _shell(ctx)})
     if not info.get("exists"):
         raise UsageError(f"no such file or folder: {info.get('path', args.path)}")
     rows = [["path", info["path"]], ["type", info["type"]], ["size", info.get("size")], ["mode", info.get("mode")],
@@ -188,7 +187,7 @@ def _search(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
         params["timeout_s"] = limit
     try:
         # the sandbox stops the search at its limit and says so; wait a little longer than that for its word
-        found = ctx.call(FS_SEARCH, params, timeout=60.0 if limit is None else max(60.0, limit + 30.0))
+        found = ctx.box.search(params, timeout=60.0 if limit is None else max(60.0, limit + 30.0))
     except P.RunnerError as err:
         if err.code in (P.INVALID_PARAMS, P.FS_ERROR):
             raise UsageError(err.message) from None

@@ -23,6 +23,7 @@ from ..cell.terminal_text import shown_text
 from ..errors import UsageError
 
 if TYPE_CHECKING:
+    from ...host.api import SandboxAPI
     from .table import MagicTable
 
 
@@ -41,7 +42,8 @@ class MagicContext(Protocol):
     parent: dict[str, Any]
     magics: MagicTable  # every magic the kernel knows (for %magics)
 
-    def call(self, method: str, params: dict[str, Any], timeout: float = 60.0) -> Any: ...
+    @property
+    def box(self) -> SandboxAPI: ...  # the sandbox's calls, by name
     # `withheld`: what an output is and how else to see it, said in its place past the output limit
     def stream(self, text: str, name: str = "stdout", withheld: Withheld | None = None) -> None: ...
     def note(self, text: str) -> None: ...

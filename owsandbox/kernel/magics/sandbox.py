@@ -11,7 +11,6 @@ from typing import Any
 
 from ... import protocol as P
 from ...host.providers.base import NetworkNotChanged
-from ...protocol.methods import SHELL_LIST
 from ..cell.budget import Withheld
 from ..cell.terminal_text import shown_text
 from ..errors import CellError
@@ -36,7 +35,7 @@ def show_rows(ctx: MagicContext, rows: list[tuple[str, str]], footer: str = "") 
 def _shell_names(ctx: MagicContext) -> list[str]:
     """The sandbox's shells, for the summary; none when the sandbox cannot say (it may not run)."""
     try:
-        return [shell["name"] for shell in ctx.call(SHELL_LIST, {}, timeout=10)["shells"]]
+        return [shell["name"] for shell in ctx.box.shells()]
     except (P.RunnerError, TimeoutError, OSError, KeyError, TypeError, RuntimeError):
         return []
 

@@ -8,7 +8,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ...protocol.methods import SHELL_LIST
 from ..errors import UsageError
 from .framework import MagicContext, RunOnShell, magic, show_table
 from .framework import current_shell as _shell
@@ -30,7 +29,7 @@ def _cell_on_shell(ctx: MagicContext, args: argparse.Namespace, body: str) -> Ru
 
 @magic("shells", "line", "List the sandbox's shells with their folder and whether they are busy.")
 def _shells(ctx: MagicContext, _args: argparse.Namespace, _body: str) -> None:
-    shells = ctx.call(SHELL_LIST, {}, timeout=10)["shells"]
+    shells = ctx.box.shells()
     current = _shell(ctx)
     rows = [[("* " if s["name"] == current else "  ") + s["name"], s["cwd"],
              f"busy ({s['running_s']:.1f} s): {s['command']}" if s["busy"] else "idle"] for s in shells]

@@ -28,7 +28,6 @@ from ...host.snapshots.store import (
     StoreTampered,
     summarize,
 )
-from ...protocol.methods import SHELL_LIST, SHELL_RUN
 from ..errors import CellError, UsageError
 from ..teaching import checks
 from ..teaching.recording import Recorder, RecordingError
@@ -140,7 +139,7 @@ def _start_shells(ctx: TeachingContext, shells: dict[str, str], host_workspace: 
     it); their names, as a sentence."""
     sandbox = ctx.sandbox
     try:
-        ctx.call(SHELL_LIST, {}, timeout=60)  # the client is back, on the new sandbox
+        ctx.box.shells(timeout=60)  # the client is back, on the new sandbox
     except (P.RunnerError, TimeoutError):
         return ""
     started = []
@@ -148,7 +147,7 @@ def _start_shells(ctx: TeachingContext, shells: dict[str, str], host_workspace: 
         folder = _existing(folder, sandbox.cwd, host_workspace)
         sandbox.shell_folders[shell] = folder
         try:
-            ctx.call(SHELL_RUN, {"shell": shell, "command": "true", "cwd": folder}, timeout=30)
+            ctx.box.run({"shell": shell, "command": "true", "cwd": folder}, timeout=30)
         except (P.RunnerError, TimeoutError):
             continue
         started.append(f"{shell} (in {folder})")

@@ -1,0 +1,103 @@
+"""The runner protocol as calls by name: what a kernel or a tool asks of a sandbox.
+
+Everything on this side that talks to a box goes through here (the client underneath matches answers
+to calls, resumes and reconnects); the method names are the protocol's, and besides the client's own
+session calls and the executor, this is the only host module that names them. Results are the
+protocol's typed shapes (`protocol.messages`). A `SandboxAPI` is cheap: it is made over whatever
+does the calling, a `RunnerClient` (`over`) or a caller that adjusts params first (the kernel's
+magics drop a shell that has not run a cell yet).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..protocol import messages as M
+from ..protocol.methods import (
+    FS_LIST,
+    FS_READ,
+    FS_SEARCH,
+    FS_STAT,
+    FS_WRITE,
+    SHELL_CLOSE,
+    SHELL_COMPLETE,
+    SHELL_INPUT,
+    SHELL_INSPECT,
+    SHELL_INTERRUPT,
+    SHELL_LIST,
+    SHELL_RUN,
+)
+
+if TYPE_CHECKING:
+    from .client import Call, Notification, RunnerClient
+
+CallFn = Callable[..., Any]  # call(method, params, timeout=SECONDS) -> the result, or raises RunnerError
+StartFn = Callable[..., "Call"]  # start(method, params, on_notification=..., on_done=...) -> the call in flight
+
+
+class SandboxAPI:
+    def __init__(self, call: CallFn, start: StartFn | None = None) -> None:
+        self._call = call
+        self._start = start
+
+    def _starter(self) -> StartFn:
+        if self._start is None:
+            raise RuntimeError("this SandboxAPI only makes calls it waits for (made without a starter)")
+        return self._start
+
+    @classmethod
+    def over(cls, client: RunnerClient) -> SandboxAPI:
+        return cls(client.call, client.start_call)
+
+    # -- shells ---------------------------------------------------------------------------------
+
+    def start_run(self, params: M.RunParams, on_notification: Notification | None = None,
+                  on_done: Callable[[], None] | None = None) -> Call:
+        """`shell.run`, not waited for: live output goes to `on_notification`, the result to the call."""
+        return self._starter()(SHELL_RUN, dict(params), on_notification=on_notification, on_done=on_done)
+
+    def run(self, params: M.RunParams, timeout: float) -> M.RunResult:
+        return self._call(SHELL_RUN, dict(params), timeout=timeout)
+
+    def interrupt(self, shell: str) -> Call:
+        """Stop the command running on `shell` (Stop); not waited for: its `shell.run` says how it ended."""
+        return self._starter()(SHELL_INTERRUPT, {"shell": shell})
+
+    def interrupt_and_wait(self, shell: str, timeout: float = 10.0) -> bool:
+        """Stop the command running on `shell`; whether one was running."""
+        return bool(self._call(SHELL_INTERRUPT, {"shell": shell}, timeout=timeout).get("interrupted"))
+
+    def give_input(self, params: M.InputParams, timeout: float = 10.0) -> dict[str, Any]:
+        """Type an answer (or end of input) into the command waiting on its terminal."""
+        return self._call(SHELL_INPUT, dict(params), timeout=timeout)
+
+    def shells(self, timeout: float = 10.0) -> list[M.ShellInfo]:
+        return list(self._call(SHELL_LIST, {}, timeout=timeout)["shells"])
+
+    def close_shell(self, shell: str, timeout: float = 10.0) -> dict[str, Any]:
+        return self._call(SHELL_CLOSE, {"shell": shell}, timeout=timeout)
+
+    def complete(self, params: dict[str, Any], timeout: float) -> list[str]:
+        return list(self._call(SHELL_COMPLETE, params, timeout=timeout)["matches"])
+
+    def inspect(self, shell: str, word: str, timeout: float) -> str:
+        return str(self._call(SHELL_INSPECT, {"shell": shell, "word": word}, timeout=timeout)["text"])
+
+    # -- files ----------------------------------------------------------------------------------
+
+    def read(self, params: dict[str, Any], timeout: float = 60.0) -> dict[str, Any]:
+        """`fs.read`: a page of lines (`ReadLinesResult`) or of bytes (`ReadBytesResult`, `offset_bytes`)."""
+        return self._call(FS_READ, params, timeout=timeout)
+
+    def write(self, params: dict[str, Any], timeout: float = 60.0) -> M.WriteResult:
+        return self._call(FS_WRITE, params, timeout=timeout)
+
+    def list(self, params: dict[str, Any], timeout: float = 60.0) -> M.ListResult:
+        return self._call(FS_LIST, params, timeout=timeout)
+
+    def stat(self, params: dict[str, Any], timeout: float = 60.0) -> M.StatResult:
+        return self._call(FS_STAT, params, timeout=timeout)
+
+    def search(self, params: dict[str, Any], timeout: float = 60.0) -> M.SearchResult:
+        return self._call(FS_SEARCH, params, timeout=timeout)
