@@ -12,7 +12,6 @@ the reading, the writing and the threads.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -102,8 +101,8 @@ class Session:
     def unacked(self) -> bool:
         return self.seqs.contiguous > self.acked
 
-    def fail_all(self, error: P.RunnerError, settle: Callable[[Call, P.RunnerError], None] | None = None) -> None:
+    def fail_all(self, error: P.RunnerError) -> None:
         """Every call in flight fails with `error` (the client was closed, the box is gone)."""
         calls, self.calls = list(self.calls.values()), {}
         for call in calls:
-            (settle or (lambda c, e: c.settle(error=e)))(call, error)
+            call.settle(error=error)

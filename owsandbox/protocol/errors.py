@@ -10,6 +10,12 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+__all__ = ["PARSE_ERROR", "INVALID_REQUEST", "METHOD_NOT_FOUND", "INVALID_PARAMS", "INTERNAL_ERROR", "SHELL_BUSY",
+           "UNKNOWN_SHELL", "UNKNOWN_TASK", "FS_ERROR", "VERSION_MISMATCH", "RUNNER_RESTARTED",
+           "RUNNER_UNREACHABLE", "SHELL_EXITED", "RunnerError", "ParseError", "InvalidRequest", "MethodNotFound",
+           "InvalidParams", "InternalError", "ShellBusy", "UnknownShell", "UnknownTask", "FsError",
+           "VersionMismatch", "RunnerRestarted", "RunnerUnreachable", "ShellExited", "from_error"]
+
 # JSON-RPC's own codes.
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
