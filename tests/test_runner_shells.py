@@ -258,6 +258,36 @@ def test_exit_ends_the_shell_and_the_next_command_gets_a_new_one_in_the_same_fol
     assert ex.run("echo [$GONE] ${PWD##*/}")["output"] == "[] here\n"
 
 
+@pytest.mark.parametrize("box", ["local", "bwrap"], indirect=True)  # a race in the daemon: the same behind any relay
+def test_a_shell_that_ends_with_its_command_never_holds_up_the_next(box, workspace):
+    """bash can read a command, end (`set -e; false`) and be reaped while the daemon is still handing it
+    the line: the command's answer says the shell exited and the next command gets a new shell, every
+    time (once in a few hundred, the daemon stopped reading its client there)."""
+    _, client = box
+    (workspace / "here").mkdir()
+    ex = RunnerExecutor(client, cwd=str(workspace))
+    for attempt in range(400):
+        ex.run("cd here")
+        ended = ex.run("set -e; false", timeout=20)
+        assert ended["outcome"] == "shell_exited", (attempt, ended)
+        again = ex.run("echo ${PWD##*/}", timeout=20)
+        assert again["output"] == "here\n", (attempt, again)
+        ex.run("cd ..")
+
+
+@pytest.mark.parametrize("box", ["local"], indirect=True)  # the daemon's own threads: the same behind any relay
+def test_a_timeout_holds_no_thread_once_its_command_has_ended(box):
+    """A command's timeout is a timer thread in the daemon; one left waiting out its hour after the command
+    ended would pile up cell by cell until the box's process limit refused the next thread."""
+    _, client = box
+    ex = RunnerExecutor(client)
+    threads = "ls /proc/$PPID/task | wc -l"  # the shell's parent is the daemon
+    before = int(ex.run(threads)["output"])
+    for _ in range(60):
+        assert ex.run("true", timeout=3600)["exit_code"] == 0
+    assert int(ex.run(threads)["output"]) <= before + 5  # a cancelled timer's thread may take a moment to go
+
+
 def test_bytes_that_are_not_utf8_do_not_break_frames(box):
     _, client = box
     frames: list[dict] = []

@@ -84,6 +84,25 @@ class Dispatcher:
     # -- routing ----------------------------------------------------------------------------
 
     def handle(self, conn: Connection, message: dict[str, Any]) -> None:
+        """Called by the connection's reader for each message. What goes wrong in one request is that
+        request's error, and the reader lives on: one that died would leave the client waiting on an
+        open connection for ever."""
+        try:
+            self._route(conn, message)
+        except Exception as exc:  # noqa: BLE001 - the daemon keeps serving
+            request_id = message.get("id")
+            log.exception("request %s (%s) failed", request_id, message.get("method"))
+            if request_id is None:
+                return
+            error = P.error(request_id, P.INTERNAL_ERROR, f"the sandbox's daemon failed on this request: "
+                                                          f"{type(exc).__name__}: {exc}")
+            state, frame = self.records.answer_unanswered(request_id, error)
+            if frame is not None:
+                self._send_live(frame)
+            elif state is None:  # not work (a control request): answered where it came from
+                conn.send(P.encode(error))
+
+    def _route(self, conn: Connection, message: dict[str, Any]) -> None:
         method = message.get("method")
         request_id = message.get("id")
         raw_params = message.get("params", {})
@@ -228,7 +247,12 @@ class Dispatcher:
         shell = self.shells.running(name)
         if shell is None:
             return False
-        self._start(request_id, shell, command, options)
+        try:
+            shell.run(*self._run_args(request_id, shell, command), **options)
+        except P.RunnerError as err:
+            if err.code == P.SHELL_EXITED:
+                return False  # it ended just now, nothing given to it: the long way starts a new one
+            self._answer(request_id, err=err)
         return True
 
     def _shell_run(self, request_id: Any, p: dict[str, Any]) -> object:
@@ -237,6 +261,14 @@ class Dispatcher:
         return DEFERRED
 
     def _start(self, request_id: Any, shell: Shell, command: str, options: dict[str, Any]) -> None:
+        try:
+            shell.run(*self._run_args(request_id, shell, command), **options)
+        except P.RunnerError as err:
+            self._answer(request_id, err=err)
+
+    def _run_args(self, request_id: Any, shell: Shell, command: str) -> tuple[str, Callable[[dict[str, Any]], None],
+                                                                              Callable[[dict[str, Any]], None]]:
+        """`Shell.run`'s command and callbacks for a request: its live frames and its answer."""
         name = shell.name
 
         def on_live(frame: dict[str, Any]) -> None:
@@ -252,10 +284,7 @@ class Dispatcher:
             self.shells.remember(shell)
             self._answer(request_id, result)
 
-        try:
-            shell.run(command, on_done, on_live, **options)
-        except P.RunnerError as err:
-            self._answer(request_id, err=err)
+        return command, on_done, on_live
 
     def _shell_input(self, p: dict[str, Any]) -> dict[str, Any]:
         name = params.get(p, "shell", str, "main")

@@ -99,6 +99,13 @@ class RequestLedger:
     def answered(self, request_id: Any, seq: int) -> None:
         self._ids[self._key(request_id)] = seq
 
+    def state(self, request_id: Any) -> str | None:
+        """RUNNING or ANSWERED for an id seen, None for one never begun (or forgotten)."""
+        key = self._key(request_id)
+        if key not in self._ids:
+            return None
+        return RUNNING if self._ids[key] is None else ANSWERED
+
     def running(self) -> int:
         return sum(1 for seq in self._ids.values() if seq is None)
 
@@ -122,14 +129,23 @@ class Records:
 
     def answer(self, request_id: Any, message: dict[str, Any]) -> bytes:
         """Keep `message` (a result or an error) under the next seq; the frame to send."""
+        with self._lock:
+            return self._keep(request_id, message)
 
+    def answer_unanswered(self, request_id: Any, message: dict[str, Any]) -> tuple[str | None, bytes | None]:
+        """`answer`, only for a request still running: (its state before, the frame or None). For
+        an error found after the request may have been answered already: never a second answer."""
+        with self._lock:
+            state = self.ledger.state(request_id)
+            return state, self._keep(request_id, message) if state == RUNNING else None
+
+    def _keep(self, request_id: Any, message: dict[str, Any]) -> bytes:
         def frame_for(seq: int) -> bytes:
             message["seq"] = seq
             return P.encode(message)
 
-        with self._lock:
-            seq, frame = self.outbox.add(frame_for, request_id)
-            self.ledger.answered(request_id, seq)
+        seq, frame = self.outbox.add(frame_for, request_id)
+        self.ledger.answered(request_id, seq)
         return frame
 
     def ack(self, seq: int) -> None:

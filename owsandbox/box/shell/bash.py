@@ -161,6 +161,7 @@ class Command:
         self.on_live = on_live
         self.on_done = on_done
         self.timeout_s = timeout_s
+        self.timer: threading.Timer | None = None  # its timeout, cancelled when it ends: a thread each
         self.started = time.monotonic()
         self.exit_code: int | None = None
         self.cwd: str | None = None
@@ -302,17 +303,26 @@ class Shell:
             output_limit: int | None = None, terminal: bool = False, merge: bool = False, stdin: bool = False,
             cols: int = DEFAULT_COLS, rows: int = DEFAULT_ROWS) -> None:
         first_pid = procstat.last_pid()  # read before the command can start a job
+        limit = self.output_limit if output_limit is None else min(output_limit, MAX_OUTPUT_LIMIT)
+        cmd = Command(command, secrets.token_hex(8), OutputRecord(limit, self._open_log),
+                      LiveBatcher(self.live_delay), on_live, on_done, timeout_s)
+        cmd.terminal, cmd.allow_stdin = terminal, stdin and on_live is not None
+        cmd.first_pid = first_pid
+        if timeout_s is not None:  # `_finish` cancels it: its thread ends with the command
+            cmd.timer = threading.Timer(timeout_s, self._stop, args=(cmd, "timeout"))
+            cmd.timer.daemon = True
         with self._lock:
             if not self.alive:
                 raise RunnerError(P.SHELL_EXITED, f"shell '{self.name}' has exited")
             if self._current is not None:
                 raise RunnerError(SHELL_BUSY, f"shell '{self.name}' is running another command")
-            token = secrets.token_hex(8)
-            limit = self.output_limit if output_limit is None else min(output_limit, MAX_OUTPUT_LIMIT)
-            cmd = Command(command, token, OutputRecord(limit, self._open_log),
-                          LiveBatcher(self.live_delay), on_live, on_done, timeout_s)
-            cmd.terminal, cmd.allow_stdin = terminal, stdin and on_live is not None
-            cmd.first_pid = first_pid
+            if cmd.timer is not None:
+                try:
+                    cmd.timer.start()  # the command is not current yet: it cannot have ended
+                except RuntimeError as exc:  # no thread to spare in the box: nothing was started
+                    raise RunnerError(INTERNAL_ERROR, f"no thread for the command's timeout ({exc}): the "
+                                      "sandbox's process limit is reached; end some of its processes") from exc
+            token = cmd.token
             self._current = cmd
             self.last_command = command
             self._refresh_at = None  # a command that comes at once goes first: the definitions wait
@@ -331,15 +341,16 @@ class Shell:
         cmd.notice_channel = notice_channel(terminal, merge)
         stdin = f"&{TTY_OUT_FD}" if terminal else "/dev/null"
         lines += command_line(command, self._last_status, stdin) + marker_lines(token, *cmd.marker_fds)
-        try:
-            self._write(lines)
-        except OSError:
-            pass  # the reader sees the shell go and finishes the command
+        # Written under the lock `_exited` takes to mark the shell gone before it closes the pipes:
+        # bash may read the line, end (`set -e; false`) and be reaped while this thread is still in
+        # the pipe's flush, and a pipe closed under a writer raises ValueError, not OSError.
+        with self._lock:
+            if self.alive:
+                try:
+                    self._write(lines)
+                except OSError:
+                    pass  # the reader sees the shell go and finishes the command
         self._wake()
-        if timeout_s is not None:
-            timer = threading.Timer(timeout_s, self._stop, args=(cmd, "timeout"))
-            timer.daemon = True
-            timer.start()
 
     def write_definitions(self, timeout: float = 1.0) -> bool:
         """Have the shell write its functions, aliases and PATH to `definitions_path`, if it is idle;
@@ -425,8 +436,12 @@ class Shell:
                     pass  # full: the reader is woken already
 
     def _write(self, text: str) -> None:
-        self._stdin.write(text.encode("utf-8", "surrogateescape"))
-        self._stdin.flush()
+        """Give bash `text`; OSError when it cannot take it (gone, or its pipe closed since)."""
+        try:
+            self._stdin.write(text.encode("utf-8", "surrogateescape"))
+            self._stdin.flush()
+        except ValueError as exc:  # closed by `_exited`: as gone as a broken pipe
+            raise BrokenPipeError(f"shell '{self.name}' has exited: {exc}") from exc
 
     def _open_log(self) -> tuple[str, IO[bytes]]:
         folder = self.log_dir or os.path.join(os.environ.get("TMPDIR", "/tmp"), f"owsandbox-logs-{os.getuid()}")
@@ -800,6 +815,8 @@ class Shell:
                 self._last_status = cmd.exit_code
             if self._definitions_used:
                 self._refresh_at = time.monotonic() + DEFINITIONS_REFRESH_SECONDS
+        if cmd.timer is not None:
+            cmd.timer.cancel()  # its thread ends now, not when the timeout would have come
         cmd.batcher.discard()  # what the live view did not get yet is in the record
         output = cmd.record.finish()
         outcome, error = cmd.ending(error, outcome)

@@ -1,0 +1,76 @@
+"""The daemon's router: a request that fails in a way nobody foresaw is answered with that failure,
+once, and the connection's reader goes on to the next message (one that died would leave the client
+waiting on an open connection for ever)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from owsandbox import protocol as P
+from owsandbox.box.dispatch import Dispatcher
+from owsandbox.box.outbox import ANSWERED, RUNNING, Records
+from owsandbox.box.shell.registry import ShellRegistry
+from owsandbox.protocol.methods import SHELL_LIST, SHELL_RUN
+
+pytestmark = pytest.mark.unit
+
+
+class Collected:
+    """Stands for the client's connection (no socket in a unit test): what was sent on it."""
+
+    def __init__(self) -> None:
+        self.frames: list[dict[str, Any]] = []
+
+    def send(self, frame: bytes) -> bool:
+        self.frames.append(json.loads(frame))
+        return True
+
+
+class BrokenShell:
+    """A shell whose `run` fails unforeseen, as a pipe closed under its writer once did."""
+
+    name = "main"
+    alive = True
+
+    def run(self, *_args: Any, **_options: Any) -> None:
+        raise ValueError("I/O operation on closed file.")
+
+
+class Registry(ShellRegistry):
+    """The real registry, with the broken shell up under the name `main`."""
+
+    def running(self, name: str) -> Any:
+        return BrokenShell() if name == "main" else None
+
+
+def dispatcher(tmp_path: Any) -> tuple[Dispatcher, Collected]:
+    sent = Collected()
+    shells = Registry(str(tmp_path))
+    return Dispatcher(Records(), shells, sent.send, lambda: {}, "instance"), sent
+
+
+def test_an_unforeseen_failure_answers_the_request_and_the_next_is_read(tmp_path):
+    router, sent = dispatcher(tmp_path)
+    router.handle(sent, P.request("r1", SHELL_RUN, {"shell": "main", "command": "true"}))
+    router.handle(sent, P.request("r2", SHELL_LIST, {}))
+    first, second = sent.frames
+    assert first["id"] == "r1" and first["error"]["code"] == P.INTERNAL_ERROR
+    assert first["error"]["message"] == ("the sandbox's daemon failed on this request: ValueError: I/O operation "
+                                         "on closed file.")
+    assert "seq" in first  # kept like any answer: a client that reconnects gets it again
+    assert second["id"] == "r2" and second["result"] == {"shells": []}
+
+
+def test_a_failure_after_the_answer_went_adds_no_second_answer():
+    records = Records()
+    assert records.begin("r1")[0] == "new"
+    records.answer("r1", P.result("r1", {"exit_code": 0}))
+    assert records.answer_unanswered("r1", P.error("r1", P.INTERNAL_ERROR, "late")) == (ANSWERED, None)
+    assert records.answer_unanswered("never-seen", P.error("never-seen", P.INTERNAL_ERROR, "x")) == (None, None)
+    records.begin("r2")
+    state, frame = records.answer_unanswered("r2", P.error("r2", P.INTERNAL_ERROR, "failed"))
+    assert state == RUNNING and json.loads(frame)["error"]["message"] == "failed"
+    assert records.begin("r2")[0] == ANSWERED
