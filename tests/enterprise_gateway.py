@@ -5,7 +5,8 @@ hold, so it lives in a virtual environment of its own (`.venv-eg` beside the pro
 kept: CI makes it in .ci/run). It runs in the network namespace `gw` of tests/gateway_hosts.py, on
 that namespace's loopback, with HOME a folder holding the ssh key and the hosts' keys (paramiko reads
 `~/.ssh`), and finds the kernelspec that `owsandbox install --enterprise-gateway ssh` wrote through
-JUPYTER_PATH.
+JUPYTER_PATH. For the Docker kernels (tests/test_enterprise_gateway_docker.py) it runs in the network
+namespace of the tests' dockerd instead, with its response address on that dockerd's bridge.
 """
 
 from __future__ import annotations
@@ -53,15 +54,19 @@ def install_spec(prefix: Path, hosts: list[str]) -> Path:
 class EnterpriseGateway:
     """One `jupyter enterprisegateway` in the gateway namespace, spoken to over REST and WebSockets."""
 
-    def __init__(self, network: GatewayNetwork, spec_prefix: Path, log_path: Path) -> None:
+    def __init__(self, network: GatewayNetwork, spec_prefix: Path, log_path: Path,
+                 response_ip: str = GATEWAY_ADDRESSES[0], extra_env: dict[str, str] | None = None,
+                 kernel_name: str = KERNEL_NAME) -> None:
         self.network = network
+        self.kernel_name = kernel_name
         self.token = secrets.token_hex(16)
         self.log_path = log_path
         env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "EG_", "KERNEL_"))}
         env.update(HOME=str(network.home), JUPYTER_PATH=str(spec_prefix / "share" / "jupyter"),
                    JUPYTER_RUNTIME_DIR=str(network.folder / "gateway-runtime"),
-                   EG_RESPONSE_IP=GATEWAY_ADDRESSES[0], EG_KERNEL_LOG_DIR=str(network.folder),
+                   EG_RESPONSE_IP=response_ip, EG_KERNEL_LOG_DIR=str(network.folder),
                    EG_AUTH_TOKEN=self.token)  # as the README starts it
+        env.update(extra_env or {})
         argv = network.in_gateway([str(gateway_venv()), "--ip=127.0.0.1", f"--port={PORT}", "--debug"])
         self._log = log_path.open("wb")
         self.process = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.PIPE)
@@ -97,7 +102,7 @@ class EnterpriseGateway:
             conn.close()
 
     def start_kernel(self, env: dict[str, str] | None = None) -> str:
-        status, body = self.request("POST", "/api/kernels", {"name": KERNEL_NAME, "env": env or {}})
+        status, body = self.request("POST", "/api/kernels", {"name": self.kernel_name, "env": env or {}})
         assert status == 201, (status, body)
         return body["id"]
 
