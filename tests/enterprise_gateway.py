@@ -18,9 +18,12 @@ import secrets
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from .containers import Docker, Podman, docker_tools
 from .gateway_hosts import GATEWAY_ADDRESSES, GatewayNetwork, socket_in
 from .kernel_ws import KernelWebSocket
 
@@ -29,6 +32,8 @@ EG_VENV = Path(__file__).resolve().parents[1] / ".venv-eg"
 PORT = 8888  # on the gateway namespace's own loopback
 START_SECONDS = 90
 KERNEL_NAME = "owsandbox-eg"
+DOCKER_KERNEL_NAME = "owsandbox-eg-docker"
+BRIDGE = "203.0.113.1/24"  # TEST-NET-3: the bridge's address in the namespace of the Docker kernels' dockerd
 
 
 def gateway_venv() -> Path:
@@ -120,3 +125,33 @@ class EnterpriseGateway:
                 self.process.kill()
                 self.process.wait()
         self._log.close()
+
+
+@contextmanager
+def docker_gateway(folder: Path) -> Iterator[tuple[EnterpriseGateway, Docker, str]]:
+    """The gateway for Docker kernels: the tests' dockerd with a bridge in a namespace of its own, the
+    image with owsandbox (built or found), the README's `owsandbox install --enterprise-gateway docker`,
+    and the gateway in the dockerd's namespace, its response address on the bridge. Everything ends
+    with the context; a kernel container still there then fails it."""
+    podman = Podman(folder)
+    with Docker.started(podman, bridge=BRIDGE) as docker:
+        image = docker.owsandbox_image()
+        prefix = folder / "spec"
+        client = docker_tools()
+        assert client is not None and docker.netns is not None
+        done = subprocess.run([str(Path(sys.executable).parent / "owsandbox"), "install", "--enterprise-gateway",
+                               "docker", "--image", image, "--docker", client[1], "--prefix", str(prefix),
+                               "--name", DOCKER_KERNEL_NAME], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        (folder / "home").mkdir(exist_ok=True)
+        network = GatewayNetwork(gateway=docker.netns, hosts=[], folder=folder, home=folder / "home")
+        gateway = EnterpriseGateway(network, prefix, folder / "gateway.log", response_ip=BRIDGE.split("/")[0],
+                                    extra_env={**docker.settings, "EG_DOCKER_NETWORK": "bridge",
+                                               "EG_MIRROR_WORKING_DIRS": "true", "EG_INHERITED_ENVS": "DOCKER_HOST"},
+                                    kernel_name=DOCKER_KERNEL_NAME)
+        try:
+            yield gateway, docker, image
+        finally:
+            gateway.stop()
+            left = docker.run("ps", "--all", "--quiet", "--filter", "label=app=enterprise-gateway").stdout.split()
+            assert not left, f"kernel containers left after the gateway ended: {left}"

@@ -12,24 +12,19 @@ bubblewrap nested in the kernel's container.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from .containers import IMAGE, MARKER, Docker, Podman, docker_tools, require_docker, require_podman
-from .enterprise_gateway import EnterpriseGateway
-from .gateway_hosts import GatewayNetwork
+from .containers import IMAGE, MARKER, Docker, require_docker, require_podman
+from .enterprise_gateway import DOCKER_KERNEL_NAME as KERNEL
+from .enterprise_gateway import EnterpriseGateway, docker_gateway
 from .waiting import wait_until
 
 pytestmark = pytest.mark.system
 
-BRIDGE = "203.0.113.1/24"  # TEST-NET-3: the bridge's address in the dockerd's namespace
-BRIDGE_IP = BRIDGE.split("/")[0]
-KERNEL = "owsandbox-eg-docker"
 USER = {"KERNEL_USERNAME": "student"}
 
 
@@ -46,30 +41,12 @@ def place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Place]:
     require_podman()
     require_docker()
     folder = tmp_path_factory.mktemp("egdocker")
-    podman = Podman(folder)
-    with Docker.started(podman, bridge=BRIDGE) as docker:
-        image = docker.owsandbox_image()
-        prefix = folder / "spec"
-        client = docker_tools()
-        assert client is not None
-        done = subprocess.run([str(Path(sys.executable).parent / "owsandbox"), "install", "--enterprise-gateway",
-                               "docker", "--image", image, "--docker", client[1], "--prefix", str(prefix),
-                               "--name", KERNEL], capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
-        (folder / "home").mkdir()
-        assert docker.netns is not None
-        network = GatewayNetwork(gateway=docker.netns, hosts=[], folder=folder, home=folder / "home")
-        gateway = EnterpriseGateway(network, prefix, folder / "gateway.log", response_ip=BRIDGE_IP,
-                                    extra_env={**docker.settings, "EG_DOCKER_NETWORK": "bridge",
-                                               "EG_MIRROR_WORKING_DIRS": "true", "EG_INHERITED_ENVS": "DOCKER_HOST"},
-                                    kernel_name=KERNEL)
-        try:
+    try:
+        with docker_gateway(folder) as (gateway, docker, image):
             yield Place(gateway, docker, image, folder)
-        finally:
-            gateway.stop()
-            print(f"gateway log:\n{gateway.log()[-6000:]}")
-            left = containers(docker)
-            assert not left, f"containers left after the gateway ended: {left}"
+    finally:
+        log = folder / "gateway.log"
+        print(f"gateway log:\n{log.read_text(errors='replace')[-6000:] if log.exists() else '(none)'}")
 
 
 def containers(docker: Docker, kernel_id: str | None = None) -> list[str]:
