@@ -33,6 +33,7 @@ PORT = 8888  # on the gateway namespace's own loopback
 START_SECONDS = 90
 KERNEL_NAME = "owsandbox-eg"
 DOCKER_KERNEL_NAME = "owsandbox-eg-docker"
+DOCKER_LOCAL_KERNEL_NAME = "owsandbox-eg-docker-local"  # --provider local: the container is the sandbox
 BRIDGE = "203.0.113.1/24"  # TEST-NET-3: the bridge's address in the namespace of the Docker kernels' dockerd
 
 
@@ -130,7 +131,8 @@ class EnterpriseGateway:
 @contextmanager
 def docker_gateway(folder: Path) -> Iterator[tuple[EnterpriseGateway, Docker, str]]:
     """The gateway for Docker kernels: the tests' dockerd with a bridge in a namespace of its own, the
-    image with owsandbox (built or found), the README's `owsandbox install --enterprise-gateway docker`,
+    image with owsandbox (built or found), the README's `owsandbox install --enterprise-gateway docker`
+    (and the same with `--provider local`),
     and the gateway in the dockerd's namespace, its response address on the bridge. Everything ends
     with the context; a kernel container still there then fails it."""
     podman = Podman(folder)
@@ -139,10 +141,11 @@ def docker_gateway(folder: Path) -> Iterator[tuple[EnterpriseGateway, Docker, st
         prefix = folder / "spec"
         client = docker_tools()
         assert client is not None and docker.netns is not None
-        done = subprocess.run([str(Path(sys.executable).parent / "owsandbox"), "install", "--enterprise-gateway",
-                               "docker", "--image", image, "--docker", client[1], "--prefix", str(prefix),
-                               "--name", DOCKER_KERNEL_NAME], capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
+        for name, provider in ((DOCKER_KERNEL_NAME, []), (DOCKER_LOCAL_KERNEL_NAME, ["--provider", "local"])):
+            done = subprocess.run([str(Path(sys.executable).parent / "owsandbox"), "install", "--enterprise-gateway",
+                                   "docker", "--image", image, "--docker", client[1], "--prefix", str(prefix),
+                                   "--name", name, *provider], capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, done.stderr
         (folder / "home").mkdir(exist_ok=True)
         network = GatewayNetwork(gateway=docker.netns, hosts=[], folder=folder, home=folder / "home")
         gateway = EnterpriseGateway(network, prefix, folder / "gateway.log", response_ip=BRIDGE.split("/")[0],

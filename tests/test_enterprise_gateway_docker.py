@@ -20,6 +20,7 @@ import pytest
 
 from .containers import IMAGE, MARKER, Docker, require_docker, require_podman
 from .enterprise_gateway import DOCKER_KERNEL_NAME as KERNEL
+from .enterprise_gateway import DOCKER_LOCAL_KERNEL_NAME as LOCAL_KERNEL
 from .enterprise_gateway import EnterpriseGateway, docker_gateway
 from .waiting import wait_until
 
@@ -150,6 +151,23 @@ def test_a_restart_is_a_new_container_and_delete_leaves_nothing(place: Place) ->
         assert "No such file" in cell.text() and "bwrap" in cell.text(), cell.outputs
     finally:
         ws.close()
+    delete(place, kernel_id)
+
+
+def test_the_local_provider_makes_the_container_the_sandbox_and_says_so(place: Place) -> None:
+    status, body = place.gateway.request("POST", "/api/kernels", {"name": LOCAL_KERNEL, "env": USER})
+    assert status == 201, (status, body)
+    kernel_id = body["id"]
+    ws = place.gateway.websocket(kernel_id)
+    try:
+        cell = ws.run(f"cat {MARKER}; id -u", 60)
+        assert cell.status == "ok" and cell.text().split() == [IMAGE, "1000"], cell.outputs
+        assert "local" in cell.plain(), cell.outputs  # the banner names the provider
+    finally:
+        ws.close()
+    top = place.docker.run("top", container_of(place, kernel_id), "-eo", "pid,args").stdout
+    assert "gateway-kernel" in top and "bwrap" not in top, top
+    assert "provider local: the container itself is the kernel's sandbox" in place.gateway.log()
     delete(place, kernel_id)
 
 
