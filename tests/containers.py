@@ -24,9 +24,10 @@ our own (`CONTAINERS_CONF`), which picks the `runc` runtime and clears podman's 
   its own (made and removed with it), with a bridge of that address: containers get addresses on it
   that a program in the namespace reaches (`netns`), as Enterprise Gateway's DockerProcessProxy needs.
   Still no iptables rules and no forwarding, and nothing of this machine's own network changes.
-* `Podman.owsandbox_image()`: `image()` with bubblewrap (the .deb apt has for this machine, installed
-  with dpkg), owsandbox's dependencies (with its gateway extra) staged here by pip, a user `student`
-  (uid 1000, gid 100, Enterprise Gateway's defaults) whose home is the image's working folder, and
+* `Podman.owsandbox_image()`: `image()` with bubblewrap (Debian's package, the one apt kept when it
+  installed bubblewrap here or else downloaded by apt, installed with dpkg), owsandbox's dependencies
+  (with its gateway extra) staged here by pip, a user `student` (uid 1000, gid 100, Enterprise
+  Gateway's defaults) whose home is the image's working folder, and
   owsandbox itself from this source tree on top, as its own layer: the dependencies' image is kept
   while pyproject.toml stays the same, the top one while owsandbox's files do.
 """
@@ -57,8 +58,9 @@ IMAGE = f"localhost/owsandbox-test-bookworm:{RECIPE}"
 MINIMAL_IMAGE = f"localhost/owsandbox-test-bookworm-python3-minimal:{RECIPE}"
 NO_PYTHON_IMAGE = f"localhost/owsandbox-test-bookworm-no-python:{RECIPE}"
 MARKER = "/etc/owsandbox-test-image"
-OWSANDBOX_DEPS_IMAGE = "localhost/owsandbox-test-eg-deps"  # :RECIPE-<hash of pyproject.toml>
-OWSANDBOX_IMAGE = "localhost/owsandbox-test-eg-kernel"  # :RECIPE-<hash of owsandbox/>
+OWSANDBOX_RECIPE = "1"  # of the two images below (their own, on top of the base image's)
+OWSANDBOX_DEPS_IMAGE = "localhost/owsandbox-test-eg-deps"  # :<recipes>-<hash of pyproject.toml>
+OWSANDBOX_IMAGE = "localhost/owsandbox-test-eg-kernel"  # :<recipes>-<hash of owsandbox/>
 IMAGE_USER = ("student", 1000, 100)
 PROJECT = Path(__file__).resolve().parents[1]
 MIRROR_ENV = "OWSANDBOX_TEST_DEBIAN_MIRROR"  # a Debian mirror, when apt's sources here name none
@@ -71,6 +73,25 @@ def _digest(paths: list[Path]) -> str:
     for path in paths:
         digest.update(str(path.relative_to(PROJECT)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:12]
+
+
+def _bubblewrap_deb(folder: Path) -> list[Path]:
+    """Debian's bubblewrap package in `folder`: the one apt kept when it installed bubblewrap here, else
+    downloaded by apt (its lists may be older than the mirror after a while: the kept one goes first)."""
+    version = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "bubblewrap"], capture_output=True, text=True,
+                             timeout=30).stdout.strip()
+    kept = sorted(Path("/var/cache/apt/archives").glob(f"bubblewrap_{version.replace(':', '%3a')}_*.deb"))
+    if version and kept:
+        shutil.copy(kept[0], folder)
+    else:
+        done = subprocess.run(["apt-get", "download", "bubblewrap"], cwd=folder, capture_output=True, text=True,
+                              timeout=300)
+        if done.returncode != 0:
+            raise RuntimeError(f"apt-get download bubblewrap failed: {done.stderr.strip()}")
+    debs = list(folder.glob("bubblewrap_*.deb"))
+    if not debs:
+        raise RuntimeError("no bubblewrap package for the image")
+    return debs
 
 
 def _tool(name: str) -> str | None:
@@ -175,14 +196,14 @@ class Podman:
 
     def owsandbox_image(self) -> str:
         """The Debian image with bubblewrap and owsandbox installed (see the module's docstring)."""
-        deps = f"{OWSANDBOX_DEPS_IMAGE}:{RECIPE}-{_digest([PROJECT / 'pyproject.toml'])}"
+        deps = f"{OWSANDBOX_DEPS_IMAGE}:{RECIPE}.{OWSANDBOX_RECIPE}-{_digest([PROJECT / 'pyproject.toml'])}"
         base = self.image()
         with self._build_lock():
             if not self.has_image(deps):
                 self._build_deps(base, deps)
         files = sorted(path for path in (PROJECT / "owsandbox").rglob("*")
                        if path.is_file() and "__pycache__" not in path.parts)
-        name = f"{OWSANDBOX_IMAGE}:{RECIPE}-{_digest(files)}"
+        name = f"{OWSANDBOX_IMAGE}:{RECIPE}.{OWSANDBOX_RECIPE}-{_digest(files)}"
         with self._build_lock():
             if not self.has_image(name):
                 with tempfile.TemporaryDirectory(prefix="owsandbox-image-") as temp:
@@ -205,11 +226,7 @@ class Podman:
                 raise RuntimeError(f"pip could not stage owsandbox's dependencies: {done.stderr[-2000:]}")
             for own in [stage / "owsandbox", *stage.glob("owsandbox-*.dist-info"), stage / "bin"]:
                 shutil.rmtree(own, ignore_errors=True)  # owsandbox comes as its own layer; scripts name this venv
-            done = subprocess.run(["apt-get", "download", "bubblewrap"], cwd=context, capture_output=True, text=True,
-                                  timeout=300)
-            debs = list(context.glob("bubblewrap_*.deb"))
-            if done.returncode != 0 or not debs:
-                raise RuntimeError(f"apt-get download bubblewrap failed: {done.stderr.strip()}")
+            debs = _bubblewrap_deb(context)
             user, uid, gid = IMAGE_USER
             (context / "owsandbox-command").write_text(
                 "#!/usr/bin/python3\nimport sys\nfrom owsandbox.cli import main\nsys.exit(main())\n")
