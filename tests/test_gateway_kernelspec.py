@@ -12,7 +12,9 @@ import base64
 import json
 import re
 import shlex
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -290,3 +292,51 @@ def test_nested_bubblewrap_needs_a_profile_to_widen(tmp_path: Path, monkeypatch:
     args, rest = docker_args()
     with pytest.raises(gateway_launcher.LaunchError, match="install containers-common"):
         gateway_docker.run_argv(args, rest, {"OWSANDBOX_PROVIDER": "bwrap"}, "0b1c", tmp_path)
+
+
+FAKE_DOCKER = """#!/bin/sh
+# docker as gateway-docker uses it: run, logs --follow, inspect, rm; what `logs` says comes from $LOGS
+echo "$@" >> "$CALLS"
+case "$1" in
+    run) echo 0123abcd ;;
+    logs) printf "$LOGS"; [ -n "$HANG" ] && exec sleep 60; exit 0 ;;
+    inspect) echo 2 ;;
+esac
+"""
+
+
+def launch_docker(tmp_path: Path, logs: str, **env: str) -> tuple[int, str, list[str]]:
+    client = tmp_path / "docker"
+    client.write_text(FAKE_DOCKER)
+    client.chmod(0o755)
+    calls = tmp_path / "calls"
+    argv = ["--image", "owsbx:1", "--docker", str(client), "--RemoteProcessProxy.kernel-id", "0b1c",
+            "--RemoteProcessProxy.response-address", "203.0.113.1:8877", "--RemoteProcessProxy.public-key", "AAAA"]
+    code = ("import sys; from owsandbox.kernelspec.gateway_docker import launch; "
+            f"sys.exit(launch({argv!r}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "LOGS": logs, "CALLS": str(calls),
+                               "OWSANDBOX_PROVIDER": "local", **env})
+    return done.returncode, done.stderr, calls.read_text().splitlines()
+
+
+def test_the_docker_launcher_returns_once_the_kernel_has_answered(tmp_path: Path) -> None:
+    status, said, calls = launch_docker(tmp_path, f"starting\\nowsandbox gateway-kernel: kernel 0b1c "
+                                                  f"{gateway_launcher.READY}; it listens on ...\\n", HANG="1")
+    assert status == 0 and "starting" in said and gateway_launcher.READY in said, said
+    assert calls[0].startswith("run --detach --name owsandbox-0b1c") and calls[1] == "logs --follow owsandbox-0b1c"
+    assert len(calls) == 2  # nothing removed
+
+
+def test_the_docker_launcher_reports_a_container_that_ended_and_removes_it(tmp_path: Path) -> None:
+    status, said, calls = launch_docker(tmp_path, "owsandbox gateway-kernel: error: the workspace would be /\\n")
+    assert status == 2 and "the workspace would be /" in said, said
+    assert "the kernel's container ended (status 2) before its kernel answered the gateway" in said, said
+    assert calls[-1] == "rm --force owsandbox-0b1c"
+
+
+def test_the_docker_launcher_leaves_a_silent_container_to_the_gateways_timeout(tmp_path: Path) -> None:
+    started = time.monotonic()
+    status, said, calls = launch_docker(tmp_path, "", HANG="1", KERNEL_LAUNCH_TIMEOUT="1")
+    assert status == 0 and time.monotonic() - started < 20, said
+    assert not any(call.startswith("rm") for call in calls)

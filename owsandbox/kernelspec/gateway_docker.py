@@ -43,7 +43,7 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -156,7 +156,9 @@ def follow(args: argparse.Namespace, name: str, seconds: float) -> bool:
     logs = subprocess.Popen([args.docker, "logs", "--follow", name], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     assert logs.stdout is not None
-    deadline = time.monotonic() + seconds
+    timer = threading.Timer(seconds, logs.kill)  # ends the stream below, which cannot be read with a timeout
+    timer.daemon = True
+    timer.start()
     try:
         for raw in logs.stdout:
             line = raw.decode(errors="replace")
@@ -164,10 +166,9 @@ def follow(args: argparse.Namespace, name: str, seconds: float) -> bool:
             sys.stderr.flush()
             if READY in line and "gateway-kernel" in line:
                 return True
-            if time.monotonic() > deadline:
-                return True
-        return False
+        return not timer.is_alive()  # the timer fired: the container still runs, as far as we know
     finally:
+        timer.cancel()
         logs.kill()
         logs.wait()
 
