@@ -18,10 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from owsandbox.host.isolation.container_seccomp import default_profile_path
+
 from .containers import IMAGE, MARKER, Docker, require_docker, require_podman
+from .enterprise_gateway import BRIDGE, EnterpriseGateway, docker_gateway
 from .enterprise_gateway import DOCKER_KERNEL_NAME as KERNEL
 from .enterprise_gateway import DOCKER_LOCAL_KERNEL_NAME as LOCAL_KERNEL
-from .enterprise_gateway import EnterpriseGateway, docker_gateway
 from .waiting import wait_until
 
 pytestmark = pytest.mark.system
@@ -182,6 +184,24 @@ def test_a_refused_launch_fails_at_once_and_leaves_no_container(place: Place, en
     assert status == 500, (status, body)
     wait_until(lambda: said in place.gateway.log(), 10, f"{said!r} in the gateway's log")
     wait_until(lambda: not containers(place.docker), 30, "no kernel container left")
+
+
+@pytest.mark.parametrize(("options", "said"), [
+    ([], "No permissions to create new namespace"),  # Docker's default profile: no user namespaces
+    (["--security-opt", f"seccomp={default_profile_path()}", "--security-opt", "systempaths=unconfined"],
+     "Can't set hostname"),  # the engines' profile alone: without CAP_SYS_ADMIN, no sethostname
+])
+def test_without_what_gateway_docker_allows_the_kernel_refuses_to_start(place: Place, options: list[str],
+                                                                          said: str) -> None:
+    """Why the launcher widens the container: started without it (straight from docker here), the
+    kernel refuses at its launch, naming what bubblewrap lacks, rather than at the first cell."""
+    done = place.docker.run("run", "--rm", "--user", "1000:100", "--cap-drop", "ALL", "--network", "none",
+                            "--env", "OWSANDBOX_PROVIDER=bwrap", *options, place.image, "owsandbox", "gateway-kernel",
+                            "--RemoteProcessProxy.kernel-id", "k1", "--RemoteProcessProxy.response-address",
+                            f"{BRIDGE.split('/')[0]}:9", "--RemoteProcessProxy.public-key", "AAAA", check=False)
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert "the spec's provider is bwrap, and bwrap cannot make a sandbox here" in done.stderr, done.stderr
+    assert said in done.stderr, done.stderr
 
 
 def test_the_gateway_refuses_a_root_kernel(place: Place) -> None:
