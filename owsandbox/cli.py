@@ -104,10 +104,17 @@ def _gateway_kernel(argv: list[str]) -> int:
     return launch(argv)
 
 
+def _gateway_docker(argv: list[str]) -> int:
+    from .kernelspec.gateway_docker import launch
+
+    return launch(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {"runner": _runner, "run": _run, "install": _install, "uninstall": _uninstall, "tour": _tour,
-                "shell": _shell, "replay": _replay, "settings": _settings, "gateway-kernel": _gateway_kernel}
+                "shell": _shell, "replay": _replay, "settings": _settings, "gateway-kernel": _gateway_kernel,
+                "gateway-docker": _gateway_docker}
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
         print("usage: owsandbox {tour, run, shell --existing, replay FILE.cast, install, uninstall, settings, "
               "runner build|serve|attach} ...",

@@ -20,18 +20,30 @@ our own (`CONTAINERS_CONF`), which picks the `runc` runtime and clears podman's 
   removed, however the session ends. The same images, loaded from podman's store (`podman save |
   docker load`) when first asked for. `Podman` and `Docker` are used alike: `name`, `path` (the
   engine's program), `settings` (the environment the engine needs), `run()` and the images.
+* `Docker.started(podman, bridge="203.0.113.1/24")`: the same dockerd, but in a network namespace of
+  its own (made and removed with it), with a bridge of that address: containers get addresses on it
+  that a program in the namespace reaches (`netns`), as Enterprise Gateway's DockerProcessProxy needs.
+  Still no iptables rules and no forwarding, and nothing of this machine's own network changes.
+* `Podman.owsandbox_image()`: `image()` with bubblewrap (Debian's package, the one apt kept when it
+  installed bubblewrap here or else downloaded by apt, installed with dpkg), owsandbox's dependencies
+  (with its gateway extra) staged here by pip, a user `student` (uid 1000, gid 100, Enterprise
+  Gateway's defaults) whose home is the image's working folder, and
+  owsandbox itself from this source tree on top, as its own layer: the dependencies' image is kept
+  while pyproject.toml stays the same, the top one while owsandbox's files do.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -46,8 +58,40 @@ IMAGE = f"localhost/owsandbox-test-bookworm:{RECIPE}"
 MINIMAL_IMAGE = f"localhost/owsandbox-test-bookworm-python3-minimal:{RECIPE}"
 NO_PYTHON_IMAGE = f"localhost/owsandbox-test-bookworm-no-python:{RECIPE}"
 MARKER = "/etc/owsandbox-test-image"
+OWSANDBOX_RECIPE = "1"  # of the two images below (their own, on top of the base image's)
+OWSANDBOX_DEPS_IMAGE = "localhost/owsandbox-test-eg-deps"  # :<recipes>-<hash of pyproject.toml>
+OWSANDBOX_IMAGE = "localhost/owsandbox-test-eg-kernel"  # :<recipes>-<hash of owsandbox/>
+IMAGE_USER = ("student", 1000, 100)
+PROJECT = Path(__file__).resolve().parents[1]
 MIRROR_ENV = "OWSANDBOX_TEST_DEBIAN_MIRROR"  # a Debian mirror, when apt's sources here name none
 _CONTAINERS_CONF = '[containers]\ndefault_ulimits = []\n\n[engine]\nruntime = "runc"\n'
+
+
+def _digest(paths: list[Path]) -> str:
+    """A short hash of files' names and contents: an image built from them is named by it."""
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(str(path.relative_to(PROJECT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
+def _bubblewrap_deb(folder: Path) -> list[Path]:
+    """Debian's bubblewrap package in `folder`: the one apt kept when it installed bubblewrap here, else
+    downloaded by apt (its lists may be older than the mirror after a while: the kept one goes first)."""
+    version = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "bubblewrap"], capture_output=True, text=True,
+                             timeout=30).stdout.strip()
+    kept = sorted(Path("/var/cache/apt/archives").glob(f"bubblewrap_{version.replace(':', '%3a')}_*.deb"))
+    if version and kept:
+        shutil.copy(kept[0], folder)
+    else:
+        done = subprocess.run(["apt-get", "download", "bubblewrap"], cwd=folder, capture_output=True, text=True,
+                              timeout=300)
+        if done.returncode != 0:
+            raise RuntimeError(f"apt-get download bubblewrap failed: {done.stderr.strip()}")
+    debs = list(folder.glob("bubblewrap_*.deb"))
+    if not debs:
+        raise RuntimeError("no bubblewrap package for the image")
+    return debs
 
 
 def _tool(name: str) -> str | None:
@@ -150,6 +194,52 @@ class Podman:
                     self.run("rm", "--force", name, check=False)
         return image
 
+    def owsandbox_image(self) -> str:
+        """The Debian image with bubblewrap and owsandbox installed (see the module's docstring)."""
+        deps = f"{OWSANDBOX_DEPS_IMAGE}:{RECIPE}.{OWSANDBOX_RECIPE}-{_digest([PROJECT / 'pyproject.toml'])}"
+        base = self.image()
+        with self._build_lock():
+            if not self.has_image(deps):
+                self._build_deps(base, deps)
+        files = sorted(path for path in (PROJECT / "owsandbox").rglob("*")
+                       if path.is_file() and "__pycache__" not in path.parts)
+        name = f"{OWSANDBOX_IMAGE}:{RECIPE}.{OWSANDBOX_RECIPE}-{_digest(files)}"
+        with self._build_lock():
+            if not self.has_image(name):
+                with tempfile.TemporaryDirectory(prefix="owsandbox-image-") as temp:
+                    shutil.copytree(PROJECT / "owsandbox", Path(temp) / "owsandbox",
+                                    ignore=shutil.ignore_patterns("__pycache__"))
+                    (Path(temp) / "Containerfile").write_text(
+                        f"FROM {deps}\nCOPY owsandbox /usr/local/lib/python3.11/dist-packages/owsandbox\n")
+                    self.run("build", "--quiet", "--network", "none", "--tag", name, temp, timeout=600)
+        return name
+
+    def _build_deps(self, base: str, name: str) -> None:
+        """owsandbox's dependencies (pip, into a folder here) and bubblewrap (apt's .deb) on `base`."""
+        with tempfile.TemporaryDirectory(prefix="owsandbox-image-") as temp:
+            context = Path(temp)
+            stage = context / "site"
+            pip = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target",
+                   str(stage), f"{PROJECT}[gateway]"]
+            done = subprocess.run(pip, capture_output=True, text=True, timeout=600)
+            if done.returncode != 0:
+                raise RuntimeError(f"pip could not stage owsandbox's dependencies: {done.stderr[-2000:]}")
+            for own in [stage / "owsandbox", *stage.glob("owsandbox-*.dist-info"), stage / "bin"]:
+                shutil.rmtree(own, ignore_errors=True)  # owsandbox comes as its own layer; scripts name this venv
+            debs = _bubblewrap_deb(context)
+            user, uid, gid = IMAGE_USER
+            (context / "owsandbox-command").write_text(
+                "#!/usr/bin/python3\nimport sys\nfrom owsandbox.cli import main\nsys.exit(main())\n")
+            (context / "Containerfile").write_text(
+                f"FROM {base}\n"
+                "COPY site /usr/local/lib/python3.11/dist-packages\n"
+                f"COPY {debs[0].name} /tmp/bubblewrap.deb\n"
+                "COPY owsandbox-command /usr/local/bin/owsandbox\n"
+                "RUN dpkg -i /tmp/bubblewrap.deb && rm /tmp/bubblewrap.deb && chmod 755 /usr/local/bin/owsandbox"
+                f" && useradd --uid {uid} --gid {gid} --create-home --shell /bin/bash {user}\n"
+                f"WORKDIR /home/{user}\n")
+            self.run("build", "--quiet", "--network", "none", "--tag", name, str(context), timeout=900)
+
     def _build(self, name: str) -> None:
         with tempfile.TemporaryDirectory(prefix="owsandbox-debootstrap-") as temp:
             root = Path(temp) / "root"
@@ -219,7 +309,7 @@ class Docker:
     name = "docker"
     START_SECONDS = 60.0
 
-    def __init__(self, podman: Podman) -> None:
+    def __init__(self, podman: Podman, bridge: str | None = None) -> None:
         tools = docker_tools()
         if tools is None:
             raise RuntimeError("Docker is not installed: no dockerd (apt-get install docker.io)")
@@ -232,11 +322,14 @@ class Docker:
         self.process: subprocess.Popen[bytes] | None = None
         self.start_seconds = 0.0  # dockerd's start to its first answer
         self.load_seconds: dict[str, float] = {}  # podman save | docker load, per image
+        self.bridge = bridge  # ADDRESS/PREFIX of the bridge, in a network namespace of its own; None: no bridge
+        self.netns = f"owsbx-dk-{uuid.uuid4().hex[:8]}" if bridge else None
+        self._made_netns = False
 
     @classmethod
     @contextlib.contextmanager
-    def started(cls, podman: Podman) -> Iterator[Docker]:
-        docker = cls(podman)
+    def started(cls, podman: Podman, bridge: str | None = None) -> Iterator[Docker]:
+        docker = cls(podman, bridge)
         try:
             docker.start()
             yield docker
@@ -261,8 +354,16 @@ class Docker:
                 "--config-file", str(self.folder / "daemon.json"), "--containerd-namespace", namespace,
                 "--containerd-plugins-namespace", f"{namespace}-plugins",
                 # the host's firewall and network stay as they are: no rules, no forwarding, no bridge
-                "--iptables=false", "--ip6tables=false", "--ip-forward=false", "--ip-masq=false", "--bridge=none",
+                "--iptables=false", "--ip6tables=false", "--ip-forward=false", "--ip-masq=false",
                 "--userland-proxy=false"]
+        if self.netns is None:
+            argv.append("--bridge=none")
+        else:  # its bridge is in the namespace only; nsenter, not `ip netns exec`, which hides the cgroups
+            subprocess.run(["ip", "netns", "add", self.netns], check=True, capture_output=True, timeout=20)
+            self._made_netns = True
+            subprocess.run(["ip", "-n", self.netns, "link", "set", "lo", "up"], check=True, capture_output=True,
+                           timeout=20)
+            argv = [_tool("nsenter") or "nsenter", f"--net=/run/netns/{self.netns}", *argv, f"--bip={self.bridge}"]
         setpriv = _tool("setpriv")
         if setpriv is not None:  # dockerd ends with the tests even when they are killed
             argv = [setpriv, "--pdeathsig", "TERM", "--", *argv]
@@ -300,6 +401,8 @@ class Docker:
                 self.process.wait(10)
         self._end_leftovers()
         self._unmount()
+        if self._made_netns:  # its bridge and the containers' veths go with it
+            subprocess.run(["ip", "netns", "del", str(self.netns)], capture_output=True, timeout=20)
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def _end_leftovers(self) -> None:
@@ -375,6 +478,9 @@ class Docker:
 
     def no_python_image(self) -> str:
         return self._loaded(self.podman.no_python_image())
+
+    def owsandbox_image(self) -> str:
+        return self._loaded(self.podman.owsandbox_image())
 
 
 def engine_of(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:

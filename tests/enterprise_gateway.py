@@ -5,7 +5,8 @@ hold, so it lives in a virtual environment of its own (`.venv-eg` beside the pro
 kept: CI makes it in .ci/run). It runs in the network namespace `gw` of tests/gateway_hosts.py, on
 that namespace's loopback, with HOME a folder holding the ssh key and the hosts' keys (paramiko reads
 `~/.ssh`), and finds the kernelspec that `owsandbox install --enterprise-gateway ssh` wrote through
-JUPYTER_PATH.
+JUPYTER_PATH. For the Docker kernels (tests/test_enterprise_gateway_docker.py) it runs in the network
+namespace of the tests' dockerd instead, with its response address on that dockerd's bridge.
 """
 
 from __future__ import annotations
@@ -17,9 +18,12 @@ import secrets
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from .containers import Docker, Podman, docker_tools
 from .gateway_hosts import GATEWAY_ADDRESSES, GatewayNetwork, socket_in
 from .kernel_ws import KernelWebSocket
 
@@ -28,6 +32,9 @@ EG_VENV = Path(__file__).resolve().parents[1] / ".venv-eg"
 PORT = 8888  # on the gateway namespace's own loopback
 START_SECONDS = 90
 KERNEL_NAME = "owsandbox-eg"
+DOCKER_KERNEL_NAME = "owsandbox-eg-docker"
+DOCKER_LOCAL_KERNEL_NAME = "owsandbox-eg-docker-local"  # --provider local: the container is the sandbox
+BRIDGE = "203.0.113.1/24"  # TEST-NET-3: the bridge's address in the namespace of the Docker kernels' dockerd
 
 
 def gateway_venv() -> Path:
@@ -53,15 +60,19 @@ def install_spec(prefix: Path, hosts: list[str]) -> Path:
 class EnterpriseGateway:
     """One `jupyter enterprisegateway` in the gateway namespace, spoken to over REST and WebSockets."""
 
-    def __init__(self, network: GatewayNetwork, spec_prefix: Path, log_path: Path) -> None:
+    def __init__(self, network: GatewayNetwork, spec_prefix: Path, log_path: Path,
+                 response_ip: str = GATEWAY_ADDRESSES[0], extra_env: dict[str, str] | None = None,
+                 kernel_name: str = KERNEL_NAME) -> None:
         self.network = network
+        self.kernel_name = kernel_name
         self.token = secrets.token_hex(16)
         self.log_path = log_path
         env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "EG_", "KERNEL_"))}
         env.update(HOME=str(network.home), JUPYTER_PATH=str(spec_prefix / "share" / "jupyter"),
                    JUPYTER_RUNTIME_DIR=str(network.folder / "gateway-runtime"),
-                   EG_RESPONSE_IP=GATEWAY_ADDRESSES[0], EG_KERNEL_LOG_DIR=str(network.folder),
+                   EG_RESPONSE_IP=response_ip, EG_KERNEL_LOG_DIR=str(network.folder),
                    EG_AUTH_TOKEN=self.token)  # as the README starts it
+        env.update(extra_env or {})
         argv = network.in_gateway([str(gateway_venv()), "--ip=127.0.0.1", f"--port={PORT}", "--debug"])
         self._log = log_path.open("wb")
         self.process = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.PIPE)
@@ -97,7 +108,7 @@ class EnterpriseGateway:
             conn.close()
 
     def start_kernel(self, env: dict[str, str] | None = None) -> str:
-        status, body = self.request("POST", "/api/kernels", {"name": KERNEL_NAME, "env": env or {}})
+        status, body = self.request("POST", "/api/kernels", {"name": self.kernel_name, "env": env or {}})
         assert status == 201, (status, body)
         return body["id"]
 
@@ -115,3 +126,35 @@ class EnterpriseGateway:
                 self.process.kill()
                 self.process.wait()
         self._log.close()
+
+
+@contextmanager
+def docker_gateway(folder: Path) -> Iterator[tuple[EnterpriseGateway, Docker, str]]:
+    """The gateway for Docker kernels: the tests' dockerd with a bridge in a namespace of its own, the
+    image with owsandbox (built or found), the README's `owsandbox install --enterprise-gateway docker`
+    (and the same with `--provider local`),
+    and the gateway in the dockerd's namespace, its response address on the bridge. Everything ends
+    with the context; a kernel container still there then fails it."""
+    podman = Podman(folder)
+    with Docker.started(podman, bridge=BRIDGE) as docker:
+        image = docker.owsandbox_image()
+        prefix = folder / "spec"
+        client = docker_tools()
+        assert client is not None and docker.netns is not None
+        for name, provider in ((DOCKER_KERNEL_NAME, []), (DOCKER_LOCAL_KERNEL_NAME, ["--provider", "local"])):
+            done = subprocess.run([str(Path(sys.executable).parent / "owsandbox"), "install", "--enterprise-gateway",
+                                   "docker", "--image", image, "--docker", client[1], "--prefix", str(prefix),
+                                   "--name", name, *provider], capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, done.stderr
+        (folder / "home").mkdir(exist_ok=True)
+        network = GatewayNetwork(gateway=docker.netns, hosts=[], folder=folder, home=folder / "home")
+        gateway = EnterpriseGateway(network, prefix, folder / "gateway.log", response_ip=BRIDGE.split("/")[0],
+                                    extra_env={**docker.settings, "EG_DOCKER_NETWORK": "bridge",
+                                               "EG_MIRROR_WORKING_DIRS": "true", "EG_INHERITED_ENVS": "DOCKER_HOST"},
+                                    kernel_name=DOCKER_KERNEL_NAME)
+        try:
+            yield gateway, docker, image
+        finally:
+            gateway.stop()
+            left = docker.run("ps", "--all", "--quiet", "--filter", "label=app=enterprise-gateway").stdout.split()
+            assert not left, f"kernel containers left after the gateway ended: {left}"

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import shlex
+import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from owsandbox import kernelspec
-from owsandbox.kernelspec import gateway, gateway_launcher
+from owsandbox.kernelspec import gateway, gateway_docker, gateway_launcher
 
 PROXY = "enterprise_gateway.services.processproxies.distributed.DistributedProcessProxy"
 
@@ -142,6 +146,13 @@ def test_the_launcher_refuses_to_fall_back_to_no_isolation(tmp_path: Path) -> No
     assert not connection.exists()
 
 
+def test_the_launcher_refuses_a_spec_whose_bubblewrap_cannot_work_here(tmp_path: Path) -> None:
+    status, said, connection = run_launcher(tmp_path, tmp_path, {"PATH": str(tmp_path / "empty"),
+                                                                 "OWSANDBOX_PROVIDER": "bwrap"})
+    assert status == 2 and "the spec's provider is bwrap, and bubblewrap (bwrap) is not installed" in said, said
+    assert not connection.exists()
+
+
 def test_the_launcher_names_a_missing_working_dir(tmp_path: Path) -> None:
     status, said, _ = run_launcher(tmp_path, tmp_path, {"KERNEL_WORKING_DIR": str(tmp_path / "gone")})
     assert status == 2 and f"KERNEL_WORKING_DIR '{tmp_path / 'gone'}'" in said, said
@@ -151,3 +162,181 @@ def test_the_launcher_says_the_gateway_cannot_be_reached_and_leaves_no_connectio
     status, said, connection = run_launcher(tmp_path, tmp_path, {"OWSANDBOX_PROVIDER": "local"})
     assert status == 2 and "the gateway's response address 127.0.0.1:" in said and "cannot be reached" in said, said
     assert not connection.exists() and connection.parent.is_dir()  # it was written, then removed
+
+
+# -- the Docker kind -------------------------------------------------------------------------------
+
+ADMIN = {"caps": ["CAP_SYS_ADMIN"]}
+DOCKER_PROXY = "enterprise_gateway.services.processproxies.docker_swarm.DockerProcessProxy"
+
+
+@pytest.fixture
+def docker_client(tmp_path: Path) -> str:
+    client = tmp_path / "bin" / "docker"
+    client.parent.mkdir()
+    client.write_text("#!/bin/sh\n")
+    client.chmod(0o755)
+    return str(client)
+
+
+@pytest.mark.unit
+def test_the_docker_spec_pins_image_and_client_and_nests_bubblewrap(prefix: Path, docker_client: str) -> None:
+    assert kernelspec.main(["install", "--enterprise-gateway", "docker", "--image", "registry.lab/owsbx:2",
+                            "--docker", docker_client, "--prefix", str(prefix), "--name", "egd"]) == 0
+    spec = json.loads((prefix / "share/jupyter/kernels/egd/kernel.json").read_text())
+    assert spec["metadata"]["process_proxy"] == {"class_name": DOCKER_PROXY,
+                                                 "config": {"image_name": "registry.lab/owsbx:2"}}
+    command = Path(sys.executable).parent / "owsandbox"
+    assert spec["argv"][:6] == [str(command), "gateway-docker", "--image", "registry.lab/owsbx:2",
+                                "--docker", docker_client]
+    assert spec["argv"][6:] == gateway.LAUNCHER_ARGS
+    assert spec["env"] == {"OWSANDBOX_PROVIDER": "bwrap"}  # not the container provider's OWSANDBOX_IMAGE
+    assert spec["metadata"]["owsandbox"]["sandbox"] == "bubblewrap in the container"
+
+
+@pytest.mark.unit
+def test_the_docker_spec_says_when_the_container_is_the_sandbox(prefix: Path, docker_client: str) -> None:
+    assert kernelspec.main(["install", "--enterprise-gateway", "docker", "--image", "owsbx", "--docker",
+                            docker_client, "--provider", "local", "--prefix", str(prefix), "--name", "egd"]) == 0
+    spec = json.loads((prefix / "share/jupyter/kernels/egd/kernel.json").read_text())
+    assert spec["env"]["OWSANDBOX_PROVIDER"] == "local" and spec["metadata"]["owsandbox"]["sandbox"] == "the container"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("argv", "said"), [
+    (["--enterprise-gateway", "docker"], "needs --image IMG"),
+    (["--enterprise-gateway", "docker", "--image", "Bad Image"], "is not an image reference"),
+    (["--enterprise-gateway", "docker", "--image", "i", "--provider", "container"], "cannot run inside"),
+    (["--enterprise-gateway", "docker", "--image", "i", "--engine", "docker"], "--engine is the container"),
+    (["--enterprise-gateway", "docker", "--image", "i", "--hosts", "a"], "--hosts is for --enterprise-gateway ssh"),
+    (["--enterprise-gateway", "docker", "--image", "i", "--docker", "/nonexistent/docker"], "not an executable"),
+    (["--enterprise-gateway", "ssh", "--hosts", "a", "--docker", "/bin/true"], "--docker is for"),
+])
+def test_wrong_docker_options_are_refused_by_name(prefix: Path, capsys: pytest.CaptureFixture[str],
+                                                  argv: list[str], said: str) -> None:
+    assert kernelspec.main(["install", *argv, "--prefix", str(prefix)]) == 2
+    assert said in capsys.readouterr().err
+    assert not (prefix / "share/jupyter/kernels/owsandbox").exists()
+
+
+def docker_args(kernel_id: str = "0b1c") -> tuple[Any, list[str]]:
+    return gateway_docker.parse(["--image", "owsbx:1", "--docker", "/usr/bin/docker",
+                                 "--RemoteProcessProxy.kernel-id", kernel_id, "--RemoteProcessProxy.response-address",
+                                 "203.0.113.1:8877", "--RemoteProcessProxy.public-key", "AAAA",
+                                 "--RemoteProcessProxy.port-range", "0..0"])
+
+
+@pytest.fixture
+def engines_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A stand-in for containers-common's default profile, with the engines' CAP_SYS_ADMIN-only rules."""
+    from owsandbox.host.isolation import container_seccomp
+
+    path = tmp_path / "seccomp.json"
+    path.write_text(json.dumps({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [
+        {"names": ["unshare", "mount", "read"], "action": "SCMP_ACT_ALLOW", "args": []},
+        {"names": ["sethostname", "setns"], "action": "SCMP_ACT_ALLOW", "args": [], "includes": ADMIN},
+        {"names": ["sethostname", "setns"], "action": "SCMP_ACT_ERRNO", "args": [], "excludes": ADMIN},
+    ]}))
+    monkeypatch.setattr(container_seccomp, "DEFAULT_PROFILES", (str(path),))
+    return path
+
+
+@pytest.mark.unit
+def test_the_container_gets_the_kernels_variables_and_not_the_gateways(tmp_path: Path, engines_profile: Path) -> None:
+    args, rest = docker_args()
+    env = {"PATH": "/gateway/bin", "DOCKER_HOST": "unix:///gw.sock", "EG_AUTH_TOKEN": "t", "KERNEL_USERNAME": "ana",
+           "KERNEL_UID": "1001", "KERNEL_GID": "100", "OWSANDBOX_PROVIDER": "bwrap", "EG_DOCKER_NETWORK": "labnet",
+           "KERNEL_IMAGE": "owsbx:1", "KERNEL_ID": "0b1c"}
+    line = gateway_docker.run_argv(args, rest, env, "0b1c", tmp_path)
+    assert line[:6] == ["/usr/bin/docker", "run", "--detach", "--name", "owsandbox-0b1c", "--label"]
+    assert line[line.index("--network") + 1] == "labnet" and line[line.index("--user") + 1] == "1001:100"
+    passed = [line[i + 1] for i, word in enumerate(line) if word == "--env"]
+    assert passed == ["KERNEL_GID", "KERNEL_ID", "KERNEL_IMAGE", "KERNEL_UID", "KERNEL_USERNAME", "OWSANDBOX_PROVIDER"]
+    assert line[-len(rest) - 3:] == ["owsbx:1", "owsandbox", "gateway-kernel", *rest]
+    assert "systempaths=unconfined" in line and "--cap-drop" in line and "no-new-privileges" in line
+    profile = json.loads((tmp_path / "seccomp.json").read_text())
+    rules = [r for r in profile["syscalls"] if "sethostname" in r["names"]]
+    assert len(rules) == 1 and rules[0]["action"] == "SCMP_ACT_ALLOW" and "includes" not in rules[0]
+    assert any("setns" in r["names"] and r["action"] == "SCMP_ACT_ERRNO" for r in profile["syscalls"])  # kept
+    assert any("chmod" in r["names"] for r in profile["syscalls"])  # and owsandbox's no-setuid rules are in
+
+
+@pytest.mark.unit
+def test_the_local_provider_keeps_dockers_own_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args, rest = docker_args()
+    line = gateway_docker.run_argv(args, rest, {"OWSANDBOX_PROVIDER": "local"}, "0b1c", tmp_path)
+    assert not [word for word in line if word.startswith(("seccomp=", "systempaths="))]
+    assert line[line.index("--user") + 1] == "1000:100" and line[line.index("--network") + 1] == "bridge"
+    assert "the container itself is the kernel's sandbox" in capsys.readouterr().err
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("env", "said"), [
+    ({"KERNEL_IMAGE": "other:1"}, "runs only its own image, owsbx:1"),
+    ({"KERNEL_UID": "0"}, "does not run as root"),
+    ({"KERNEL_UID": "ana"}, "KERNEL_UID 'ana' is not a number"),
+    ({"KERNEL_GID": "-1"}, "KERNEL_GID '-1' is not a number"),
+])
+def test_the_docker_launcher_refuses_by_name(tmp_path: Path, engines_profile: Path, env: dict[str, str],
+                                             said: str) -> None:
+    args, rest = docker_args()
+    with pytest.raises(gateway_launcher.LaunchError, match=re.escape(said)):
+        gateway_docker.run_argv(args, rest, {"OWSANDBOX_PROVIDER": "bwrap", **env}, "0b1c", tmp_path)
+
+
+@pytest.mark.unit
+def test_nested_bubblewrap_needs_a_profile_to_widen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from owsandbox.host.isolation import container_seccomp
+
+    monkeypatch.setattr(container_seccomp, "DEFAULT_PROFILES", (str(tmp_path / "none.json"),))
+    args, rest = docker_args()
+    with pytest.raises(gateway_launcher.LaunchError, match="install containers-common"):
+        gateway_docker.run_argv(args, rest, {"OWSANDBOX_PROVIDER": "bwrap"}, "0b1c", tmp_path)
+
+
+FAKE_DOCKER = """#!/bin/sh
+# docker as gateway-docker uses it: run, logs --follow, inspect, rm; what `logs` says comes from $LOGS
+echo "$@" >> "$CALLS"
+case "$1" in
+    run) echo 0123abcd ;;
+    logs) printf "$LOGS"; [ -n "$HANG" ] && exec sleep 60; exit 0 ;;
+    inspect) echo 2 ;;
+esac
+"""
+
+
+def launch_docker(tmp_path: Path, logs: str, **env: str) -> tuple[int, str, list[str]]:
+    client = tmp_path / "docker"
+    client.write_text(FAKE_DOCKER)
+    client.chmod(0o755)
+    calls = tmp_path / "calls"
+    argv = ["--image", "owsbx:1", "--docker", str(client), "--RemoteProcessProxy.kernel-id", "0b1c",
+            "--RemoteProcessProxy.response-address", "203.0.113.1:8877", "--RemoteProcessProxy.public-key", "AAAA"]
+    code = ("import sys; from owsandbox.kernelspec.gateway_docker import launch; "
+            f"sys.exit(launch({argv!r}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "LOGS": logs, "CALLS": str(calls),
+                               "OWSANDBOX_PROVIDER": "local", **env})
+    return done.returncode, done.stderr, calls.read_text().splitlines()
+
+
+def test_the_docker_launcher_returns_once_the_kernel_has_answered(tmp_path: Path) -> None:
+    status, said, calls = launch_docker(tmp_path, f"starting\\nowsandbox gateway-kernel: kernel 0b1c "
+                                                  f"{gateway_launcher.READY}; it listens on ...\\n", HANG="1")
+    assert status == 0 and "starting" in said and gateway_launcher.READY in said, said
+    assert calls[0].startswith("run --detach --name owsandbox-0b1c") and calls[1] == "logs --follow owsandbox-0b1c"
+    assert len(calls) == 2  # nothing removed
+
+
+def test_the_docker_launcher_reports_a_container_that_ended_and_removes_it(tmp_path: Path) -> None:
+    status, said, calls = launch_docker(tmp_path, "owsandbox gateway-kernel: error: the workspace would be /\\n")
+    assert status == 2 and "the workspace would be /" in said, said
+    assert "the kernel's container ended (status 2) before its kernel answered the gateway" in said, said
+    assert calls[-1] == "rm --force owsandbox-0b1c"
+
+
+def test_the_docker_launcher_leaves_a_silent_container_to_the_gateways_timeout(tmp_path: Path) -> None:
+    started = time.monotonic()
+    status, said, calls = launch_docker(tmp_path, "", HANG="1", KERNEL_LAUNCH_TIMEOUT="1")
+    assert status == 0 and time.monotonic() - started < 20, said
+    assert not any(call.startswith("rm") for call in calls)

@@ -63,6 +63,7 @@ def kernel_dict(
     record: str | None = None,
     gateway: str | None = None,
     hosts: list[str] | None = None,
+    docker: str | None = None,
 ) -> dict[str, Any]:
     """The content of kernel.json.
 
@@ -71,10 +72,19 @@ def kernel_dict(
     `provider` becomes `OWSANDBOX_PROVIDER` in the kernel's environment (it wins over one in `env`).
     `image` and `engine` (the `container` provider's; an image alone chooses that provider) become
     `OWSANDBOX_IMAGE` and `OWSANDBOX_ENGINE`. `gateway` ("ssh") and `hosts` make it Enterprise Gateway's
-    remote kernelspec (owsandbox.kernelspec.gateway).
+    remote kernelspec (owsandbox.kernelspec.gateway); with `gateway` "docker", `image` is the image of
+    the kernels' containers and `docker` the gateway's docker client, not the container provider's.
     """
     if hosts and not gateway:
         raise ValueError("--hosts is for --enterprise-gateway ssh")
+    if docker and gateway != "docker":
+        raise ValueError("--docker is for --enterprise-gateway docker")
+    gateway_image = None
+    if gateway == "docker":
+        if engine:
+            raise ValueError("--engine is the container provider's; --enterprise-gateway docker runs the kernel "
+                             "itself in a container, with --image and --docker")
+        gateway_image, image = image, None
     kernel_env = dict(env or {})
     if image or engine:
         provider = provider or "container"
@@ -118,7 +128,7 @@ def kernel_dict(
     if gateway:
         from .gateway import gateway_spec
 
-        spec = gateway_spec(spec, gateway, hosts, executable)
+        spec = gateway_spec(spec, gateway, hosts, executable, gateway_image, docker)
     return spec
 
 
@@ -163,6 +173,7 @@ def install(
     record: str | None = None,
     gateway: str | None = None,
     hosts: list[str] | None = None,
+    docker: str | None = None,
 ) -> str:
     """Install the kernelspec and return the folder it landed in.
 
@@ -186,7 +197,7 @@ def install(
         staged = write_kernelspec(
             Path(tmp) / name, provider=provider, env=env, display_name=display_name, executable=sys.executable,
             limits=limits, image=image, engine=engine, baseline=baseline, record=record, gateway=gateway,
-            hosts=hosts,
+            hosts=hosts, docker=docker,
         )
         return KernelSpecManager().install_kernel_spec(str(staged), name, user=user, prefix=prefix)
 
@@ -258,7 +269,8 @@ def _parser() -> argparse.ArgumentParser:
                       help="a limit of the sandbox: memory=2G, pids=512, tmp=1G, shm=64M, cpu=2; repeatable")
     inst.add_argument("--image", default=None,
                       help="the container image of the container provider (sets OWSANDBOX_IMAGE; "
-                           "implies --provider container)")
+                           "implies --provider container); with --enterprise-gateway docker, the image of the "
+                           "kernels' containers")
     inst.add_argument("--engine", default=None, choices=("podman", "docker"),
                       help="the container engine (sets OWSANDBOX_ENGINE; default: podman, else docker, on PATH)")
     inst.add_argument("--baseline", default=None, metavar="DIR|NAME",
@@ -267,11 +279,15 @@ def _parser() -> argparse.ArgumentParser:
     inst.add_argument("--record", default=None, metavar="DIR",
                       help="record every session as an asciicast file in DIR, a folder outside the students' "
                            "workspaces; ~ and $USER are each user's (sets OWSANDBOX_RECORD)")
-    inst.add_argument("--enterprise-gateway", default=None, choices=("ssh",), metavar="ssh",
+    inst.add_argument("--enterprise-gateway", default=None, choices=("ssh", "docker"), metavar="ssh|docker",
                       help="a kernelspec for Jupyter Enterprise Gateway: kernels started over ssh on --hosts "
-                           "(its DistributedProcessProxy), by owsandbox's own launcher")
+                           "(its DistributedProcessProxy), or in containers of --image (its DockerProcessProxy), "
+                           "by owsandbox's own launchers")
     inst.add_argument("--hosts", default=None, metavar="H1,H2",
                       help="the hosts Enterprise Gateway starts kernels on, in turn (with --enterprise-gateway)")
+    inst.add_argument("--docker", default=None, metavar="PATH",
+                      help="the docker client that starts the kernels' containers on the gateway's host (with "
+                           "--enterprise-gateway docker; default: the one on PATH)")
 
     uninst = commands.add_parser("uninstall", help="remove an installed kernelspec",
                                  description="Remove an installed owsandbox kernelspec.")
@@ -300,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
         dest = install(user=args.user, prefix=args.prefix, sys_prefix=args.sys_prefix, name=args.name,
                        display_name=args.display_name, provider=args.provider, env=dict(args.env),
                        limits=args.limit, image=args.image, engine=args.engine, baseline=args.baseline,
-                       record=args.record, gateway=args.enterprise_gateway, hosts=hosts)
+                       record=args.record, gateway=args.enterprise_gateway, hosts=hosts,
+                       docker=args.docker)
     except ValueError as e:
         print(f"owsandbox install: error: {e}", file=sys.stderr)
         return 2

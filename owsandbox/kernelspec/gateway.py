@@ -12,16 +12,34 @@ shell word: the launcher is started by the `owsandbox` command beside the interp
 spec (a console script: the current folder, which the sandbox may write, is not on its path), never
 with `python -c CODE`. That command must exist at the same path on every host (owsandbox installed
 in the same place).
+
+`owsandbox install --enterprise-gateway docker --image IMG` writes one whose process proxy is the
+gateway's DockerProcessProxy: for each kernel the gateway runs the spec's argv on its own host, here
+`owsandbox gateway-docker` (owsandbox.kernelspec.gateway_docker), which starts a container of IMG
+with the labels and network the proxy looks for; in it `owsandbox gateway-kernel` answers the gateway
+as above. The image is pinned in the argv (a request's KERNEL_IMAGE that differs is refused there),
+and so is the docker client: the one on PATH at install time unless `--docker` names it. The network
+is not the spec's to choose: the proxy reads the container's address from the network named by the
+gateway's own EG_DOCKER_NETWORK (default `bridge`), which it passes to the launcher, so the launcher
+takes that one. A container provider inside the container makes no sense, so the spec's provider is
+`bwrap` (bubblewrap nested in the container: the default) or `local` (the container itself is the
+sandbox, said in the kernel's log and the spec's metadata).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import shutil
 from pathlib import Path
 from typing import Any
 
-PROXIES = {"ssh": "enterprise_gateway.services.processproxies.distributed.DistributedProcessProxy"}
+PROXIES = {"ssh": "enterprise_gateway.services.processproxies.distributed.DistributedProcessProxy",
+           "docker": "enterprise_gateway.services.processproxies.docker_swarm.DockerProcessProxy"}
+DOCKER_PROVIDERS = ("bwrap", "local")  # nested bubblewrap, or the container as the sandbox
+# An image reference as Docker writes one (name, optional :tag, optional @sha256:digest): one shell word
+_IMAGE = re.compile(r"[a-z0-9][a-z0-9._/:-]*(:[A-Za-z0-9._-]+)?(@sha256:[a-f0-9]{64})?")
 LAUNCHER_ARGS = ["--RemoteProcessProxy.kernel-id", "{kernel_id}",
                  "--RemoteProcessProxy.response-address", "{response_address}",
                  "--RemoteProcessProxy.public-key", "{public_key}",
@@ -52,10 +70,61 @@ def launcher_command(executable: str) -> str:
     return str(command)
 
 
-def gateway_spec(spec: dict[str, Any], kind: str, hosts: list[str] | None, executable: str) -> dict[str, Any]:
+def check_image(image: str | None) -> str:
+    """`--image`: the kernels' image, a Docker reference that is one shell word."""
+    if not image:
+        raise ValueError("--enterprise-gateway docker needs --image IMG: the image the kernels' containers run "
+                         "(owsandbox installed in it, with its gateway extra)")
+    if not _IMAGE.fullmatch(image):
+        raise ValueError(f"--image {image!r} is not an image reference (name[:tag][@sha256:digest])")
+    return image
+
+
+def docker_client(given: str | None) -> str:
+    """The docker client the gateway-side launcher runs: `--docker`, else the one on PATH now, checked."""
+    found = shutil.which(given or "docker")
+    if found is None or not os.path.isabs(found):
+        raise ValueError(f"--docker {given}: not an executable program" if given else
+                         "--enterprise-gateway docker: no docker client on PATH; name it with --docker PATH")
+    if shlex.quote(found) != found:
+        raise ValueError(f"--docker: the path {found} is not one shell word")
+    return found
+
+
+def docker_spec(spec: dict[str, Any], image: str | None, docker: str | None, executable: str) -> dict[str, Any]:
+    """`spec` turned into DockerProcessProxy's kernelspec (see the module's docstring)."""
+    from .. import settings
+
+    env = dict(spec.get("env") or {})
+    provider = env.setdefault(settings.PROVIDER, "bwrap")
+    if provider not in DOCKER_PROVIDERS:
+        raise ValueError(f"--enterprise-gateway docker: --provider {provider!r} cannot run inside the kernel's "
+                         "container; choose bwrap (bubblewrap nested in it, the default) or local (the "
+                         "container itself is the sandbox)")
+    image = check_image(image)
+    remote = dict(spec, env=env)
+    remote["argv"] = [launcher_command(executable), "gateway-docker", "--image", image,
+                      "--docker", docker_client(docker), *LAUNCHER_ARGS]
+    metadata = dict(remote.get("metadata") or {})
+    metadata["process_proxy"] = {"class_name": PROXIES["docker"], "config": {"image_name": image}}
+    metadata["owsandbox"] = {**metadata.get("owsandbox", {}), "provider": provider, "enterprise_gateway": "docker",
+                             "image": image,
+                             "sandbox": "bubblewrap in the container" if provider == "bwrap" else "the container"}
+    remote["metadata"] = metadata
+    return remote
+
+
+def gateway_spec(spec: dict[str, Any], kind: str, hosts: list[str] | None, executable: str,
+                 image: str | None = None, docker: str | None = None) -> dict[str, Any]:
     """`spec` (owsandbox's kernel.json) turned into the gateway's remote kernelspec."""
     if kind not in PROXIES:
         raise ValueError(f"--enterprise-gateway {kind!r}: the kinds are {', '.join(PROXIES)}")
+    if kind == "docker":
+        if hosts:
+            raise ValueError("--hosts is for --enterprise-gateway ssh: Docker's kernels run where its daemon is")
+        return docker_spec(spec, image, docker, executable)
+    if image or docker:
+        raise ValueError("--image and --docker with --enterprise-gateway are for its docker kind")
     if not hosts:
         raise ValueError("--enterprise-gateway ssh needs --hosts H1,H2: the hosts the gateway starts kernels on")
     remote = dict(spec)

@@ -25,7 +25,9 @@ its own app:
 
 It refuses, before it answers the gateway (which then reports a launch timeout pointing at the
 kernel's log, where the reason is): `/` as the workspace, and a host where bubblewrap does not work
-when the spec chose no provider (`auto` would run the cells on the host unisolated).
+when the spec chose no provider (`auto` would run the cells on the host unisolated) or chose `bwrap`
+(which would fail only at the first cell). Once the gateway has its answer it says so on stderr
+(`READY`): `owsandbox gateway-docker` waits for that line in the container's output.
 
 Needs pycryptodomex (the gateway uses it on its side too): `pip install 'owsandbox[gateway]'`.
 """
@@ -53,6 +55,7 @@ KERNEL_PORTS = ("shell_port", "iopub_port", "stdin_port", "hb_port", "control_po
 LISTEN_TIMEOUT_SECONDS = 5.0
 TERM_GRACE_SECONDS = 3.0  # below jupyter_client's 5 s wait before the gateway kills the kernel
 PORT_TRIES = 20
+READY = "answered the gateway"  # in the line said once the connection information is sent
 
 log = logging.getLogger("owsandbox.gateway")
 
@@ -225,10 +228,14 @@ def check_place(environ: dict[str, str] | None = None) -> None:
     if workspace == Path("/"):
         raise LaunchError("the workspace would be / (the folder the kernel starts in): give the kernel its "
                           "folder with KERNEL_WORKING_DIR in the request's env, or OWSANDBOX_WORKSPACE in the spec")
-    if env.get(settings.PROVIDER, "auto") in ("", "auto"):
+    provider = env.get(settings.PROVIDER, "auto")
+    if provider in ("", "auto", "bwrap"):
         from ..host.providers import bwrap_problem
 
         problem = bwrap_problem()
+        if problem is not None and provider == "bwrap":
+            raise LaunchError(f"the spec's provider is bwrap, and {problem}. In a container, bubblewrap needs "
+                              "the user namespaces and the /proc mount that `owsandbox gateway-docker` allows it")
         if problem is not None:
             raise LaunchError(f"no sandbox on this host: {problem}. The kernel would run cells on the host "
                               "itself; install bubblewrap here, or choose a provider in the spec "
@@ -261,7 +268,8 @@ def launch(argv: list[str]) -> int:
             path.unlink(missing_ok=True)
         print(f"owsandbox gateway-kernel: error: {exc}", file=sys.stderr)
         return 2
-    log.info("kernel %s listens on %s (connection file %s)", args.kernel_id, ip, path)
+    print(f"owsandbox gateway-kernel: kernel {args.kernel_id} {READY}; it listens on {ip} (connection file "
+          f"{path})", file=sys.stderr, flush=True)
     from ..kernel.app import OwSandboxKernelApp
     from ..kernel.kernel import OwSandboxKernel
 

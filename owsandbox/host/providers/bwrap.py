@@ -119,9 +119,12 @@ def bwrap_problem() -> str | None:
     if binary is None:
         return "bubblewrap (bwrap) is not installed"
     try:
+        # the namespaces and the host name of bwrap_args(): in a container, naming the box's host is a
+        # call of its own that a seccomp profile may refuse while the rest works
         done = subprocess.run(supported([binary, "--unshare-user", "--disable-userns", "--cap-drop", "ALL", "--ro-bind",
                                          "/usr", "/usr", *_program_links(), "--dev", "/dev", "--proc", "/proc",
-                                         "--unshare-pid", "--unshare-net", "--die-with-parent", "true"]),
+                                         "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", "sandbox",
+                                         "--unshare-net", "--die-with-parent", "true"]),
                               capture_output=True, timeout=20)
     except (OSError, subprocess.SubprocessError) as exc:
         return f"bwrap could not run: {exc}"
