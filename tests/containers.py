@@ -212,7 +212,17 @@ class Podman:
                     (Path(temp) / "Containerfile").write_text(
                         f"FROM {deps}\nCOPY owsandbox /usr/local/lib/python3.11/dist-packages/owsandbox\n")
                     self.run("build", "--quiet", "--network", "none", "--tag", name, temp, timeout=600)
+                self._drop_other_tags(OWSANDBOX_IMAGE, name)
+                self._drop_other_tags(OWSANDBOX_DEPS_IMAGE, deps)  # after their children
         return name
+
+    def _drop_other_tags(self, repository: str, kept: str) -> None:
+        """Each change of owsandbox's files makes a new image: the older ones of `repository` go (one a
+        container still uses stays: podman refuses to remove it without --force)."""
+        listed = self.run("images", "--format", "{{.Repository}}:{{.Tag}}", repository, check=False)
+        for image in listed.stdout.split():
+            if image != kept:
+                self.run("rmi", image, check=False)
 
     def _build_deps(self, base: str, name: str) -> None:
         """owsandbox's dependencies (pip, into a folder here) and bubblewrap (apt's .deb) on `base`."""
