@@ -15,7 +15,8 @@ from owsandbox.host.isolation.seccomp import O_CREAT, O_TMPFILE_BIT
 pytestmark = pytest.mark.unit
 
 DEFAULT = {"defaultAction": "SCMP_ACT_ERRNO", "defaultErrnoRet": 38,
-           "syscalls": [{"names": ["read", "chmod", "openat", "fchmodat"], "action": "SCMP_ACT_ALLOW", "args": []},
+           "syscalls": [{"names": ["read", "chmod", "openat", "fchmodat", "keyctl"], "action": "SCMP_ACT_ALLOW",
+                         "args": []},
                         {"names": ["chmod"], "action": "SCMP_ACT_ALLOW", "args": [],
                          "includes": {"caps": ["CAP_FOWNER"]}},
                         {"names": ["openat2"], "action": "SCMP_ACT_ALLOW", "args": []},
@@ -73,6 +74,18 @@ def test_the_installed_default_profile_extends():
     assert decisions(profile, "chmod", [0, 0o4755]) == {"SCMP_ACT_ERRNO:1"}
     assert decisions(profile, "chmod", [0, 0o755]) == {"SCMP_ACT_ALLOW"}
     assert os.path.basename(path) == "seccomp.json"
+
+
+@pytest.mark.parametrize("name", C.KEYRING_CALLS)
+def test_the_kernel_keyrings_are_refused_whatever_the_default_allowed(name: str):
+    """containers-common's profile allows keyctl, and the keyrings are not namespaced: a rootful container
+    reached the host root's user keyring (tests/security/test_container_keyring.py)."""
+    assert decisions(C.extend_profile(DEFAULT), name, [0] * 6) == {"SCMP_ACT_ERRNO:1"}
+    path = C.default_profile_path()
+    if path is not None:
+        with open(path) as f:
+            assert decisions(C.extend_profile(json.load(f)), name, [0, -4 & (2**64 - 1), 0, 0, 0, 0]) == {
+                "SCMP_ACT_ERRNO:1"}
 
 
 def test_something_else_is_refused():

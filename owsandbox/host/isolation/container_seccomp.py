@@ -1,4 +1,5 @@
-"""The container's seccomp profile: the engine's default one, plus no setuid or setgid modes.
+"""The container's seccomp profile: the engine's default one, plus no setuid or setgid modes and no
+kernel keyrings.
 
 Root in a rootful container is root on the host, and the workspace is the host's folder: a
 `cp /usr/bin/python3 ./py && chmod 4755 ./py` in a cell would leave a root program there for any
@@ -29,7 +30,11 @@ S_ISUID, S_ISGID = 0o4000, 0o2000
 DEFAULT_PROFILES = ("/etc/containers/seccomp.json", "/usr/share/containers/seccomp.json")
 MODE_ARG = {"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2, "creat": 1, "mknod": 1, "mknodat": 2}
 OPEN_ARGS = {"open": (1, 2), "openat": (2, 3)}  # (flags, mode)
-GUARDED = (*MODE_ARG, *OPEN_ARGS, "openat2")
+# The kernel's keyrings are not namespaced: root in a rootful container finds, describes and (where its
+# permission lets a user read it) reads the keys in the host root's user keyring. Docker's built-in
+# default refuses these calls; containers-common's profile allows keyctl.
+KEYRING_CALLS = ("keyctl", "add_key", "request_key")
+GUARDED = (*MODE_ARG, *OPEN_ARGS, "openat2", *KEYRING_CALLS)
 
 
 def default_profile_path() -> str | None:
@@ -41,9 +46,9 @@ def _masked(index: int, mask: int, value: int) -> dict[str, Any]:
     return {"index": index, "value": mask, "valueTwo": value, "op": "SCMP_CMP_MASKED_EQ"}
 
 
-def _rule(name: str, action: str, *args: dict[str, Any], errno: int | None = None) -> dict[str, Any]:
-    rule: dict[str, Any] = {"names": [name], "action": action, "args": list(args),
-                            "comment": "owsandbox: no setuid or setgid file for the host to run"}
+def _rule(name: str, action: str, *args: dict[str, Any], errno: int | None = None,
+          why: str = "no setuid or setgid file for the host to run") -> dict[str, Any]:
+    rule: dict[str, Any] = {"names": [name], "action": action, "args": list(args), "comment": f"owsandbox: {why}"}
     if errno is not None:
         rule["errnoRet"] = errno
     return rule
@@ -69,6 +74,11 @@ def no_setid_rules() -> list[dict[str, Any]]:
     return rules
 
 
+def no_keyring_rules() -> list[dict[str, Any]]:
+    return [_rule(name, "SCMP_ACT_ERRNO", errno=EPERM, why="the host's keyrings, which are not namespaced")
+            for name in KEYRING_CALLS]
+
+
 def extend_profile(default: dict[str, Any]) -> dict[str, Any]:
     """`default` with the guarded calls taken out of its allow rules and ours put in their place."""
     if not isinstance(default.get("syscalls"), list) or "defaultAction" not in default:
@@ -82,8 +92,9 @@ def extend_profile(default: dict[str, Any]) -> dict[str, Any]:
                 continue
             rule["names"] = names
         kept.append(rule)
-    profile["syscalls"] = kept + no_setid_rules()
+    profile["syscalls"] = kept + no_setid_rules() + no_keyring_rules()
     return profile
 
 
-__all__ = ["DEFAULT_PROFILES", "default_profile_path", "extend_profile", "no_setid_rules"]
+__all__ = ["DEFAULT_PROFILES", "KEYRING_CALLS", "default_profile_path", "extend_profile", "no_keyring_rules",
+           "no_setid_rules"]

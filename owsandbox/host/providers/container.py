@@ -268,7 +268,7 @@ class ContainerProvider(GuardedWorkspace, ExecProvider):
         """A digest of the settings a container was made with: one made otherwise is not reused."""
         made_with = [self.engine_name, self.image, self.host_cwd, self.limits.describe(), self.network,
                     self.writable_root, self.user, self.options, self.env_names, self.python, self.workspace,
-                    "seccomp: no setuid or setgid modes"]  # one made before that profile is not reused
+                    "seccomp: no setuid or setgid modes, no keyrings"]  # one made before that profile is not reused
         return hashlib.sha256(json.dumps(made_with, default=str).encode()).hexdigest()[:16]
 
     def _runs_as_root(self) -> bool:
@@ -335,7 +335,7 @@ class ContainerProvider(GuardedWorkspace, ExecProvider):
         return args
 
     def _seccomp_options(self) -> list[str]:
-        """The engine's default seccomp profile with no setuid or setgid modes (see container_seccomp),
+        """The engine's default seccomp profile with no setuid or setgid modes and no keyrings (see container_seccomp),
         written to this machine's folder of the container; [] where there is no default to extend.
         Docker's own default is built into dockerd, not on disk: containers-common's file, in the same
         format, is extended for Docker too."""
@@ -350,7 +350,8 @@ class ContainerProvider(GuardedWorkspace, ExecProvider):
     def _seccomp_words(self) -> str:
         """The container's seccomp profile, in words (its file here is written when the container is made)."""
         if self.state_dir is not None and (self.state_dir / "seccomp.json").is_file():
-            return f"seccomp: {default_profile_path() or 'the default profile'} and no setuid or setgid modes"
+            return (f"seccomp: {default_profile_path() or 'the default profile'} and no setuid or setgid modes, no "
+                    "kernel keyrings")
         return (f"seccomp: {self.engine_name}'s built-in default, setuid modes NOT refused (no profile file to "
                 "extend: install containers-common)")
 
