@@ -8,7 +8,14 @@ import json
 
 import pytest
 
-from owsandbox.kernel.attach.asked import answer_line, auto_answer, parse_option, template_result
+from owsandbox.kernel.attach.asked import (
+    answer_line,
+    answers_to_save,
+    auto_answer,
+    parse_option,
+    saved_answers,
+    template_result,
+)
 from owsandbox.kernel.attach.json_schema import problems, type_of
 from owsandbox.kernel.attach.send_completion import send_matches
 from owsandbox.kernel.attach.tools import InvalidArguments, Vocabulary
@@ -149,3 +156,17 @@ def test_no_check_is_one_of_the_send_options_before_the_json():
     assert _send_options(_no_check('2 --no-check --timeout 3 {"id": 1}')[0]) == (2, 3.0, False, '{"id": 1}')
     assert _no_check('{"text": "--no-check"}') == ('{"text": "--no-check"}', True)  # inside the JSON: a value
     assert _no_check("--no-check") == (" ", False)
+
+
+def test_kept_answers_come_back_and_what_the_sandbox_spoiled_is_dropped():
+    """The registry entry is in the sandbox, which may have rewritten it: each kept answer is checked
+    as its file was."""
+    kept = {"roots/list": auto_answer("roots/list", "roots.json", '{"result": {"roots": []}}'),
+            "ping": auto_answer("ping", "err.json", '{"error": {"code": -1, "message": "no"}}')}
+    assert saved_answers({"answers": answers_to_save(kept)}) == kept
+    spoiled = {"answers": {"roots/list": {"path": "roots.json", "answer": {"result": 1, "error": {}}},
+                           "ping": {"path": 3, "answer": {"result": {}}}, "x": "nope",
+                           "sampling/createMessage": {"path": "s.json", "answer": {"result": {"ok": True}}}}}
+    assert list(saved_answers(spoiled)) == ["sampling/createMessage"]
+    assert saved_answers({}) == {} and saved_answers({"answers": []}) == {}
+

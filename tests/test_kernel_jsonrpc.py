@@ -13,6 +13,7 @@ import json
 import re
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -344,3 +345,26 @@ def test_a_real_mcp_server(kernel, mcp_server_time):
     kernel.run("%attach --kill")
     replayed = kernel.run("%replay time.jsonl")
     assert replayed.status == "ok" and "4 answers the same, 0 different" in replayed.text(), replayed.outputs
+
+
+def test_answers_given_with_attach_go_on_after_a_kernel_restart(tmp_path, server):
+    """`--answer` is kept with the program's entry in the sandbox: `%attach --last` in the restarted
+    kernel answers the program's requests as the last kernel did, and says so."""
+    (tmp_path / "roots.json").write_text(json.dumps({"result": {"roots": [{"uri": "file:///kept"}]}}))
+    kernel = KernelSession(tmp_path, connection_file=str(tmp_path / f"kernel-{uuid.uuid4()}.json"))
+    try:
+        started = kernel.run(f"%attach --name rpc --answer roots/list=roots.json -- {server}")
+        assert "answering roots/list requests of #1 rpc from roots.json" in started.text(), started.outputs
+        assert kernel.run(f"%send {json.dumps(INITIALIZE)}").status == "ok"
+        kernel.km.restart_kernel(now=False)
+        kernel.kc.wait_for_ready(timeout=60)
+        kernel.drain()
+        again = kernel.run("%attach --last")
+        assert again.status == "ok" and "answering roots/list requests of #1 rpc from roots.json" in again.text()
+        asked = kernel.run(f"%send {tool(2, 'roots')}")
+        assert asked.status == "ok", asked.outputs
+        [shown] = asked.of_type("display_data")
+        assert shown["data"]["application/json"]["result"]["content"][0]["text"] == "1 roots: file:///kept"
+        kernel.run("%attach --kill")
+    finally:
+        kernel.close()

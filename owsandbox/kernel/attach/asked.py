@@ -93,3 +93,25 @@ def auto_answer(method: str, path: str, text: str) -> AutoAnswer:
                              "a string \"message\"")
         return AutoAnswer(method, path, {"error": error})
     return AutoAnswer(method, path, {"result": value["result"]})
+
+
+def saved_answers(entry: dict[str, Any]) -> dict[str, AutoAnswer]:
+    """The `--answer`s an attach registry entry kept (`Program.auto_answers`, saved as {method: {path,
+    answer}}), each checked again as a file would be; what does not pass is dropped (the entry is in
+    the sandbox, which may have changed it)."""
+    kept = entry.get("answers")
+    found: dict[str, AutoAnswer] = {}
+    for method, saved in (kept.items() if isinstance(kept, dict) else ()):
+        if not isinstance(saved, dict) or not isinstance(saved.get("path"), str):
+            continue
+        try:
+            found[method] = auto_answer(method, saved["path"], json.dumps(saved.get("answer")))
+        except UsageError:
+            continue
+    return found
+
+
+def answers_to_save(answers: dict[str, AutoAnswer]) -> dict[str, dict[str, Any]]:
+    """What `saved_answers` reads back."""
+    return {method: {"path": auto.path, "answer": auto.answer} for method, auto in answers.items()}
+

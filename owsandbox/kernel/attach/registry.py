@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ... import protocol as P
 from ...host.api import SandboxAPI
+from .asked import answers_to_save
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,8 @@ class AttachRegistry:
                 "cwd": program.cwd, "url": program.url, "cursor": program.cursor,
                 "cursor_tail": program.cursor_tail.hex(), "state": program.state,
                 "number": program.number, "dialect": program.conversation.dialect.name,
-                "dialect_named": program.conversation.dialect_fixed, "updated": time.time()}
+                "dialect_named": program.conversation.dialect_fixed, "answers": answers_to_save(program.auto_answers),
+                "updated": time.time()}
         for session_id in forget or ():
             known.pop(session_id, None)
         entries = sorted(known.values(), key=lambda s: s.get("updated", 0))[-KEEP_SESSIONS:]

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import AttachedProgramExited, AttachError, AttachFailed
 from . import jsonrpc as R
 from .answers import Answers, NoAnswer, Waiter, error_in
-from .asked import AutoAnswer
+from .asked import AutoAnswer, saved_answers
 from .conversation import RECEIVED, SENT, Call, Conversation, Entry
 from .dialects import DIALECTS
 from .jsonrpc_errors import JsonRpcError
@@ -184,6 +184,8 @@ class AttachManager:
         program = self._program_for(entry, endpoint, url or entry.get("url"))
         if auto_answers is not None:
             program.auto_answers = dict(auto_answers)
+        elif not program.auto_answers:  # a kernel restarted since: the last one's `--answer`s go on
+            program.auto_answers = saved_answers(entry)
         self._connect(program, since if since is not None else int(entry.get("cursor", 0)), parent,
                       settle=EXIT_NOTICE_SECONDS if ended else 0.0, until_record=False,
                       since_tail=saved_tail(entry) if since is None else b"")
