@@ -5,7 +5,7 @@ The server takes execd from a local image (`[runtime] execd_image`): it reads `/
 with the entrypoint `/opt/opensandbox/bootstrap.sh` and the request's entrypoint as its arguments.
 OpenSandbox's execd is a Go program that no package registry carries, so the image made here puts
 the project's own execd-compatible endpoint there instead, as a released execd behaves
-(`ReleasedExecd`, tests/released_execd.py):
+(`ProxyingExecd`, tests/released_execd.py: `ReleasedExecd` with execd's reverse proxy):
 
 * `/execd`: a shell line that runs python3 on the file itself, followed by the box's zipapp with
   tests/released_execd.py added (Python reads a zip archive with anything before it). It serves on
