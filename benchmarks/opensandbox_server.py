@@ -1,5 +1,5 @@
 """The `opensandbox` provider on OpenSandbox's real server (`opensandbox-server`, Docker runtime, host
-network mode), measured: create → first result, a cell's round trip, delete, directly and through the
+or bridge network mode), measured: create → first result, a cell's round trip, delete, directly and through the
 server's own proxy; and a kernel's start to its first cell's result.
 
 It sets up what tests/test_opensandbox_server.py uses (tests/opensandbox_server.py):
@@ -14,17 +14,25 @@ $OWSANDBOX_TEST_OPENSANDBOX_SERVER. Everything it starts is stopped at the end. 
 * kernel: `KernelManager.start_kernel()` until the first cell (`true`) has finished, and the median
   `true` cell request → reply.
 
-Run: `python benchmarks/opensandbox_server.py [--rounds 5] [--runs 200]`.
+`--network bridge`: the server's default mode, on a dockerd with a bridge in a network namespace of
+its own that publishes ports through docker-proxy (tests/containers.py; no iptables rule), the server
+in that namespace; this program moves into it too (setns) once that dockerd runs, so that the provider
+and the kernel reach the endpoints the server gives (`127.0.0.1:PUBLISHED/proxy/44772`, execd
+proxying to itself), and moves back before it stops that dockerd.
+
+Run: `python benchmarks/opensandbox_server.py [--rounds 5] [--runs 200] [--network host|bridge]`.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -35,9 +43,30 @@ from compare import Kernel, Session  # noqa: E402
 from owsandbox.host.providers.opensandbox_lifecycle import OpenSandboxLifecycleProvider  # noqa: E402
 from owsandbox.host.workspace import RunnerWorkspace  # noqa: E402
 from tests.containers import Docker, Podman  # noqa: E402
+from tests.gateway_hosts import _setns  # noqa: E402
 from tests.opensandbox_server import OpenSandboxServer, build_execd_image, server_program  # noqa: E402
 
 SPEC = "owsandbox-opensandbox-bench"
+BRIDGE = "203.0.113.1/24"  # TEST-NET-3, on the bridge in the dockerd's namespace only
+
+
+@contextlib.contextmanager
+def inside(netns: str | None) -> Iterator[None]:
+    """This thread (the main one, so every thread and child started from it) in `netns`, then back."""
+    if netns is None:
+        yield
+        return
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    target = os.open(f"/run/netns/{netns}", os.O_RDONLY)
+    try:
+        _setns(target)
+        try:
+            yield
+        finally:
+            _setns(own)
+    finally:
+        os.close(own)
+        os.close(target)
 
 
 def _spread(values: list[float], unit: float = 1.0, digits: int = 3) -> str:
@@ -106,6 +135,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--network", choices=("host", "bridge"), default="host",
+                        help="the server's [docker] network_mode (bridge: see above)")
     args = parser.parse_args()
     program = server_program()
     if program is None:
@@ -114,15 +145,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="owsbx-osb-bench-") as tmp:
         root = Path(tmp)
         (root / "podman").mkdir()
-        with Docker.started(Podman(root / "podman")) as docker:
+        bridged = args.network == "bridge"
+        with Docker.started(Podman(root / "podman"), bridge=BRIDGE if bridged else None, publish=bridged) as docker, \
+                inside(docker.netns):
             image = docker.image()
             built = time.perf_counter()
             execd_image = build_execd_image(docker)
             built = time.perf_counter() - built
             print(f"dockerd started in {docker.start_seconds:.2f} s; test image loaded in "
                   f"{sum(docker.load_seconds.values()):.2f} s; execd image built in {built:.2f} s")
-            with OpenSandboxServer.started(program, docker, execd_image) as server:
-                print(f"opensandbox-server ({program}) answering in {server.start_seconds:.2f} s")
+            with OpenSandboxServer.started(program, docker, execd_image, args.network) as server:
+                print(f"opensandbox-server ({program}, {args.network} network mode) answering in "
+                      f"{server.start_seconds:.2f} s")
                 provider_rounds(server, image, args, proxy=False)
                 provider_rounds(server, image, args, proxy=True)
                 kernel_rounds(server, image, args, root)

@@ -24,6 +24,10 @@ our own (`CONTAINERS_CONF`), which picks the `runc` runtime and clears podman's 
   its own (made and removed with it), with a bridge of that address: containers get addresses on it
   that a program in the namespace reaches (`netns`), as Enterprise Gateway's DockerProcessProxy needs.
   Still no iptables rules and no forwarding, and nothing of this machine's own network changes.
+* `Docker.started(podman, bridge=..., publish=True)`: the same, with `docker run -p` working: each
+  published port is Docker's userland proxy (`docker-proxy`, a process in that namespace listening on
+  its ports and relaying to the container's address on the bridge), still with no iptables rule; a
+  program in the namespace reaches a container's port at `127.0.0.1:PUBLISHED`.
 * `Podman.owsandbox_image()`: `image()` with bubblewrap (Debian's package, the one apt kept when it
   installed bubblewrap here or else downloaded by apt, installed with dpkg), owsandbox's dependencies
   (with its gateway extra) staged here by pip, a user `student` (uid 1000, gid 100, Enterprise
@@ -319,7 +323,7 @@ class Docker:
     name = "docker"
     START_SECONDS = 60.0
 
-    def __init__(self, podman: Podman, bridge: str | None = None) -> None:
+    def __init__(self, podman: Podman, bridge: str | None = None, publish: bool = False) -> None:
         tools = docker_tools()
         if tools is None:
             raise RuntimeError("Docker is not installed: no dockerd (apt-get install docker.io)")
@@ -334,12 +338,15 @@ class Docker:
         self.load_seconds: dict[str, float] = {}  # podman save | docker load, per image
         self.bridge = bridge  # ADDRESS/PREFIX of the bridge, in a network namespace of its own; None: no bridge
         self.netns = f"owsbx-dk-{uuid.uuid4().hex[:8]}" if bridge else None
+        if publish and bridge is None:
+            raise ValueError("publishing ports needs the bridge (and its network namespace)")
+        self.publish = publish  # published ports through docker-proxy, in the namespace
         self._made_netns = False
 
     @classmethod
     @contextlib.contextmanager
-    def started(cls, podman: Podman, bridge: str | None = None) -> Iterator[Docker]:
-        docker = cls(podman, bridge)
+    def started(cls, podman: Podman, bridge: str | None = None, publish: bool = False) -> Iterator[Docker]:
+        docker = cls(podman, bridge, publish)
         try:
             docker.start()
             yield docker
@@ -364,8 +371,12 @@ class Docker:
                 "--config-file", str(self.folder / "daemon.json"), "--containerd-namespace", namespace,
                 "--containerd-plugins-namespace", f"{namespace}-plugins",
                 # the host's firewall and network stay as they are: no rules, no forwarding, no bridge
-                "--iptables=false", "--ip6tables=false", "--ip-forward=false", "--ip-masq=false",
-                "--userland-proxy=false"]
+                "--iptables=false", "--ip6tables=false", "--ip-forward=false", "--ip-masq=false"]
+        proxy = _tool("docker-proxy") if self.publish else None
+        if self.publish and proxy is None:
+            raise RuntimeError("publishing ports needs Docker's docker-proxy, which is not installed beside dockerd")
+        # without iptables a published port is docker-proxy or nothing (it listens in the namespace only)
+        argv += ["--userland-proxy=true", f"--userland-proxy-path={proxy}"] if proxy else ["--userland-proxy=false"]
         if self.netns is None:
             argv.append("--bridge=none")
         else:  # its bridge is in the namespace only; nsenter, not `ip netns exec`, which hides the cgroups

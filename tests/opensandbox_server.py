@@ -5,7 +5,7 @@ The server takes execd from a local image (`[runtime] execd_image`): it reads `/
 with the entrypoint `/opt/opensandbox/bootstrap.sh` and the request's entrypoint as its arguments.
 OpenSandbox's execd is a Go program that no package registry carries, so the image made here puts
 the project's own execd-compatible endpoint there instead, as a released execd behaves
-(`ReleasedExecd`, tests/released_execd.py):
+(`ProxyingExecd`, tests/released_execd.py: `ReleasedExecd` with execd's reverse proxy):
 
 * `/execd`: a shell line that runs python3 on the file itself, followed by the box's zipapp with
   tests/released_execd.py added (Python reads a zip archive with anything before it). It serves on
@@ -15,13 +15,19 @@ the project's own execd-compatible endpoint there instead, as a released execd b
   (tests/test_provider_opensandbox.py), and here a cell's round trip is measured.
 * `/bootstrap.sh`: starts `/opt/opensandbox/execd` in the background, then `exec "$@"`.
 
-The network: the tests' dockerd has no bridge, no firewall rules and no userland proxy (the host's
-firewall and network stay as they are), so the server runs with `[docker] network_mode = "host"`:
-each sandbox shares the host's network and execd is at `127.0.0.1:44772` (a port of the host, so one
-server at a time on a machine: a lock file makes a second test run wait). Bridge mode, where the
-endpoint is execd proxying to itself (`127.0.0.1:PORT/proxy/44772`), needs Docker's bridge network and
-published ports (a bridge interface on the host, and DNAT rules or docker-proxy); it cannot run here
-without changing this machine's network, so it is not tested.
+The network, host mode: the tests' dockerd has no bridge, no firewall rules and no userland proxy (the
+host's firewall and network stay as they are), so the server runs with `[docker] network_mode =
+"host"`: each sandbox shares the host's network and execd is at `127.0.0.1:44772` (a port of the host,
+so one such server at a time on a machine: a lock file makes a second test run wait).
+
+Bridge mode, the server's default, where it publishes each sandbox's execd port and the endpoint is
+execd proxying to itself (`127.0.0.1:PORT/proxy/44772`): on a dockerd started with a bridge in a
+network namespace of its own and port publishing through docker-proxy (`Docker.started(podman,
+bridge=..., publish=True)`, still no iptables rule anywhere), the server runs in that namespace too
+(nsenter), so its `127.0.0.1` is the namespace's, where docker-proxy listens. Its clients (the kernel,
+the tests' own requests) run or connect there. That dockerd stands in for a host's Docker; on the
+tests' plain dockerd (`--bridge=none`) the server still makes the sandbox, with nothing behind its
+endpoint.
 
 The server itself runs from a virtual environment of its own (its pins are not ours): the one that
 `.ci/run` makes (`.venv-opensandbox-server`), or the program `OWSANDBOX_TEST_OPENSANDBOX_SERVER` names.
@@ -32,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import http.client
 import io
 import json
 import os
@@ -42,8 +49,6 @@ import socket
 import subprocess
 import tempfile
 import time
-import urllib.error
-import urllib.request
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,6 +58,7 @@ import pytest
 
 from owsandbox.host.bundle import zipapp_bytes
 
+from .gateway_hosts import socket_in
 from .ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,8 +76,8 @@ EXECD_HEAD = f"""#!/bin/sh
 exec python3 -S -c '
 import sys, threading
 sys.path.insert(0, sys.argv[1])
-from released_execd import ReleasedExecd
-class Open(ReleasedExecd):
+from released_execd import ProxyingExecd
+class Open(ProxyingExecd):
     def _authorized(self, request):  # the Docker runtime starts execd with no access token
         return True
 server = Open("unused", tcp_host="0.0.0.0", tcp_port={EXECD_PORT}, cwd="/", release="{EXECD_RELEASE}", lag=0.0)
@@ -153,15 +159,19 @@ def _port_free(port: int) -> bool:
 
 
 class OpenSandboxServer:
-    """A running `opensandbox-server` on 127.0.0.1 with the Docker runtime in host network mode.
+    """A running `opensandbox-server` on 127.0.0.1 with the Docker runtime in `network_mode` ("host" or
+    "bridge"); in bridge mode on a dockerd in a network namespace (`docker.netns`), the server runs in
+    that namespace and `netns` names it (its URL is the namespace's loopback: `request()` reaches it).
 
     `url` is its base URL, `api_key` its key, `docker` the dockerd it drives, `log()` its log.
     Sandboxes it made are removed (by their label) when it stops, however the test ended."""
 
     START_SECONDS = 60.0
 
-    def __init__(self, program: str, docker: Any, execd_image: str) -> None:
+    def __init__(self, program: str, docker: Any, execd_image: str, network_mode: str = "host") -> None:
         self.program, self.docker, self.execd_image = program, docker, execd_image
+        self.network_mode = network_mode
+        self.netns: str | None = docker.netns if network_mode == "bridge" else None
         self.folder = Path(tempfile.mkdtemp(prefix="owsbx-osb-server-"))
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -176,16 +186,18 @@ class OpenSandboxServer:
             "[log]", 'level = "INFO"',
             "[runtime]", 'type = "docker"', f'execd_image = "{self.execd_image}"',
             "[store]", 'type = "sqlite"', f'path = "{self.folder / "opensandbox.db"}"',
-            "[docker]", 'network_mode = "host"', "",
+            "[docker]", f'network_mode = "{self.network_mode}"', "",
         ])
 
     @classmethod
     @contextlib.contextmanager
-    def started(cls, program: str, docker: Any, execd_image: str) -> Iterator[OpenSandboxServer]:
-        # execd listens on the host's port 44772: one such server at a time on this machine
+    def started(cls, program: str, docker: Any, execd_image: str,
+                network_mode: str = "host") -> Iterator[OpenSandboxServer]:
+        # in host mode execd listens on the host's port 44772: one such server at a time on this machine
         with open(os.path.join(tempfile.gettempdir(), "owsandbox-test-opensandbox-44772.lock"), "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            server = cls(program, docker, execd_image)
+            if network_mode == "host":
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            server = cls(program, docker, execd_image, network_mode)
             try:
                 server.start()
                 yield server
@@ -193,12 +205,14 @@ class OpenSandboxServer:
                 server.stop()
 
     def start(self) -> None:
-        if not _port_free(EXECD_PORT):
+        if self.network_mode == "host" and not _port_free(EXECD_PORT):
             raise RuntimeError(f"port {EXECD_PORT} of this machine is taken: the sandboxes' execd (host network "
                                "mode) needs it")
         (self.folder / "config.toml").write_text(self.config())
         env = {**os.environ, **self.docker.settings, "HOME": str(self.folder)}
         argv = [self.program, "--config", str(self.folder / "config.toml")]
+        if self.netns is not None:  # nsenter, not `ip netns exec`, which remounts /sys
+            argv = [shutil.which("nsenter") or "nsenter", f"--net=/run/netns/{self.netns}", *argv]
         setpriv = shutil.which("setpriv")
         if setpriv is not None:  # the server ends with the tests even when they are killed
             argv = [setpriv, "--pdeathsig", "TERM", "--", *argv]
@@ -218,10 +232,23 @@ class OpenSandboxServer:
 
     def _healthy(self) -> bool:
         try:
-            with urllib.request.urlopen(self.url + "/health", timeout=2) as answer:
-                return answer.status == 200
-        except (OSError, urllib.error.URLError):
+            return self.request("GET", "/health", timeout=2)[0] == 200
+        except OSError:
             return False
+
+    def request(self, method: str, path: str, headers: dict[str, str] | None = None,
+                timeout: float = 30) -> tuple[int, bytes]:
+        """A request to the server made by hand, from its network namespace when it has one: its status
+        and body."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        if self.netns is not None:
+            conn.sock = socket_in(self.netns, ("127.0.0.1", self.port), timeout)
+        try:
+            conn.request(method, path, headers=headers or {})
+            answer = conn.getresponse()
+            return answer.status, answer.read()
+        finally:
+            conn.close()
 
     def log(self) -> str:
         try:

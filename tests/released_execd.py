@@ -5,14 +5,19 @@ The real execd cannot be built from a package registry (Go and its modules), so 
 behaviour through `ReleasedExecd`, a subclass of the box's `ExecdServer` that uses its hooks; each
 difference is written down in `RELEASE_QUIRKS` with the Go source that shows it. The box itself
 ships none of this. `ReleasedExecd(proxy_refusals=True)` also answers refusals as OpenSandbox's
-server proxy does.
+server proxy does. `ProxyingExecd` adds execd's own reverse proxy (`/proxy/{port}/...`), which the
+Docker runtime's bridge mode gives as every endpoint.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 import socket
+import threading
 from typing import Any
+from urllib.parse import urlencode
 
 from owsandbox.box.execd import wsframes as ws
 from owsandbox.box.execd.endpoint import (
@@ -121,3 +126,54 @@ def refuse_as_proxy(sock: socket.socket, request: Request) -> bool:
         pass
     _close_gently(sock)
     return True
+
+
+_PROXY_PATH = re.compile(r"/proxy/(\d+)(/.*)?")
+
+
+class ProxyingExecd(ReleasedExecd):
+    """A released execd with its reverse proxy: a request to `/proxy/{port}/PATH` goes to
+    `127.0.0.1:{port}/PATH` inside the same sandbox, WebSocket upgrades included (OpenSandbox's
+    single-host networking guide: the Docker runtime's bridge mode publishes only execd's port and
+    gives every endpoint as `host:published/proxy/{port}`). Played at the connection level: the
+    request is sent on with its prefix taken off, then bytes are relayed both ways until one side
+    closes, so the proxied execd's answers, upgrades and WebSocket frames pass unchanged. Each proxied
+    request is printed (`proxied METHOD PATH`), so a test can tell what came through the proxy."""
+
+    def _dispatch(self, sock: socket.socket, request: Request, rest: bytes) -> bool:
+        match = _PROXY_PATH.fullmatch(request.path)
+        if match is None:
+            return super()._dispatch(sock, request, rest)
+        try:
+            upstream = socket.create_connection(("127.0.0.1", int(match.group(1))), timeout=10)
+        except OSError as exc:
+            raise HttpError(502, "BAD_GATEWAY", f"cannot reach port {match.group(1)}: {exc}") from None
+        target = (match.group(2) or "/") + (f"?{urlencode(request.query)}" if request.query else "")
+        head = [f"{request.method} {target} HTTP/1.1"]
+        head += [f"{name}: {value}" for name, values in request.headers.items() for value in values
+                 if name != "content-length"]
+        if request.body or request.method in ("POST", "PUT", "PATCH"):
+            head.append(f"Content-Length: {len(request.body)}")
+        upstream.settimeout(None)
+        for each in (upstream, sock):  # relayed as they come, as Go's connections are (no Nagle's delay)
+            each.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        print(f"proxied {request.method} {target}", flush=True)
+        upstream.sendall("\r\n".join(head).encode("latin-1") + b"\r\n\r\n" + request.body + rest)
+        relay = threading.Thread(target=_pump, args=(sock, upstream), name="execd-proxy", daemon=True)
+        relay.start()
+        _pump(upstream, sock)
+        relay.join(10)  # the client's side ends when it closes; it may not
+        for each in (upstream, sock):
+            each.close()
+        return True  # the connection is finished here
+
+
+def _pump(source: socket.socket, sink: socket.socket) -> None:
+    """Bytes from `source` to `sink` until `source` ends; then `sink` is told no more comes."""
+    try:
+        while data := source.recv(65536):
+            sink.sendall(data)
+    except OSError:
+        pass
+    with contextlib.suppress(OSError):
+        sink.shutdown(socket.SHUT_WR)

@@ -9,11 +9,16 @@ package registry carries, so the execd image made here (tests/opensandbox_server
 project's own execd-compatible endpoint as a released execd behaves; running the real Go execd stays a
 check by hand (the README says how).
 
-The network is Docker's host mode: the tests' dockerd has no bridge, no firewall rules and no userland
-proxy, so bridge mode (an endpoint that is execd proxying to itself, `127.0.0.1:PORT/proxy/44772`)
-cannot run here without changing this machine's network; `test_bridge_mode_here_gives_an_endpoint_
-nothing_answers_at_and_the_sandbox_is_deleted` shows what then happens. The endpoint in host mode is execd itself,
-`127.0.0.1:44772`.
+The network, in most tests, is Docker's host mode: the tests' dockerd has no bridge, no firewall rules
+and no userland proxy, and the endpoint is execd itself, `127.0.0.1:44772`.
+`test_bridge_mode_here_gives_an_endpoint_nothing_answers_at_and_the_sandbox_is_deleted` shows what
+bridge mode does on that dockerd. Bridge mode for real (the server's default: an endpoint that is execd
+proxying to itself, `127.0.0.1:PUBLISHED/proxy/44772`) runs on a second dockerd, in a network
+namespace of its own with a bridge and ports published by docker-proxy, with the server and the kernel
+in that namespace too (`test_bridge_mode_a_kernel_...`): that dockerd stands in for a host's Docker,
+and neither this machine's firewall nor the namespace's gets a rule (iptables-save, before and after).
+The execd image's execd plays execd's own reverse proxy (`/proxy/{port}`, tests/released_execd.py
+`ProxyingExecd`).
 
 What only the lifecycle stand-in (tests/test_provider_opensandbox_lifecycle.py) covers, since this
 server cannot be made to do it within a test: timeouts under its 60 s minimum (renewal on its own
@@ -25,7 +30,10 @@ from __future__ import annotations
 
 import base64
 import json
-import urllib.request
+import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -87,14 +95,8 @@ def no_sandbox_left(server: OpenSandboxServer) -> Iterator[None]:
 
 def api(server: OpenSandboxServer, method: str, path: str, key: str | None = None) -> tuple[int, Any]:
     """A request to the server's lifecycle API made by hand (not the SDK): its status and JSON answer."""
-    request = urllib.request.Request(server.url + path, method=method,
-                                     headers={"OPEN-SANDBOX-API-KEY": key or server.api_key})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as answer:
-            text = answer.read()
-            return answer.status, json.loads(text) if text else None
-    except urllib.error.HTTPError as refused:
-        return refused.code, json.loads(refused.read() or b"null")
+    status, text = server.request(method, path, headers={"OPEN-SANDBOX-API-KEY": key or server.api_key})
+    return status, json.loads(text) if text else None
 
 
 def kernel_on(folder: Path, server: OpenSandboxServer, image: str, **env: str) -> KernelSession:
@@ -251,10 +253,7 @@ def test_an_image_without_python3_is_named_and_its_sandbox_deleted(server, docke
 
 def other_server(server: OpenSandboxServer, execd_image: str, network_mode: str = "host") -> OpenSandboxServer:
     """A second server on the same dockerd (not started), while the module's has no sandbox."""
-    made = OpenSandboxServer(server.program, server.docker, execd_image)
-    made.config = lambda: OpenSandboxServer.config(made).replace(  # type: ignore[method-assign]
-        'network_mode = "host"', f'network_mode = "{network_mode}"')
-    return made
+    return OpenSandboxServer(server.program, server.docker, execd_image, network_mode)
 
 
 def test_an_execd_that_listens_after_its_sandbox_runs_is_waited_for(server, image, no_sandbox_left):
@@ -278,8 +277,9 @@ def test_an_execd_that_listens_after_its_sandbox_runs_is_waited_for(server, imag
 
 def test_bridge_mode_here_gives_an_endpoint_nothing_answers_at_and_the_sandbox_is_deleted(server, image, docker,
                                                                                          execd_image):
-    """The server's default network mode on the tests' dockerd: Docker (no bridge) still makes the
-    container, in a network namespace of its own with no interface, and publishes none of its ports,
+    """The server's default network mode on the tests' plain dockerd (`--bridge=none`, as a host whose
+    Docker has no bridge network): Docker still makes the container, in a network namespace of its own
+    with no interface, and publishes none of its ports,
     so the endpoint the server gives (`127.0.0.1:PORT/proxy/44772`, execd proxying to itself) has
     nothing behind it. The provider names that endpoint, and deletes the sandbox it made."""
     bridged = other_server(server, execd_image, "bridge")
@@ -291,3 +291,145 @@ def test_bridge_mode_here_gives_an_endpoint_nothing_answers_at_and_the_sandbox_i
         assert bridged.containers() == []
     finally:
         bridged.stop()
+
+
+# -- bridge mode, on a dockerd in a network namespace of its own ---------------------------------------
+
+BRIDGE = "203.0.113.1/24"  # TEST-NET-3, on the bridge in that namespace only
+
+
+def firewall(netns: str | None = None) -> list[str]:
+    """The iptables and ip6tables rules and chains of this machine (of `netns` when given), without
+    iptables-save's comments (they carry the time)."""
+    tools = [shutil.which(tool) or shutil.which(tool, path="/usr/sbin:/sbin") for tool in ("iptables-save",
+                                                                                         "ip6tables-save")]
+    if None in tools:
+        pytest.fail("iptables-save is needed to show that the firewall stays as it was (apt-get install iptables)")
+    prefix = [shutil.which("nsenter") or "nsenter", f"--net=/run/netns/{netns}"] if netns else []
+    lines = []
+    for tool in tools:
+        done = subprocess.run([*prefix, str(tool)], capture_output=True, text=True, timeout=30, check=True)
+        lines += [line for line in done.stdout.splitlines() if not line.startswith("#")]
+    return lines
+
+
+@pytest.fixture(scope="module")
+def host_firewall() -> list[str]:
+    """This machine's firewall before the bridged dockerd starts."""
+    return firewall()
+
+
+@pytest.fixture(scope="module")
+def bridged_docker(podman, host_firewall: list[str]) -> Iterator[Any]:
+    """The tests' dockerd in a network namespace of its own with a bridge and ports published by
+    docker-proxy (tests/containers.py), standing in for a host's Docker; no iptables rule anywhere."""
+    from .containers import Docker, require_docker
+
+    require_docker()
+    with Docker.started(podman, bridge=BRIDGE, publish=True) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def bridged_server(bridged_docker) -> Iterator[OpenSandboxServer]:
+    """OpenSandbox's server in bridge mode (its default), in the dockerd's network namespace."""
+    program = require_server()
+    with OpenSandboxServer.started(program, bridged_docker, build_execd_image(bridged_docker),
+                                   network_mode="bridge") as started:
+        assert started.netns is not None
+        yield started
+
+
+def kernel_in_netns(folder: Path, server: OpenSandboxServer, image: str, monkeypatch: pytest.MonkeyPatch,
+                    **env: str) -> KernelSession:
+    """A real kernel started in the server's network namespace (nsenter), where its endpoints are
+    (`127.0.0.1` there), reached over IPC since the test's TCP is outside that namespace."""
+    from owsandbox.kernelspec import kernel_argv
+
+    name = "owsandbox-opensandbox-netns"
+    spec = folder / "kernels" / name
+    spec.mkdir(parents=True)
+    nsenter = [shutil.which("nsenter") or "nsenter", f"--net=/run/netns/{server.netns}"]
+    spec.joinpath("kernel.json").write_text(json.dumps({
+        "argv": [*nsenter, *kernel_argv(sys.executable)],
+        "display_name": "Sandbox (OpenSandbox, bridge)", "language": "bash", "interrupt_mode": "message", "env": {}}))
+    monkeypatch.setenv("JUPYTER_PATH", f"{folder}{os.pathsep}{os.environ.get('JUPYTER_PATH', '')}")
+    workspace = folder / "work"
+    workspace.mkdir()
+    settings = {"OWSANDBOX_PROVIDER": "opensandbox", "OWSANDBOX_OPENSANDBOX_SERVER": server.url,
+                "OWSANDBOX_OPENSANDBOX_API_KEY": server.api_key, "OWSANDBOX_IMAGE": image, **env}
+    return KernelSession(workspace, kernel_name=name, env=settings, transport="ipc", ip=str(folder / "kernel"))
+
+
+def docker_proxies(netns: str) -> list[str]:
+    """The command lines of the docker-proxy processes in `netns`."""
+    inode = os.stat(f"/run/netns/{netns}").st_ino
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and os.stat(entry / "ns" / "net").st_ino == inode:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+                if argv and argv[0].endswith(b"docker-proxy"):
+                    found.append(b" ".join(argv).decode())
+        except OSError:
+            continue
+    return found
+
+
+def test_bridge_mode_a_kernel_reaches_execd_through_its_own_proxy_on_the_published_port(
+        bridged_server, bridged_docker, host_firewall, tmp_path, monkeypatch):
+    """The server's default network mode, for real: the sandbox on Docker's bridge with execd's port
+    published (docker-proxy, in the namespace), the endpoint `127.0.0.1:PUBLISHED/proxy/44772`, every
+    request and WebSocket of the kernel's (its first cell, %attach, Stop) through execd's proxy to itself;
+    shutdown deletes the sandbox. Neither this machine's firewall nor the namespace's gets a rule."""
+    server = bridged_server
+    image = bridged_docker.image()
+    assert server.containers() == []
+    kernel = kernel_in_netns(tmp_path, server, image, monkeypatch)
+    try:
+        first = kernel.run(f"cat {MARKER}")
+        assert first.status == "ok", first.outputs
+        assert first.text() == f"{image}\n"
+        [made] = running_sandboxes(server)
+        [container] = server.containers()
+        assert container["Config"]["Labels"]["opensandbox.io/id"] == made["id"]
+        assert container["HostConfig"]["NetworkMode"] == "bridge"
+        assert container["NetworkSettings"]["Networks"]["bridge"]["IPAddress"].startswith("203.0.113.")
+        [binding] = container["NetworkSettings"]["Ports"][f"{EXECD_PORT}/tcp"]
+        published = binding["HostPort"]
+        endpoint = f"http://127.0.0.1:{published}/proxy/{EXECD_PORT}"
+        table = kernel.run("%sandbox --all").of_type("display_data")[0]["data"]["text/plain"]
+        assert endpoint in table, table
+        # published by docker-proxy in the namespace, with no rule in its tables or this machine's
+        assert any(f"-host-port {published} " in proxy and f"-container-port {EXECD_PORT}" in proxy
+                   for proxy in docker_proxies(str(server.netns))), docker_proxies(str(server.netns))
+        assert not [line for line in firewall(server.netns) if line.startswith("-A")]
+        assert firewall() == host_firewall
+
+        engine = base64.b64encode(ENGINE.read_bytes()).decode()
+        assert kernel.run(f"echo {engine} | base64 -d > /tmp/echo_engine.py").status == "ok"
+        started = kernel.run("%attach -- python3 /tmp/echo_engine.py")
+        assert started.status == "ok", started.outputs
+        answer = kernel.run('%send {"id": 1, "type": "echo", "text": "through execd\'s proxy"}')
+        assert answer.of_type("display_data")[0]["data"]["application/json"]["text"] == "through execd's proxy"
+        assert kernel.run("%attach --kill").status == "ok"
+
+        assert kernel.run("export BEFORE=1").status == "ok"
+        stopped = kernel.send("echo started; sleep 60")
+        kernel.wait_for(lambda m: m["parent_header"].get("msg_id") == stopped and m["msg_type"] == "stream"
+                        and "started" in m["content"]["text"], what="the command's first line")
+        kernel.km.interrupt_kernel()
+        run = kernel.collect(stopped)
+        assert run.status == "error" and run.reply["content"]["ename"] == "Interrupted"
+        assert kernel.run("echo $BEFORE").text() == "1\n"
+        # what came through execd's proxy, as the execd in the sandbox saw it: the pipes' sessions and
+        # their WebSockets, %attach's session and its WebSocket
+        proxied = bridged_docker.run("exec", container["Id"], "cat", "/tmp/execd.log").stdout.splitlines()
+        sockets = [line for line in proxied if line.startswith("proxied GET /pty/") and "/ws" in line]
+        assert any(line.startswith("proxied POST /pty") for line in proxied), proxied
+        assert len(sockets) >= 2, proxied  # the kernel's pipe, and %attach's
+    finally:
+        kernel.close()
+    assert api(server, "GET", f"/v1/sandboxes/{made['id']}")[0] == 404
+    assert server.containers() == []
+    assert firewall() == host_firewall
