@@ -162,6 +162,16 @@ def test_the_gateway_refuses_root_without_kernel_username(place: Place) -> None:
     assert "root" in body["reason"] and "KERNEL_USERNAME" in body["reason"], body
 
 
+def test_a_refused_launch_is_the_gateways_error_at_once_with_the_reason(place: Place) -> None:
+    """The ssh proxy has no local process to see fail: without the launcher's refusal answer it waited
+    out its whole launch timeout ("Waited too long (30s) to get connection file") and pointed at the
+    kernel's log on the host."""
+    status, body = place.gateway.request("POST", "/api/kernels", {"name": "owsandbox-eg",
+                                                                  "env": {**USER, "KERNEL_WORKING_DIR": "/"}})
+    assert status == 500, (status, body)
+    assert "owsandbox refused this kernel: the workspace would be /" in body["reason"], body
+
+
 def test_an_unpinned_restart_moves_to_the_other_host_and_starts_empty(place: Place) -> None:
     """Round-robin gives a restart the next host (nothing else starts in between here): the kernel
     there has a new, empty sandbox, and the old one, kept for a restart on its own host, ends after

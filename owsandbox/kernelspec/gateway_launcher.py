@@ -23,11 +23,15 @@ its own app:
   held. `{"shutdown": 1}` is noted only: the port answers until the kernel exits, so the gateway's
   liveness poll sees the kernel alive as long as it is (a restart waits for the old kernel to end).
 
-It refuses, before it answers the gateway (which then reports a launch timeout pointing at the
-kernel's log, where the reason is): `/` as the workspace, and a host where bubblewrap does not work
+It refuses, before the kernel starts: `/` as the workspace, and a host where bubblewrap does not work
 when the spec chose no provider (`auto` would run the cells on the host unisolated) or chose `bwrap`
-(which would fail only at the first cell). Once the gateway has its answer it says so on stderr
-(`READY`): `owsandbox gateway-docker` waits for that line in the container's output.
+(which would fail only at the first cell). The launcher protocol has no word for a refusal, and the
+ssh proxy has no local process to see fail: it would wait out its whole launch timeout (30 s) and then
+point at the kernel's log on the host. So the refusal is sent as the answer, a connection whose shell
+port is the reason (`REFUSED`), which the gateway rejects at once, quoting it in its 500 answer
+("... expected an int, not the str 'owsandbox refused this kernel: ...'"); the kernel's log has it too.
+Once the gateway has a real answer the launcher says so on stderr (`READY`): `owsandbox gateway-docker`
+waits for that line in the container's output.
 
 Needs pycryptodomex (the gateway uses it on its side too): `pip install 'owsandbox[gateway]'`.
 """
@@ -51,6 +55,7 @@ from typing import Any
 from .. import settings
 
 LAUNCHER_VERSION = 1  # the payload format of Enterprise Gateway's launchers that this one speaks
+REFUSED = "owsandbox refused this kernel: "  # a refusal's "shell port", the reason after it
 KERNEL_PORTS = ("shell_port", "iopub_port", "stdin_port", "hb_port", "control_port")
 LISTEN_TIMEOUT_SECONDS = 5.0
 TERM_GRACE_SECONDS = 3.0  # below jupyter_client's 5 s wait before the gateway kills the kernel
@@ -242,9 +247,24 @@ def check_place(environ: dict[str, str] | None = None) -> None:
                               "(owsandbox install --provider ...; --provider local to accept no isolation)")
 
 
+def refusal(kernel_id: str, reason: str) -> dict[str, Any]:
+    """The answer that tells the gateway the kernel was refused, and why (see the module's docstring)."""
+    return {"kernel_id": kernel_id, "pid": os.getpid(), "pgid": os.getpgid(0), "shell_port": REFUSED + reason}
+
+
+def tell_refused(args: argparse.Namespace, reason: str) -> None:
+    """Send `refusal` to the gateway, if it can be: a failure here leaves the gateway to its timeout."""
+    try:
+        send_to_gateway(args.address, encrypted(refusal(args.kernel_id, reason), args.public_key))
+    except LaunchError as exc:
+        log.warning("the gateway was not told of the refusal: %s", exc)
+
+
 def launch(argv: list[str]) -> int:
     """Tell the gateway where the kernel listens, then run owsandbox's kernel app until it shuts down."""
     path: Path | None = None
+    args: argparse.Namespace | None = None
+    sending = False  # from then on a failure is in answering: there is no telling the gateway either
     try:
         args = parse(argv)
         working_dir = os.environ.get("KERNEL_WORKING_DIR")
@@ -260,13 +280,16 @@ def launch(argv: list[str]) -> int:
         signals = bound_socket(ip, args.ports)
         info.update(pid=os.getpid(), pgid=os.getpgid(0), comm_port=signals.getsockname()[1],
                     kernel_id=args.kernel_id)
+        sending = True
         payload = encrypted(info, args.public_key)
         listen_for_gateway(signals, os.getpid())
         send_to_gateway(args.address, payload)
     except LaunchError as exc:
         if path is not None:
             path.unlink(missing_ok=True)
-        print(f"owsandbox gateway-kernel: error: {exc}", file=sys.stderr)
+        print(f"owsandbox gateway-kernel: error: {exc}", file=sys.stderr, flush=True)
+        if args is not None and not sending:
+            tell_refused(args, str(exc))
         return 2
     print(f"owsandbox gateway-kernel: kernel {args.kernel_id} {READY}; it listens on {ip} (connection file "
           f"{path})", file=sys.stderr, flush=True)
