@@ -9,7 +9,7 @@ Steps (one JSON object a line; one JSON answer a line):
     {"describe": true}              the provider's describe()
     {"counters": true}              the limit counters
     {"network": true|false}         turn the running box's outbound network on or off (%network): said
-    {"state": true}                 the host-side facts: state folder, init pid, its pid namespace
+    {"state": true}                 the host-side facts: state folder, runner file, init pid, its pid namespace
     {"restart": true}               kill and restart the daemon as a sandbox restart does
     {"snapshot": {"action": A, "name": N}}  save, restore (the box stopped around it) or drop a snapshot of
                                     the workspace, as %snapshot does: the report, and the store's folder
@@ -60,7 +60,8 @@ def main() -> int:
                 assert workspace is not None
                 provider = workspace.provider
                 pid = provider.daemon_pid
-                answer = {"state_dir": provider.state_dir, "init_pid": pid, "pasta_pid": provider._pasta_pid,
+                answer = {"state_dir": provider.state_dir, "runner_path": provider.runner_path,
+                          "init_pid": pid, "pasta_pid": provider._pasta_pid,
                           "pidns": os.readlink(f"/proc/{pid}/ns/pid") if pid else None}
             elif "host" in step:
                 done = subprocess.run(["bash", "-c", step["host"]], capture_output=True, text=True, timeout=60)

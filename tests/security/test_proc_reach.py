@@ -5,6 +5,7 @@ bubblewrap's init (the box's pid 1) holds. Run as root and as a plain user."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -64,6 +65,17 @@ def test_bubblewraps_init_holds_no_host_file_nor_socket(attacker: Attacker):
     assert held["exit_code"] == 0, held
     targets = held["output"].split()
     assert targets and all(t == "/dev/null" or t.startswith(("pipe:", "anon_inode:")) for t in targets), targets
+
+
+def test_the_boxs_mounts_name_nothing_of_the_hosts_private_folders(attacker: Attacker):
+    """/proc/self/mountinfo shows each bind's source: the runner file, once bound from this user's private
+    runtime folder, told the box where that folder is (and the kernel's state folder is inside it)."""
+    facts = attacker.step(state=True)
+    mounts = attacker.run("cat /proc/self/mountinfo")
+    assert mounts["exit_code"] == 0 and "/run/owsandbox/runner.pyz" in mounts["output"], mounts
+    for private in (os.path.dirname(facts["runner_path"]), facts["state_dir"]):
+        assert private not in mounts["output"], (private, mounts["output"])
+    assert attacker.run("python3 -S /run/owsandbox/runner.pyz --help")["exit_code"] == 0  # the copy runs
 
 
 def test_the_hosts_log_stays_small_whatever_the_box_writes(attacker: Attacker):

@@ -290,7 +290,8 @@ class BwrapProvider(GuardedWorkspace, LocalProvider):
         prefix = os.path.realpath(sys.base_prefix)
         return prefix if _inside(python, prefix) else os.path.dirname(os.path.dirname(python))
 
-    def bwrap_args(self) -> list[str]:
+    def bwrap_args(self, runner_fd: int) -> list[str]:
+        """bubblewrap's arguments for the box; `runner_fd` is the runner file, open for bubblewrap to copy."""
         size = str(self.limits.tmp)
         args = ["bwrap", "--unshare-user", "--disable-userns", "--cap-drop", "ALL", "--unshare-pid", "--unshare-ipc",
                 "--unshare-uts", "--unshare-cgroup-try", "--unshare-net", "--hostname", "sandbox", "--new-session",
@@ -314,7 +315,9 @@ class BwrapProvider(GuardedWorkspace, LocalProvider):
         assert self.state_dir
         # The daemon's own folder (output logs, %attach cursors) is in the box's /run, so it has /run's size;
         # the host reads nothing in it.
-        args += ["--ro-bind", self.runner_path, BOX_RUNNER, "--dir", f"{BOX_RUN}/run"]
+        # A copy, not a bind: a bind's source (this user's private runtime folder) shows in the box's
+        # /proc/self/mountinfo; a copy shows as bubblewrap's own deleted file.
+        args += ["--ro-bind-data", str(runner_fd), BOX_RUNNER, "--dir", f"{BOX_RUN}/run"]
         if not _inside(self.home, self.cwd):
             args += ["--size", size, "--tmpfs", self.home]
         args += ["--bind", self.cwd, self.cwd]
@@ -401,7 +404,8 @@ class BwrapProvider(GuardedWorkspace, LocalProvider):
         # With pasta, the daemon's parent can outlive a killed kernel: it leaves when no client is left.
         linger = self.key or self.network_mode == "pasta"
         lifetime = ["--linger", str(self.linger_seconds)] if linger else ["--exit-with-parent"]
-        box = self.bwrap_args()
+        runner = os.open(self.runner_path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        box = self.bwrap_args(runner)
         if wrapper:
             box.remove("--unshare-net")
         serve = ["serve", "--socket", f"{BOX_RUN}/run/runner.sock", "--listen-fd", str(listener.fileno()),
@@ -416,7 +420,7 @@ class BwrapProvider(GuardedWorkspace, LocalProvider):
             # the box's pid 1 (bwrap's init, never exec'd) would show the kernel's in /proc/1/environ.
             self.daemon = _LAUNCHER.spawn(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
                                           env=self.box_env(), start_new_session=True,
-                                          pass_fds=(listener.fileno(), execd.fileno(), info_write,
+                                          pass_fds=(listener.fileno(), execd.fileno(), info_write, runner,
                                                     *([seccomp] if seccomp is not None else []),
                                                     *([arguments] if arguments is not None else [])),
                                           preexec_fn=self.enforcer.preexec)
@@ -426,6 +430,7 @@ class BwrapProvider(GuardedWorkspace, LocalProvider):
         finally:
             os.close(log)
             os.close(info_write)
+            os.close(runner)
             if seccomp is not None:
                 os.close(seccomp)
             if arguments is not None:
