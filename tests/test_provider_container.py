@@ -225,11 +225,23 @@ def test_a_container_user_writes_the_workspace_as_that_user(engine, image, works
     assert provider.describe()["privileges"].endswith("user 1000:1000")
 
 
-def test_network_on_is_the_engines_default_network(engine, image, workspace, monkeypatch):
-    if engine.name == "docker":
-        pytest.skip("the tests' dockerd has no bridge (--bridge=none, so that it leaves the host's firewall alone): "
-                    "its default network gives a container only loopback. --network none, the provider's default, "
-                    "is checked on Docker by the other tests")
+@pytest.fixture(scope="module")
+def bridged_docker(podman):
+    """A dockerd with a bridge, in a network namespace of its own (tests/containers.py): the session's has
+    none (--bridge=none leaves this machine's network alone), so its default network is loopback only."""
+    from .containers import Docker, require_docker
+
+    require_docker()
+    with Docker.started(podman, bridge="203.0.113.1/24") as started:
+        yield started
+
+
+def test_network_on_is_the_engines_default_network(engine, image, workspace, monkeypatch, request):
+    if engine.name == "docker":  # Docker's default network is its bridge: the dockerd that has one
+        engine = request.getfixturevalue("bridged_docker")
+        image = engine.image()
+        for name, value in engine.settings.items():
+            monkeypatch.setenv(name, value)
     monkeypatch.setenv("OWSANDBOX_NETWORK", "1")
     provider = ContainerProvider(workspace, image=image, engine=engine.path)
     with running(provider) as (_, client):
