@@ -158,3 +158,17 @@ def docker_gateway(folder: Path) -> Iterator[tuple[EnterpriseGateway, Docker, st
             gateway.stop()
             left = docker.run("ps", "--all", "--quiet", "--filter", "label=app=enterprise-gateway").stdout.split()
             assert not left, f"kernel containers left after the gateway ended: {left}"
+
+
+def stop_keeps_state(gateway: EnterpriseGateway, ws: KernelWebSocket, kernel_id: str) -> None:
+    """The gateway's interrupt (Stop) ends the running command; the shell and its variables stay."""
+    assert ws.run("TAUGHT=fractions", 30).status == "ok"
+    running = ws.send("echo started; sleep 120; echo never")
+    ws.wait_for_stdout(running, "started")
+    status, _ = gateway.request("POST", f"/api/kernels/{kernel_id}/interrupt")
+    assert status == 204
+    stopped = ws.collect(running, 30)
+    assert stopped.status in ("error", "aborted") and "never" not in stopped.text(), stopped.outputs
+    kept = ws.run("echo $TAUGHT", 30)
+    assert kept.text().strip() == "fractions", kept.outputs
+

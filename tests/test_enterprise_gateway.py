@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import require_bwrap
-from .enterprise_gateway import EnterpriseGateway, install_spec
+from .enterprise_gateway import EnterpriseGateway, install_spec, stop_keeps_state
 from .gateway_hosts import GatewayNetwork, Host, gateway_network
 from .processes import PinnedProcesses, command_line, descendants, pid_alive, wait_gone
 from .waiting import wait_until
@@ -101,15 +101,7 @@ def test_two_kernels_land_on_two_hosts_run_cells_and_stop(place: Place) -> None:
             state = Path(host.runtime)  # the sandbox's state folder is in this host's runtime folder
             assert any(f"kernel-{kernel_id}" in c and str(state) in c for c in tree.values()), tree
         ws = sockets[0]
-        assert ws.run("TAUGHT=fractions", 30).status == "ok"
-        running = ws.send("echo started; sleep 120; echo never")
-        ws.wait_for_stdout(running, "started")
-        status, _ = place.gateway.request("POST", f"/api/kernels/{first}/interrupt")
-        assert status == 204
-        stopped = ws.collect(running, 30)
-        assert stopped.status in ("error", "aborted") and "never" not in stopped.text(), stopped.outputs
-        kept = ws.run("echo $TAUGHT", 30)
-        assert kept.text().strip() == "fractions", kept.outputs
+        stop_keeps_state(place.gateway, ws, first)
     finally:
         for ws in sockets:
             ws.close()

@@ -21,7 +21,7 @@ import pytest
 from owsandbox.host.isolation.container_seccomp import default_profile_path
 
 from .containers import IMAGE, MARKER, Docker, require_docker, require_podman
-from .enterprise_gateway import BRIDGE, EnterpriseGateway, docker_gateway
+from .enterprise_gateway import BRIDGE, EnterpriseGateway, docker_gateway, stop_keeps_state
 from .enterprise_gateway import DOCKER_KERNEL_NAME as KERNEL
 from .enterprise_gateway import DOCKER_LOCAL_KERNEL_NAME as LOCAL_KERNEL
 from .waiting import wait_until
@@ -97,15 +97,7 @@ def test_a_kernel_runs_in_its_container_in_bubblewrap_and_stop_keeps_its_state(p
         top = place.docker.run("top", container, "-eo", "pid,args").stdout
         assert "gateway-kernel" in top and "bwrap" in top, top  # the box is bubblewrap, in the container
         assert cell.text().split() == [IMAGE, "bwrap", "1000", "/home/student"], cell.outputs  # the marker's text
-        assert ws.run("TAUGHT=fractions", 30).status == "ok"
-        running = ws.send("echo started; sleep 120; echo never")
-        ws.wait_for_stdout(running, "started")
-        status, _ = place.gateway.request("POST", f"/api/kernels/{kernel_id}/interrupt")
-        assert status == 204
-        stopped = ws.collect(running, 30)
-        assert stopped.status in ("error", "aborted") and "never" not in stopped.text(), stopped.outputs
-        kept = ws.run("echo $TAUGHT", 30)
-        assert kept.text().strip() == "fractions", kept.outputs
+        stop_keeps_state(place.gateway, ws, kernel_id)
     finally:
         ws.close()
     delete(place, kernel_id)

@@ -120,6 +120,30 @@ def running_sandboxes(server: OpenSandboxServer) -> list[dict[str, Any]]:
 
 # -- through the kernel ------------------------------------------------------------------------------
 
+
+def attach_echo_engine(kernel: Any, text: str) -> None:
+    """%attach: the echo engine in the sandbox answers one %send, and is killed."""
+    engine = base64.b64encode(ENGINE.read_bytes()).decode()
+    assert kernel.run(f"echo {engine} | base64 -d > /tmp/echo_engine.py").status == "ok"
+    started = kernel.run("%attach -- python3 /tmp/echo_engine.py")
+    assert started.status == "ok", started.outputs
+    answer = kernel.run("%send " + json.dumps({"id": 1, "type": "echo", "text": text}))
+    assert answer.of_type("display_data")[0]["data"]["application/json"]["text"] == text
+    assert kernel.run("%attach --kill").status == "ok"
+
+
+def stop_keeps_the_shell(kernel: Any) -> None:
+    """Stop: the command in the sandbox ends, its shell and variables stay."""
+    assert kernel.run("export BEFORE=1").status == "ok"
+    stopped = kernel.send("echo started; sleep 60")
+    kernel.wait_for(lambda m: m["parent_header"].get("msg_id") == stopped and m["msg_type"] == "stream"
+                    and "started" in m["content"]["text"], what="the command's first line")
+    kernel.km.interrupt_kernel()
+    run = kernel.collect(stopped)
+    assert run.status == "error" and run.reply["content"]["ename"] == "Interrupted"
+    assert kernel.run("echo $BEFORE").text() == "1\n"
+
+
 def test_a_kernel_creates_a_sandbox_attaches_stops_restarts_into_it_and_deletes_it(server, image, no_sandbox_left,
                                                                                   tmp_path):
     kernel = kernel_on(tmp_path, server, image, OWSANDBOX_LIMITS="memory=768M,cpu=1.5")
@@ -143,23 +167,11 @@ def test_a_kernel_creates_a_sandbox_attaches_stops_restarts_into_it_and_deletes_
             assert shown in table, (shown, table)
 
         # %attach: a program in the sandbox, through the endpoint the server gave (execd itself)
-        engine = base64.b64encode(ENGINE.read_bytes()).decode()
-        assert kernel.run(f"echo {engine} | base64 -d > /tmp/echo_engine.py").status == "ok"
-        started = kernel.run("%attach -- python3 /tmp/echo_engine.py")
-        assert started.status == "ok", started.outputs
-        answer = kernel.run('%send {"id": 1, "type": "echo", "text": "through the real server"}')
-        assert answer.of_type("display_data")[0]["data"]["application/json"]["text"] == "through the real server"
-        assert kernel.run("%attach --kill").status == "ok"
+        attach_echo_engine(kernel, "through the real server")
 
         # Stop: the command in the sandbox ends, its shell stays
-        assert kernel.run("export BEFORE=1; echo kept > /tmp/kept.txt").status == "ok"
-        stopped = kernel.send("echo started; sleep 60")
-        kernel.wait_for(lambda m: m["parent_header"].get("msg_id") == stopped and m["msg_type"] == "stream"
-                        and "started" in m["content"]["text"], what="the command's first line")
-        kernel.km.interrupt_kernel()
-        run = kernel.collect(stopped)
-        assert run.status == "error" and run.reply["content"]["ename"] == "Interrupted"
-        assert kernel.run("echo $BEFORE").text() == "1\n"
+        assert kernel.run("echo kept > /tmp/kept.txt").status == "ok"
+        stop_keeps_the_shell(kernel)
 
         # a restart finds the sandbox by its labels and reuses it, with the daemon that lingered in it
         daemon = kernel.run("echo $PPID").text()
@@ -406,22 +418,9 @@ def test_bridge_mode_a_kernel_reaches_execd_through_its_own_proxy_on_the_publish
         assert not [line for line in firewall(server.netns) if line.startswith("-A")]
         assert firewall() == host_firewall
 
-        engine = base64.b64encode(ENGINE.read_bytes()).decode()
-        assert kernel.run(f"echo {engine} | base64 -d > /tmp/echo_engine.py").status == "ok"
-        started = kernel.run("%attach -- python3 /tmp/echo_engine.py")
-        assert started.status == "ok", started.outputs
-        answer = kernel.run('%send {"id": 1, "type": "echo", "text": "through execd\'s proxy"}')
-        assert answer.of_type("display_data")[0]["data"]["application/json"]["text"] == "through execd's proxy"
-        assert kernel.run("%attach --kill").status == "ok"
+        attach_echo_engine(kernel, "through execd's proxy")
 
-        assert kernel.run("export BEFORE=1").status == "ok"
-        stopped = kernel.send("echo started; sleep 60")
-        kernel.wait_for(lambda m: m["parent_header"].get("msg_id") == stopped and m["msg_type"] == "stream"
-                        and "started" in m["content"]["text"], what="the command's first line")
-        kernel.km.interrupt_kernel()
-        run = kernel.collect(stopped)
-        assert run.status == "error" and run.reply["content"]["ename"] == "Interrupted"
-        assert kernel.run("echo $BEFORE").text() == "1\n"
+        stop_keeps_the_shell(kernel)
         # what came through execd's proxy, as the execd in the sandbox saw it: the pipes' sessions and
         # their WebSockets, %attach's session and its WebSocket
         proxied = bridged_docker.run("exec", container["Id"], "cat", "/tmp/execd.log").stdout.splitlines()

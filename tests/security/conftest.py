@@ -8,6 +8,7 @@ Python, because a plain user may not be able to read the project's folder or its
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -161,3 +162,37 @@ def attacker(attacker_factory: Any, home: Path) -> Attacker:
     found = attacker_factory()
     found.start(home / "project", linger_seconds=5)
     return found
+
+
+# -- a rootful container (podman as root, Docker's root daemon), where root is the host's root ----------
+
+
+@pytest.fixture(params=["podman", "docker"])
+def rootful_engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Rootful podman with the tests' containers.conf, or the session's dockerd. The rootful half only: a
+    rootless engine's root is the kernel's own user."""
+    from ..containers import engine_of
+
+    if os.getuid() != 0:
+        pytest.skip("the rootful half: run as root (CI)")
+    return engine_of(request, monkeypatch)
+
+
+@contextlib.contextmanager
+def rootful_box(engine: Any, folder: Path, key: str) -> Iterator[tuple[Any, Any]]:
+    """(provider, executor) of the `container` provider on `folder`, as root in the container, with
+    the profile it extends on this machine; closed afterwards."""
+    from owsandbox.host.isolation import container_seccomp
+    from owsandbox.host.providers.container import ContainerProvider
+    from owsandbox.host.workspace import RunnerWorkspace
+
+    if container_seccomp.default_profile_path() is None:
+        pytest.fail("the default seccomp profile to extend (containers-common's seccomp.json) is missing")
+    provider = ContainerProvider(folder, image=engine.image(), engine=engine.path, key=key)
+    workspace = RunnerWorkspace(provider, str(folder))
+    try:
+        assert workspace.executor.run("id -u")["output"] == "0\n"  # root in the container, root on the host
+        yield provider, workspace.executor
+    finally:
+        workspace.close()
+

@@ -16,10 +16,8 @@ from collections.abc import Iterator
 import pytest
 
 from owsandbox.host.isolation import container_seccomp
-from owsandbox.host.providers.container import ContainerProvider
-from owsandbox.host.workspace import RunnerWorkspace
 
-from ..containers import engine_of
+from .conftest import rootful_box
 from .test_syscalls import answers, python_in_box
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.system]
@@ -29,13 +27,11 @@ KEYCTL, KEYCTL_DESCRIBE, KEYCTL_SEARCH, KEYCTL_READ = 250, 6, 10, 11  # x86_64
 KEY_SPEC_USER_KEYRING = -4
 
 
-@pytest.fixture(params=["podman", "docker"])
-def engine(request, monkeypatch):
-    if os.getuid() != 0:
-        pytest.skip("the rootful half: run as root (CI)")
+@pytest.fixture
+def engine(rootful_engine):
     if os.uname().machine != "x86_64":
         pytest.skip("the attack's system-call numbers are x86_64's")
-    return engine_of(request, monkeypatch)
+    return rootful_engine
 
 
 @pytest.fixture
@@ -74,19 +70,11 @@ def reach_for(name: str) -> str:
 
 
 def test_a_rootful_container_cannot_reach_the_host_roots_keyring(engine, host_secret, tmp_path):
-    if container_seccomp.default_profile_path() is None:
-        pytest.fail("the default seccomp profile to extend (containers-common's seccomp.json) is missing")
-    provider = ContainerProvider(tmp_path, image=engine.image(), engine=engine.path, key="kernel-keyring-attack")
-    workspace = RunnerWorkspace(provider, str(tmp_path))
-    try:
-        ex = workspace.executor
-        assert ex.run("id -u")["output"] == "0\n"
+    with rootful_box(engine, tmp_path, "kernel-keyring-attack") as (provider, ex):
         done = answers(ex.run(reach_for(host_secret)))
         assert done["search"] == [-1, 1] and done["describe"] == [-1, 1] and done["read"] == [-1, 1], done
         assert SECRET not in str(done)
         assert "no kernel keyrings" in provider.describe()["privileges"]
-    finally:
-        workspace.close()
     kept = subprocess.run(["keyctl", "search", "@u", "user", host_secret], capture_output=True, text=True, timeout=30)
     assert kept.returncode == 0  # the host's key is as it was
 

@@ -15,24 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from owsandbox.host.isolation import container_seccomp
-from owsandbox.host.providers.container import ContainerProvider
-from owsandbox.host.workspace import RunnerWorkspace
-
-from ..containers import engine_of
 from ..plain_python import as_user
-from .conftest import PLAIN_USER, plain_user
+from .conftest import PLAIN_USER, plain_user, rootful_box
 from .test_syscalls import python_in_box
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.system]  # the first container test may build the image
 
 
-@pytest.fixture(params=["podman", "docker"])
-def engine(request, monkeypatch):
-    """Rootful podman with the tests' containers.conf, or the session's dockerd."""
-    if os.getuid() != 0:
-        pytest.skip("the rootful half: run as root (CI)")
-    return engine_of(request, monkeypatch)
+@pytest.fixture
+def engine(rootful_engine):
+    return rootful_engine
 
 
 @pytest.fixture
@@ -45,13 +37,7 @@ def shared_folder() -> Iterator[Path]:
 
 
 def test_a_rootful_container_leaves_no_setuid_program_in_the_workspace(engine, shared_folder):
-    if container_seccomp.default_profile_path() is None:
-        pytest.fail("the default seccomp profile to extend (containers-common's seccomp.json) is missing")
-    provider = ContainerProvider(shared_folder, image=engine.image(), engine=engine.path, key="kernel-setuid-attack")
-    workspace = RunnerWorkspace(provider, str(shared_folder))
-    try:
-        ex = workspace.executor
-        assert ex.run("id -u")["output"] == "0\n"  # root in the container, root on the host
+    with rootful_box(engine, shared_folder, "kernel-setuid-attack") as (provider, ex):
         attacks = ["cp /usr/bin/python3 ./py && chmod 4755 ./py", "cp /usr/bin/id ./id-u && chmod u+s ./id-u",
                    "cp /usr/bin/id ./id-g && chmod g+s ./id-g", "install -m 4755 /usr/bin/id ./id-i",
                    python_in_box("import os; os.open('made', os.O_CREAT | os.O_WRONLY, 0o4755)"),
@@ -74,8 +60,6 @@ def test_a_rootful_container_leaves_no_setuid_program_in_the_workspace(engine, s
         assert ran.stdout.strip() == str(other.pw_uid), ran
         assert provider.state_dir is not None and (provider.state_dir / "seccomp.json").is_file()
         assert "and no setuid or setgid modes" in provider.describe()["privileges"]
-    finally:
-        workspace.close()
 
 
 def test_the_engines_default_profile_alone_lets_the_attack_through(engine, shared_folder):
