@@ -68,3 +68,25 @@ def test_a_notebook_in_tmp_itself_runs(tmp_path):
     with kernel_in(Path("/tmp"), kernel_name=DEFAULT_KERNEL_NAME) as session:
         ran = session.run(f"pwd; echo made > {name} && cat {name} && rm {name}")
         assert ran.status == "ok" and ran.text() == "/tmp\nmade\n", ran.outputs
+
+
+def test_two_kernels_under_one_inherited_kernel_id_get_a_sandbox_each(tmp_path):
+    """KERNEL_ID is set for a gateway's kernel and inherited by what starts under it, as two papermill runs
+    from a notebook there: each kernel (a temporary connection file each) gets its own box."""
+    from .conftest import DEFAULT_KERNEL_NAME
+    from .kernel_session import KernelSession
+
+    inherited = {"KERNEL_ID": "3f0c8a52-5b1e-4d8f-9a51-2b7c1f0e9d44"}
+    first = KernelSession(tmp_path, env=inherited, kernel_name=DEFAULT_KERNEL_NAME)
+    try:
+        second = KernelSession(tmp_path, env=inherited, kernel_name=DEFAULT_KERNEL_NAME)
+        try:
+            assert first.run("echo first > /tmp/whose").status == "ok"
+            assert second.run("cat /tmp/whose 2>&1; echo second > /tmp/whose").text().startswith("cat: ")
+            assert first.run("cat /tmp/whose").text() == "first\n"
+            second.close()
+            assert first.run("echo still").text() == "still\n"  # the other's shutdown ended its own box only
+        finally:
+            second.close()
+    finally:
+        first.close()

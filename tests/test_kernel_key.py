@@ -2,7 +2,8 @@
 
 Enterprise Gateway's launchers name the connection file `kernel-<id>_<random>.json` (a new random
 part at every start, restart included) and put the kernel's id in KERNEL_ID; the key must come from
-the id, never from the random part.
+the id, never from the random part. KERNEL_ID is inherited by whatever starts under a gateway's
+kernel, so it names the key only where there is no connection file.
 """
 
 from __future__ import annotations
@@ -37,11 +38,13 @@ def test_a_name_that_only_looks_like_the_gateways_keeps_its_whole_stem() -> None
     assert locate.sandbox_key(f"/r/kernel-{KERNEL_ID}.json") == f"kernel-{KERNEL_ID}"
 
 
-def test_kernel_id_in_the_environment_wins_over_the_connection_file() -> None:
+def test_the_connection_file_decides_and_an_inherited_kernel_id_is_not_followed() -> None:
     env = {"KERNEL_ID": KERNEL_ID}
-    assert locate.kernel_key("/tmp/tmpx1y2.json", env) == f"kernel-{KERNEL_ID}"
     assert locate.kernel_key(mkstemp_name(f"/tmp/kernel-{KERNEL_ID}_"), env) == f"kernel-{KERNEL_ID}"
-    assert locate.kernel_key("", env) == f"kernel-{KERNEL_ID}"
+    # two kernels started by papermill under one gateway kernel: temporary files, one inherited KERNEL_ID
+    first, second = locate.kernel_key("/tmp/tmpx1y2.json", env), locate.kernel_key("/tmp/tmpz3w4.json", env)
+    assert first != second and first.startswith("kernel-file-")
+    assert locate.kernel_key("", env) == f"kernel-{KERNEL_ID}"  # no file: the id is all there is
 
 
 def test_without_kernel_id_the_connection_file_decides() -> None:
@@ -49,9 +52,10 @@ def test_without_kernel_id_the_connection_file_decides() -> None:
     assert re.fullmatch(r"kernel-file-[0-9a-f]{20}", locate.kernel_key("/tmp/tmpx1y2.json", {"KERNEL_ID": ""}))
 
 
-@pytest.mark.parametrize("bad", ["../other", "a/b", "-rf", "x" * 129, "id with space", ".hidden"])
+@pytest.mark.parametrize("bad", ["../other", "a/b", "-rf", "x" * 129, "id with space", ".hidden", ""])
 def test_a_kernel_id_that_cannot_name_a_folder_is_refused(bad: str) -> None:
     with pytest.raises(ValueError, match="KERNEL_ID") as caught:
-        locate.kernel_key("/tmp/kernel-x.json", {"KERNEL_ID": bad})
+        locate.kernel_key("", {"KERNEL_ID": bad})
     assert repr(bad) in str(caught.value)
+    assert locate.kernel_key("/tmp/kernel-x.json", {"KERNEL_ID": bad}) == "kernel-x"  # not used: not refused
 

@@ -95,9 +95,9 @@ class OwSandboxKernel(Kernel):
         self.stdin = StdinChannel(self.session, lambda: self.stdin_socket, self.log)
 
     def _kernel_key(self) -> str | None:
-        """The kernel's id, which every client keeps across a restart: KERNEL_ID where the kernel's
-        environment has it (Enterprise Gateway), else from its connection file (`kernel-<id>.json`, or a
-        digest of its path for jupyter_client's temporary `tmpXXXX.json`)."""
+        """The kernel's id, which every client keeps across a restart: from its connection file
+        (`kernel-<id>.json`, a gateway's `kernel-<id>_<random>.json`, or a digest of its path for
+        jupyter_client's temporary `tmpXXXX.json`); KERNEL_ID only for a kernel without one."""
         connection_file = getattr(self.parent, "connection_file", "") or ""
         if not connection_file and not os.environ.get("KERNEL_ID"):
             return None

@@ -66,16 +66,19 @@ def sandbox_key(connection_file: str) -> str:
 
 
 def kernel_key(connection_file: str, environ: dict[str, str] | None = None) -> str:
-    """The key of the sandbox of the kernel running here: `kernel-<KERNEL_ID>` where the kernel's
-    environment names its id (Enterprise Gateway sets KERNEL_ID, and keeps it across a restart whatever
-    the connection file is called), else `sandbox_key` of its connection file. A KERNEL_ID that cannot
-    name a folder is refused: it would otherwise pick another kernel's sandbox or a path outside."""
-    kernel_id = (os.environ if environ is None else environ).get("KERNEL_ID", "")
-    if not kernel_id:
+    """The key of the sandbox of the kernel running here: `sandbox_key` of its connection file, which
+    `owsandbox shell --existing` finds it by too. Enterprise Gateway's launchers name that file by the
+    kernel's id (`kernel-<id>_<random>.json`, or `kernel-<id>.json` with owsandbox's own), so a restart
+    finds its box. KERNEL_ID, which the gateway also sets, names the key only for a kernel without a
+    connection file: any process started under a gateway's kernel inherits it, and two kernels started
+    from one (papermill runs, say) must not share a sandbox. A KERNEL_ID that cannot name a folder is
+    refused: it would otherwise pick another kernel's sandbox or a path outside."""
+    if connection_file:
         return sandbox_key(connection_file)
+    kernel_id = (os.environ if environ is None else environ).get("KERNEL_ID", "")
     if not _KERNEL_ID.fullmatch(kernel_id):
         raise ValueError(f"KERNEL_ID {kernel_id!r} is not a kernel id (letters, digits, '-', '_' and '.', "
-                         "at most 128, starting with a letter or digit)")
+                         "at most 128, starting with a letter or digit), and there is no connection file")
     return f"kernel-{kernel_id}"
 
 
