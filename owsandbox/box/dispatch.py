@@ -248,7 +248,7 @@ class Dispatcher:
         if shell is None:
             return False
         try:
-            shell.run(*self._run_args(request_id, shell, command), **options)
+            self._start(request_id, shell, command, options)
         except P.RunnerError as err:
             if err.code == P.SHELL_EXITED:
                 return False  # it ended just now, nothing given to it: the long way starts a new one
@@ -257,18 +257,12 @@ class Dispatcher:
 
     def _shell_run(self, request_id: Any, p: dict[str, Any]) -> object:
         name, command, cwd, options = self._run_params(p)
-        self._start(request_id, self.shells.start(name, cwd), command, options)
+        self._start(request_id, self.shells.start(name, cwd), command, options)  # its RunnerError is the answer
         return DEFERRED
 
     def _start(self, request_id: Any, shell: Shell, command: str, options: dict[str, Any]) -> None:
-        try:
-            shell.run(*self._run_args(request_id, shell, command), **options)
-        except P.RunnerError as err:
-            self._answer(request_id, err=err)
-
-    def _run_args(self, request_id: Any, shell: Shell, command: str) -> tuple[str, Callable[[dict[str, Any]], None],
-                                                                              Callable[[dict[str, Any]], None]]:
-        """`Shell.run`'s command and callbacks for a request: its live frames and its answer."""
+        """Give `shell` the request's command, its live frames and its answer sent as they come; raises
+        RunnerError when the shell cannot take it (busy, or gone)."""
         name = shell.name
 
         def on_live(frame: dict[str, Any]) -> None:
@@ -284,7 +278,7 @@ class Dispatcher:
             self.shells.remember(shell)
             self._answer(request_id, result)
 
-        return command, on_done, on_live
+        shell.run(command, on_done, on_live, **options)
 
     def _shell_input(self, p: dict[str, Any]) -> dict[str, Any]:
         name = params.get(p, "shell", str, "main")

@@ -102,16 +102,21 @@ def docker_spec(spec: dict[str, Any], image: str | None, docker: str | None, exe
                          "container; choose bwrap (bubblewrap nested in it, the default) or local (the "
                          "container itself is the sandbox)")
     image = check_image(image)
-    remote = dict(spec, env=env)
-    remote["argv"] = [launcher_command(executable), "gateway-docker", "--image", image,
-                      "--docker", docker_client(docker), *LAUNCHER_ARGS]
-    metadata = dict(remote.get("metadata") or {})
-    metadata["process_proxy"] = {"class_name": PROXIES["docker"], "config": {"image_name": image}}
-    metadata["owsandbox"] = {**metadata.get("owsandbox", {}), "provider": provider, "enterprise_gateway": "docker",
-                             "image": image,
-                             "sandbox": "bubblewrap in the container" if provider == "bwrap" else "the container"}
-    remote["metadata"] = metadata
-    return remote
+    argv = [launcher_command(executable), "gateway-docker", "--image", image, "--docker", docker_client(docker),
+            *LAUNCHER_ARGS]
+    return _remote(dict(spec, env=env), "docker", argv, {"image_name": image},
+                   {"provider": provider, "image": image,
+                    "sandbox": "bubblewrap in the container" if provider == "bwrap" else "the container"})
+
+
+def _remote(spec: dict[str, Any], kind: str, argv: list[str], proxy_config: dict[str, Any],
+            facts: dict[str, Any]) -> dict[str, Any]:
+    """`spec` as the gateway's kernelspec of `kind`: the proxy runs `argv`, configured with `proxy_config`;
+    `facts` go with the kind under the spec's owsandbox metadata."""
+    metadata = dict(spec.get("metadata") or {})
+    metadata["process_proxy"] = {"class_name": PROXIES[kind], "config": proxy_config}
+    metadata["owsandbox"] = {**metadata.get("owsandbox", {}), "enterprise_gateway": kind, **facts}
+    return {**spec, "argv": argv, "metadata": metadata}
 
 
 def gateway_spec(spec: dict[str, Any], kind: str, hosts: list[str] | None, executable: str,
@@ -127,10 +132,5 @@ def gateway_spec(spec: dict[str, Any], kind: str, hosts: list[str] | None, execu
         raise ValueError("--image and --docker with --enterprise-gateway are for its docker kind")
     if not hosts:
         raise ValueError("--enterprise-gateway ssh needs --hosts H1,H2: the hosts the gateway starts kernels on")
-    remote = dict(spec)
-    remote["argv"] = [launcher_command(executable), "gateway-kernel", *LAUNCHER_ARGS]
-    metadata = dict(remote.get("metadata") or {})
-    metadata["process_proxy"] = {"class_name": PROXIES[kind], "config": {"remote_hosts": ",".join(hosts)}}
-    metadata["owsandbox"] = {**metadata.get("owsandbox", {}), "enterprise_gateway": kind, "hosts": hosts}
-    remote["metadata"] = metadata
-    return remote
+    return _remote(spec, kind, [launcher_command(executable), "gateway-kernel", *LAUNCHER_ARGS],
+                   {"remote_hosts": ",".join(hosts)}, {"hosts": hosts})

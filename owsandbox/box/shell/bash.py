@@ -302,12 +302,11 @@ class Shell:
             on_live: Callable[[dict[str, Any]], None] | None = None, timeout_s: float | None = None,
             output_limit: int | None = None, terminal: bool = False, merge: bool = False, stdin: bool = False,
             cols: int = DEFAULT_COLS, rows: int = DEFAULT_ROWS) -> None:
-        first_pid = procstat.last_pid()  # read before the command can start a job
         limit = self.output_limit if output_limit is None else min(output_limit, MAX_OUTPUT_LIMIT)
         cmd = Command(command, secrets.token_hex(8), OutputRecord(limit, self._open_log),
                       LiveBatcher(self.live_delay), on_live, on_done, timeout_s)
         cmd.terminal, cmd.allow_stdin = terminal, stdin and on_live is not None
-        cmd.first_pid = first_pid
+        cmd.first_pid = procstat.last_pid()  # read before the command can start a job
         if timeout_s is not None:  # `_finish` cancels it: its thread ends with the command
             cmd.timer = threading.Timer(timeout_s, self._stop, args=(cmd, "timeout"))
             cmd.timer.daemon = True
@@ -322,7 +321,6 @@ class Shell:
                 except RuntimeError as exc:  # no thread to spare in the box: nothing was started
                     raise RunnerError(INTERNAL_ERROR, f"no thread for the command's timeout ({exc}): the "
                                       "sandbox's process limit is reached; end some of its processes") from exc
-            token = cmd.token
             self._current = cmd
             self.last_command = command
             self._refresh_at = None  # a command that comes at once goes first: the definitions wait
@@ -340,7 +338,7 @@ class Shell:
         cmd.marker_fds = channel_fds(terminal)
         cmd.notice_channel = notice_channel(terminal, merge)
         stdin = f"&{TTY_OUT_FD}" if terminal else "/dev/null"
-        lines += command_line(command, self._last_status, stdin) + marker_lines(token, *cmd.marker_fds)
+        lines += command_line(command, self._last_status, stdin) + marker_lines(cmd.token, *cmd.marker_fds)
         # Written under the lock `_exited` takes to mark the shell gone before it closes the pipes:
         # bash may read the line, end (`set -e; false`) and be reaped while this thread is still in
         # the pipe's flush, and a pipe closed under a writer raises ValueError, not OSError.

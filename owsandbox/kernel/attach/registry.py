@@ -76,7 +76,7 @@ class AttachRegistry:
             known.pop(session_id, None)
         entries = sorted(known.values(), key=lambda s: s.get("updated", 0))[-KEEP_SESSIONS:]
         self._box.write({"path": self._path(), "make_parents": True,
-                                       "text": json.dumps({"sessions": entries}, indent=1) + "\n"})
+                         "text": json.dumps({"sessions": entries}, indent=1) + "\n"})
         self._last_save = time.monotonic()
 
     def save_quietly(self) -> None:

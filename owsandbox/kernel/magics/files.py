@@ -80,7 +80,7 @@ def _read(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
     if args.bytes:
         offset, limit = _span(args.bytes, "--bytes")
         page = ctx.box.read({"path": args.path, "shell": shell, "offset_bytes": offset,
-                                    "limit_bytes": limit if limit is not None else 4096})
+                             "limit_bytes": limit if limit is not None else 4096})
         data = base64.b64decode(page["data_b64"])
         end = offset + page["length"]
         withheld = Withheld(f"bytes {offset}-{end} of {args.path}", "ask for fewer with --bytes OFFSET:LIMIT")
