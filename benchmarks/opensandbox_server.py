@@ -43,7 +43,7 @@ from compare import Kernel, Session  # noqa: E402
 from owsandbox.host.providers.opensandbox_lifecycle import OpenSandboxLifecycleProvider  # noqa: E402
 from owsandbox.host.workspace import RunnerWorkspace  # noqa: E402
 from tests.containers import Docker, Podman  # noqa: E402
-from tests.gateway_hosts import _setns  # noqa: E402
+from tests.gateway_hosts import in_namespace  # noqa: E402
 from tests.opensandbox_server import OpenSandboxServer, build_execd_image, server_program  # noqa: E402
 
 SPEC = "owsandbox-opensandbox-bench"
@@ -56,17 +56,8 @@ def inside(netns: str | None) -> Iterator[None]:
     if netns is None:
         yield
         return
-    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-    target = os.open(f"/run/netns/{netns}", os.O_RDONLY)
-    try:
-        _setns(target)
-        try:
-            yield
-        finally:
-            _setns(own)
-    finally:
-        os.close(own)
-        os.close(target)
+    with in_namespace(netns):
+        yield
 
 
 def _spread(values: list[float], unit: float = 1.0, digits: int = 3) -> str:

@@ -57,6 +57,8 @@ from typing import Any
 
 import pytest
 
+from .netns import ip
+
 RECIPE = "1"
 IMAGE = f"localhost/owsandbox-test-bookworm:{RECIPE}"
 MINIMAL_IMAGE = f"localhost/owsandbox-test-bookworm-python3-minimal:{RECIPE}"
@@ -380,10 +382,9 @@ class Docker:
         if self.netns is None:
             argv.append("--bridge=none")
         else:  # its bridge is in the namespace only; nsenter, not `ip netns exec`, which hides the cgroups
-            subprocess.run(["ip", "netns", "add", self.netns], check=True, capture_output=True, timeout=20)
+            ip("netns", "add", self.netns)
             self._made_netns = True
-            subprocess.run(["ip", "-n", self.netns, "link", "set", "lo", "up"], check=True, capture_output=True,
-                           timeout=20)
+            ip("-n", self.netns, "link", "set", "lo", "up")
             argv = [_tool("nsenter") or "nsenter", f"--net=/run/netns/{self.netns}", *argv, f"--bip={self.bridge}"]
         setpriv = _tool("setpriv")
         if setpriv is not None:  # dockerd ends with the tests even when they are killed

@@ -29,7 +29,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .netns import require_network_namespaces
+from .netns import ip, require_network_namespaces
 from .sshd_server import SSHD
 
 CLONE_NEWNET = 0x40000000
@@ -84,14 +84,16 @@ def _setns(fd: int) -> None:
         raise OSError(errno, f"setns: {os.strerror(errno)}")
 
 
-def socket_in(namespace: str, address: tuple[str, int], timeout: float = 30) -> socket.socket:
-    """A TCP connection to `address` made from inside `namespace` (the socket stays there)."""
+@contextmanager
+def in_namespace(namespace: str) -> Iterator[None]:
+    """This thread in the network namespace `namespace` (what it starts too: threads, children, sockets),
+    then back in its own."""
     own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     target = os.open(f"/run/netns/{namespace}", os.O_RDONLY)
     try:
         _setns(target)
         try:
-            return socket.create_connection(address, timeout=timeout)
+            yield
         finally:
             _setns(own)
     finally:
@@ -99,10 +101,10 @@ def socket_in(namespace: str, address: tuple[str, int], timeout: float = 30) -> 
         os.close(target)
 
 
-def _ip(*args: str) -> None:
-    done = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=20)
-    if done.returncode != 0:
-        raise RuntimeError(f"ip {' '.join(args)}: {done.stderr.strip()}")
+def socket_in(namespace: str, address: tuple[str, int], timeout: float = 30) -> socket.socket:
+    """A TCP connection to `address` made from inside `namespace` (the socket stays there)."""
+    with in_namespace(namespace):
+        return socket.create_connection(address, timeout=timeout)
 
 
 def _start_sshd(host: Host, folder: Path) -> subprocess.Popen[bytes]:
@@ -146,21 +148,21 @@ def gateway_network() -> Iterator[GatewayNetwork]:
     daemons: list[subprocess.Popen[bytes]] = []
     try:
         for name in (gw, *(host.name for host in hosts)):
-            _ip("netns", "add", name)
+            ip("netns", "add", name)
             made.append(name)
-        _ip("-n", gw, "link", "set", "lo", "up")
+        ip("-n", gw, "link", "set", "lo", "up")
         for i, host in enumerate(hosts):
             host.runtime.mkdir(mode=0o700)
             near, far = f"owsbxg{i}{tag}"[:15], f"owsbxh{i}{tag}"[:15]
-            _ip("link", "add", near, "type", "veth", "peer", "name", far)
-            _ip("link", "set", near, "netns", gw)
-            _ip("link", "set", far, "netns", host.name)
-            _ip("-n", gw, "addr", "add", f"{GATEWAY_ADDRESSES[i]}/30", "dev", near)
-            _ip("-n", gw, "link", "set", near, "up")
-            _ip("-n", host.name, "link", "set", "lo", "up")
-            _ip("-n", host.name, "addr", "add", f"{host.address}/30", "dev", far)
-            _ip("-n", host.name, "link", "set", far, "up")
-            _ip("-n", host.name, "route", "add", "default", "via", GATEWAY_ADDRESSES[i])
+            ip("link", "add", near, "type", "veth", "peer", "name", far)
+            ip("link", "set", near, "netns", gw)
+            ip("link", "set", far, "netns", host.name)
+            ip("-n", gw, "addr", "add", f"{GATEWAY_ADDRESSES[i]}/30", "dev", near)
+            ip("-n", gw, "link", "set", near, "up")
+            ip("-n", host.name, "link", "set", "lo", "up")
+            ip("-n", host.name, "addr", "add", f"{host.address}/30", "dev", far)
+            ip("-n", host.name, "link", "set", far, "up")
+            ip("-n", host.name, "route", "add", "default", "via", GATEWAY_ADDRESSES[i])
         for name in ("host_key", "user_key"):
             subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(folder / name)], check=True)
         (folder / "authorized_keys").write_text((folder / "user_key.pub").read_text())

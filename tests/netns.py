@@ -88,7 +88,8 @@ def require_network_namespaces() -> None:
         pytest.skip(problem)
 
 
-def _ip(*args: str) -> None:
+def ip(*args: str) -> None:
+    """`ip ARGS...`, failing with what it said."""
     done = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=20)
     if done.returncode != 0:
         raise RuntimeError(f"ip {' '.join(args)}: {done.stderr.strip()}")
@@ -126,16 +127,16 @@ def own_network() -> Iterator[OwnNetwork]:
     made: list[str] = []
     try:
         for name in (client, server):
-            _ip("netns", "add", name)
+            ip("netns", "add", name)
             made.append(name)
-        _ip("link", "add", client_end, "type", "veth", "peer", "name", server_end)
-        _ip("link", "set", client_end, "netns", client)
-        _ip("link", "set", server_end, "netns", server)
+        ip("link", "add", client_end, "type", "veth", "peer", "name", server_end)
+        ip("link", "set", client_end, "netns", client)
+        ip("link", "set", server_end, "netns", server)
         for name, end, address in ((client, client_end, CLIENT_ADDRESS), (server, server_end, SERVER_ADDRESS)):
-            _ip("-n", name, "link", "set", "lo", "up")
-            _ip("-n", name, "addr", "add", f"{address}/24", "dev", end)
-            _ip("-n", name, "link", "set", end, "up")
-        _ip("-n", client, "route", "add", "default", "via", SERVER_ADDRESS)
+            ip("-n", name, "link", "set", "lo", "up")
+            ip("-n", name, "addr", "add", f"{address}/24", "dev", end)
+            ip("-n", name, "link", "set", end, "up")
+        ip("-n", client, "route", "add", "default", "via", SERVER_ADDRESS)
         servers.append(_serve(server, SERVER_ADDRESS, SERVER_PORT, served))
         servers.append(_serve(client, "127.0.0.1", LOOPBACK_PORT, loopback_served))
         yield OwnNetwork(client, server, served, loopback_served)
