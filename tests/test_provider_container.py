@@ -216,6 +216,37 @@ def test_a_protected_path_cannot_be_swapped_from_above_in_the_container(engine, 
     assert "src/proj" in provider.describe()["workspace guard"]["pinned"]
 
 
+def test_a_link_at_the_top_of_a_home_workspace_never_binds_a_folder_of_this_machine(engine, image, tmp_path,
+                                                                                    monkeypatch):
+    """`~/scratch -> ../../tmp`: an engine's bind follows a link in its source, so a bind of the home's
+    entries would put this machine's /tmp in the box."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "scratch").symlink_to(os.path.relpath("/tmp", home))
+    monkeypatch.setenv("HOME", str(home))
+    planted = Path("/tmp") / f"owsbx-planted-{os.getpid()}-{time.monotonic_ns()}"
+    provider = ContainerProvider(home, image=image, engine=engine.path)
+    try:
+        with running(provider) as (_, client):
+            RunnerExecutor(client).run(f"echo planted > /workspace/scratch/{planted.name}")
+            assert not planted.exists(), "this machine's /tmp was bound into the container"
+        assert "out of the workspace" in provider.describe()["workspace guard"]["links at the top"]
+    finally:
+        planted.unlink(missing_ok=True)
+
+
+def test_a_link_to_nothing_at_the_top_of_a_home_workspace_does_not_stop_the_start(engine, image, tmp_path,
+                                                                                  monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "gone").symlink_to("nowhere")
+    monkeypatch.setenv("HOME", str(home))
+    provider = ContainerProvider(home, image=image, engine=engine.path)
+    with running(provider) as (_, client):
+        assert RunnerExecutor(client).run("echo hi")["output"] == "hi\n"
+    assert "which is missing" in provider.describe()["workspace guard"]["links at the top"]
+
+
 def test_a_workspace_that_holds_the_private_folder_cannot_reach_the_lease(engine, image, workspace,
                                                                           monkeypatch):
     """A notebook in /tmp, or TMPDIR in the workspace: the lease that decides the container's life, and
