@@ -53,6 +53,17 @@ def test_every_folder_above_a_protected_path_is_pinned_parents_first(tmp_path) -
     assert "src/proj" in guard.summary()["pinned"]
 
 
+def test_a_submodules_git_link_is_read_only_and_pinned_from_above(tmp_path) -> None:
+    """A submodule's `.git` file names its repository (`gitdir: ...`): rewritten, it would lead the host's
+    git to a repository the box made."""
+    workspace = tmp_path / "ws"
+    (workspace / "vendor" / "lib").mkdir(parents=True)
+    (workspace / "vendor" / "lib" / ".git").write_text("gitdir: ../../.git/modules/lib\n")
+    guard = guard_workspace(str(workspace), str(tmp_path / "elsewhere"), env={})
+    assert guard.read_only == [str(workspace / "vendor/lib/.git")]
+    assert guard.pinned == [str(workspace / "vendor"), str(workspace / "vendor/lib")]
+
+
 def test_a_path_left_writable_pins_nothing(tmp_path) -> None:
     workspace = tmp_path / "ws"
     _environment(workspace / "src" / ".venv")
