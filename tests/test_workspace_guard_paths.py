@@ -1,5 +1,6 @@
 """The workspace guard's answer holds no path inside another it hides: the empty folder in its place
-covers it, and a mount inside it could not be made."""
+covers it, and a mount inside it could not be made. And it pins every folder above a protected path,
+binds nothing through a link, and keeps the top of a workspace on the kernel's Python path read-only."""
 
 from __future__ import annotations
 
