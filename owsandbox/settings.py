@@ -62,7 +62,8 @@ ENV = _setting("ENV", "host.isolation.policy", "names of the host's variables pa
 HOME_VISIBLE = _setting("HOME_VISIBLE", "host.isolation.guard",
                         "dot entries of a home workspace the box may see, .name,...")
 WRITABLE = _setting("WRITABLE", "host.isolation.guard",
-                    "paths the workspace guard leaves writable, .venv,... (the box may plant code there)")
+                    "paths the workspace guard leaves writable, .venv,... (the box may plant code there; never the "
+                    "kernel's own environment)")
 
 # -- teaching ----------------------------------------------------------------------------------
 BASELINE = _setting("BASELINE", "host.snapshots.stopped", "the folder or snapshot a lab's `%snapshot reset` returns to")

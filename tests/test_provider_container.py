@@ -197,6 +197,56 @@ def test_what_the_host_loads_in_the_workspace_is_read_only_in_the_container(engi
     assert provider.describe()["mounts"]["/workspace/.venv"] == "read-only (a Python environment)"
 
 
+def test_a_protected_path_cannot_be_swapped_from_above_in_the_container(engine, image, workspace):
+    """The guard's pins, as engine mounts: `.git` and every folder above an environment are bound onto
+    themselves, after the workspace and before the read-only paths inside them, so a rename is refused."""
+    (workspace / "src" / "proj" / ".venv" / "bin").mkdir(parents=True)
+    (workspace / "src" / "proj" / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    subprocess.run(["git", "init", "-q", str(workspace / "repo")], check=True)
+    provider = ContainerProvider(workspace, image=image, engine=engine.path)
+    with running(provider) as (_, client):
+        ran = RunnerExecutor(client).run("for f in src src/proj repo/.git repo; do mv $f $f-old 2>&1; done; "
+                                         "touch src/proj/.venv/bin/python 2>&1; mkdir src/proj/made && echo ok")
+        output = ran["output"]
+        assert output.count("Device or resource busy") + output.count("Resource busy") == 4, ran
+        assert "Read-only file system" in output and output.endswith("ok\n"), ran
+    assert (workspace / "src" / "proj" / ".venv").is_dir() and (workspace / "repo" / ".git").is_dir()
+    mounts = provider.describe()["mounts"]
+    assert mounts["/workspace/src/proj"].startswith("pinned") and mounts["/workspace/repo/.git"].startswith("pinned")
+    assert "src/proj" in provider.describe()["workspace guard"]["pinned"]
+
+
+def test_a_link_at_the_top_of_a_home_workspace_never_binds_a_folder_of_this_machine(engine, image, tmp_path,
+                                                                                    monkeypatch):
+    """`~/scratch -> ../../tmp`: an engine's bind follows a link in its source, so a bind of the home's
+    entries would put this machine's /tmp in the box."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "scratch").symlink_to(os.path.relpath("/tmp", home))
+    monkeypatch.setenv("HOME", str(home))
+    planted = Path("/tmp") / f"owsbx-planted-{os.getpid()}-{time.monotonic_ns()}"
+    provider = ContainerProvider(home, image=image, engine=engine.path)
+    try:
+        with running(provider) as (_, client):
+            RunnerExecutor(client).run(f"echo planted > /workspace/scratch/{planted.name}")
+            assert not planted.exists(), "this machine's /tmp was bound into the container"
+        assert "out of the workspace" in provider.describe()["workspace guard"]["links at the top"]
+    finally:
+        planted.unlink(missing_ok=True)
+
+
+def test_a_link_to_nothing_at_the_top_of_a_home_workspace_does_not_stop_the_start(engine, image, tmp_path,
+                                                                                  monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "gone").symlink_to("nowhere")
+    monkeypatch.setenv("HOME", str(home))
+    provider = ContainerProvider(home, image=image, engine=engine.path)
+    with running(provider) as (_, client):
+        assert RunnerExecutor(client).run("echo hi")["output"] == "hi\n"
+    assert "which is missing" in provider.describe()["workspace guard"]["links at the top"]
+
+
 def test_a_workspace_that_holds_the_private_folder_cannot_reach_the_lease(engine, image, workspace,
                                                                           monkeypatch):
     """A notebook in /tmp, or TMPDIR in the workspace: the lease that decides the container's life, and

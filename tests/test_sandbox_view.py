@@ -122,6 +122,14 @@ def test_the_bubblewrap_summary_says_what_is_written_hidden_read_only_and_limite
 
 
 @pytest.mark.unit
+def test_the_summary_counts_the_folders_pinned_above_what_is_read_only():
+    mounts = {**BWRAP["mounts"], "/home/ada/proj/.git": "pinned: bound onto itself, the box cannot rename or remove it"}
+    rows = rows_of({**BWRAP, "mounts": mounts})
+    assert rows["Read-only in the workspace"] == (".venv (a Python environment), .git/hooks (git hooks); 1 folder "
+                                                  "above them pinned (cannot be renamed or removed)")
+
+
+@pytest.mark.unit
 def test_a_box_elsewhere_says_where_commands_start_and_how_it_is_reached():
     assert rows_of(EXEC)["Starts in"] == "/home/me of the box (this notebook's folder here: /home/ada/proj)"
     assert rows_of(EXEC)["Reached through"] == "ssh me@host" and rows_of(EXEC)["Network"] == "the box's own network"

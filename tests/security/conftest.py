@@ -64,10 +64,11 @@ class Attacker:
     """One sandbox, started by `who`, and the code run in it. Answers are JSON from box_attacker."""
 
     def __init__(self, who: str, code: Path, home: Path, env: dict[str, str], wrapper: tuple[str, ...] = (),
-                 outer: tuple[str, ...] = ()) -> None:
+                 outer: tuple[str, ...] = (), python: str | None = None) -> None:
         self.who = who
         self.home = home
-        python = SYSTEM_PYTHON if os.path.exists(SYSTEM_PYTHON) else shutil.which("python3") or "python3"
+        # python: the host's (the kernel's) own Python, the system's unless a test gives another
+        python = python or (SYSTEM_PYTHON if os.path.exists(SYSTEM_PYTHON) else shutil.which("python3") or "python3")
         argv = [*wrapper, python, "-B", str(code / "box_attacker.py")]  # wrapper: run as `who`, around it
         full_env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "PYTHONPATH": str(code),
                     "LANG": "C.UTF-8", **env}
@@ -147,8 +148,9 @@ def home(owner: pwd.struct_passwd) -> Iterator[Path]:
 def attacker_factory(who: str, readable_copy: Path, home: Path) -> Iterator[Any]:
     made: list[Attacker] = []
 
-    def make(wrapper: tuple[str, ...] = (), outer: tuple[str, ...] = (), **env: str) -> Attacker:
-        attacker = Attacker(who, readable_copy, home, env, wrapper, outer)
+    def make(wrapper: tuple[str, ...] = (), outer: tuple[str, ...] = (), python: str | None = None,
+             **env: str) -> Attacker:
+        attacker = Attacker(who, readable_copy, home, env, wrapper, outer, python)
         made.append(attacker)
         return attacker
 

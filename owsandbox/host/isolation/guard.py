@@ -22,7 +22,16 @@ code on the host the next time the user does something ordinary there. So:
   session: the host notes those, in its own private folder, when a sandbox ends, so `python3 -m venv`
   and `pip install` in a cell keep working. `OWSANDBOX_WRITABLE=.venv,...` opts paths out;
 * sockets found by the scan are hidden, and so is this user's private state folder when the
-  workspace holds it.
+  workspace holds it;
+* a protected path is protected whole: every folder between the workspace's top and a protected path,
+  and the `.git` folder of every repository as a unit, is **pinned** (bound onto itself), so the box
+  cannot rename, remove or replace it (a mount point cannot be renamed: `EBUSY`) and plant a new
+  `proj/.venv/bin/python` or `.git/config` where the old ones were;
+* nothing is ever bound through a link: a top-level link of the home is left as it is (the box sees
+  its own view of where it points); a dot link whose target is in the workspace hides that target;
+* the kernel's own environment and Python paths are never opened by `OWSANDBOX_WRITABLE`, and a
+  workspace that is itself on the kernel's Python path (an editable install) gets a read-only top
+  level, as the home does: no `sitecustomize.py` or new module can be made there.
 
 This module decides; the providers turn its answer into mounts.
 """
@@ -73,6 +82,12 @@ class Guard:
     home_hidden: list[str] = field(default_factory=list)  # the home's dot entries among `hidden`
     home_top: str | None = None  # a home whose top level is read-only: nothing new can be made there
     home_writable: list[str] = field(default_factory=list)  # its entries that stay writable
+    tops: list[str] = field(default_factory=list)  # folders whose top level is read-only (the home's among them)
+    top_writable: list[str] = field(default_factory=list)  # their existing entries, bound writable
+    pinned: list[str] = field(default_factory=list)  # bound onto themselves (cannot be renamed), parents first
+    units: list[str] = field(default_factory=list)  # `.git` folders pinned as a whole
+    links: dict[str, str] = field(default_factory=dict)  # top-level links left unbound, and what they are
+    refused: list[str] = field(default_factory=list)  # named by OWSANDBOX_WRITABLE, kept read-only (the kernel's)
     unscanned: list[str] = field(default_factory=list)  # folders the scan did not read (its limits)
     scanned_folders: int = 0
     on_python_path: bool = False  # the workspace itself is on this machine's Python path
@@ -91,11 +106,20 @@ class Guard:
         self.read_only.append(path)
         self.why[path] = why
 
+    def seal(self, folder: str, why: str) -> None:
+        """`folder`'s top level read-only: nothing new can be made there. Its existing entries go in
+        `top_writable` (each bound over itself, writable, which pins it too)."""
+        if folder not in self.tops:
+            self.tops.append(folder)
+            self.why.setdefault(folder, why)
+
     def settle(self) -> None:
         """Drop what lies inside a hidden path: the empty folder in its place covers it already, and a
         mount inside it could not be made (its destination is not in the empty folder). A state folder
         of this user's in `~/.cache`, with the home as the workspace, was hidden twice that way, and
-        bubblewrap refused to start."""
+        bubblewrap refused to start.
+        Then drop whatever a link leads to (a mount follows links: its source could be a folder of this
+        machine outside the workspace), and pin every folder above a protected path."""
         outer = [path for path in self.hidden
                  if not any(path != other and inside(path, other) for other in self.hidden)]
         covered = [path for path in self.hidden if path not in outer]
@@ -104,6 +128,45 @@ class Guard:
                           if not any(path != hidden and inside(path, hidden) for hidden in outer)]
         for path in covered:
             self.why.pop(path, None)
+        self.hidden = [path for path in self.hidden if not self._through_link(path)]
+        self.read_only = [path for path in self.read_only if not self._through_link(path)]
+        self.top_writable = [path for path in self.top_writable
+                             if not self._through_link(path) and path not in self.why
+                             and not any(inside(path, other) for other in [*self.read_only, *self.hidden])]
+        self.home_writable = [path for path in self.home_writable if path in self.top_writable]
+        self.pinned = self._pins()
+
+    def _through_link(self, path: str) -> bool:
+        """Whether `path` is, or lies under, a link: a mount there would land where the link points."""
+        if os.path.realpath(path) == path:
+            return False
+        self.why.pop(path, None)
+        return True
+
+    def _pins(self) -> list[str]:
+        """The folders to bind onto themselves: each folder between the workspace's top (not itself) and a
+        protected path (the path is a mount already), and each repository's `.git`; shallowest first."""
+        mounted = {self.workspace, *self.read_only, *self.hidden, *self.tops, *self.top_writable}
+        wanted: set[str] = {unit for unit in self.units if unit not in mounted and os.path.isdir(unit)}
+        for path in [*self.read_only, *self.hidden, *self.tops, *wanted]:
+            if not inside(path, self.workspace):
+                continue
+            parent = os.path.dirname(path)
+            while parent != self.workspace and inside(parent, self.workspace) and parent not in wanted:
+                if parent not in mounted:
+                    wanted.add(parent)
+                parent = os.path.dirname(parent)
+        return sorted(wanted, key=lambda path: (path.count("/"), path))
+
+    def mounts_in_order(self) -> list[tuple[str, str]]:
+        """(path, kind) of every mount the guard asks for, parents before what is inside them (a mount
+        made later over a parent would cover it): `top` (read-only, its entries bound after it),
+        `writable` (an entry of a top, bound writable), `pinned` (bound onto itself, writable),
+        `read-only`, `hidden`."""
+        found = [(path, "top") for path in self.tops] + [(path, "writable") for path in self.top_writable]
+        found += [(path, "pinned") for path in self.pinned] + [(path, "read-only") for path in self.read_only]
+        found += [(path, "hidden") for path in self.hidden]
+        return sorted(found, key=lambda item: item[0].rstrip("/").count("/"))  # stable: equal depths keep order
 
     def summary(self) -> dict[str, str]:
         """A few lines for `%sandbox`: what is hidden, what is read-only, what was not scanned."""
@@ -112,6 +175,22 @@ class Guard:
             lines["top of the home"] = (f"{self.home_top} is read-only: nothing new can be made there (its "
                                         f"{len(self.home_writable)} existing entries other than dot entries and "
                                         "bin stay writable)")
+        for top in self.tops:
+            if top != self.home_top:
+                label = "top of the workspace" if top == self.workspace else f"top of {self._relative(top)}"
+                lines[label] = f"read-only ({self.why[top]}): nothing new can be made there; its entries stay writable"
+        if self.pinned:
+            lines["pinned"] = ", ".join(self._relative(p) for p in self.pinned[:8]) + (
+                f" and {len(self.pinned) - 8} more" if len(self.pinned) > 8 else "") + (
+                " (bound onto themselves: the box cannot rename, remove or replace them, nor so a protected path "
+                "inside them)")
+        if self.links:
+            lines["links at the top"] = "; ".join(f"{self._relative(p)}: {what}" for p, what in
+                                                  list(self.links.items())[:6]) + (
+                f" and {len(self.links) - 6} more" if len(self.links) > 6 else "")
+        if self.refused:
+            lines[f"not opened ({WRITABLE_ENV})"] = ", ".join(self._relative(p) for p in self.refused) + (
+                ": the kernel's own environment and Python path stay read-only")
         if self.home_hidden:
             shown = ", ".join(os.path.basename(p) for p in self.home_hidden[:6])
             more = f" and {len(self.home_hidden) - 6} more" if len(self.home_hidden) > 6 else ""
@@ -134,8 +213,6 @@ class Guard:
             + ", ".join(self._relative(p) for p in self.unscanned[:5])
             + (f" and {len(self.unscanned) - 5} more" if len(self.unscanned) > 5 else "") if self.unscanned
             else ", all read"))
-        if self.on_python_path:
-            lines["warning"] = "the workspace is on this machine's Python path: the box can plant modules there"
         return lines
 
     def _relative(self, path: str) -> str:
@@ -160,10 +237,15 @@ def guard_workspace(workspace: str, home: str, private_folders: Iterable[str] = 
         except OSError:
             names = []
         guard.home_top = home
+        guard.seal(home, "the home's top level")
         for name in names:
             path = os.path.join(home, name)
-            if name in visible or not (name.startswith(".") or name == "bin"):
+            if os.path.islink(path):
+                _top_link(guard, path, workspace, writable, hidden=name not in visible and (
+                    name.startswith(".") or name == "bin"))
+            elif name in visible or not (name.startswith(".") or name == "bin"):
                 guard.home_writable.append(path)
+                guard.top_writable.append(path)
             elif name == "bin":
                 guard.protect(path, "on the login PATH", writable)
             else:
@@ -171,13 +253,55 @@ def guard_workspace(workspace: str, home: str, private_folders: Iterable[str] = 
                 guard.home_hidden.append(path)
     for path, why in host_python_paths():
         if inside(path, workspace) and path != workspace and os.path.exists(path):
-            guard.protect(path, why, writable)
-        elif path == workspace:
+            if any(inside(path, opted) or inside(opted, path) for opted in writable):
+                guard.refused.append(path)
+            guard.protect(path, why, [])  # OWSANDBOX_WRITABLE never opens the kernel's own environment
+        elif path == workspace and not guard.on_python_path:
             guard.on_python_path = True
+            _seal_python_path(guard, workspace)
     made = set(box_made)
     _scan(guard, workspace, made, writable)
     guard.settle()
     return guard
+
+
+def _top_link(guard: Guard, path: str, workspace: str, writable: list[str], hidden: bool) -> None:
+    """A link at a sealed top level: never bound (a mount would land where it points, a folder of this
+    machine outside the workspace, or fail where the target is missing). The read-only top keeps the
+    link as it is, and the box follows it into its own view. A dot entry's (or `bin`'s) target in the
+    workspace is hidden (or made read-only) in its place: the host follows the link to it."""
+    target = os.path.realpath(path)
+    if not os.path.exists(target):
+        guard.links[path] = f"a link to {os.readlink(path)}, which is missing: left as it is"
+    elif inside(target, workspace):
+        if hidden and os.path.basename(path) == "bin":
+            guard.protect(target, "on the login PATH (through ~/bin)", writable)
+            guard.links[path] = f"a link to {os.path.relpath(target, workspace)}, read-only"
+        elif hidden:
+            guard.hide(target, f"a dot entry of the home (through {os.path.basename(path)})")
+            guard.home_hidden.append(target)
+            guard.links[path] = f"a link to {os.path.relpath(target, workspace)}, hidden"
+    else:
+        guard.links[path] = f"a link out of the workspace ({os.readlink(path)}): the box sees its own {target}"
+
+
+def _seal_python_path(guard: Guard, folder: str) -> None:
+    """The workspace is on the kernel's Python path (an editable install): nothing new can be made at its
+    top (a `sitecustomize.py`, a module named as one the kernel imports), its existing entries stay
+    writable, and the start-up modules already there are read-only."""
+    guard.seal(folder, "on the kernel's Python path")
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(folder, name)
+        if os.path.islink(path):
+            guard.links.setdefault(path, "a link, left as it is (not bound)")
+        elif name in ("sitecustomize.py", "usercustomize.py"):
+            guard.protect(path, "run by every Python of the kernel's environment", [])
+        elif path not in guard.why and path not in guard.top_writable:
+            guard.top_writable.append(path)
 
 
 def host_python_paths() -> list[tuple[str, str]]:
@@ -239,6 +363,8 @@ def _scan(guard: Guard, workspace: str, box_made: set[str], writable: list[str])
                 guard.hide(path, "socket")
             elif entry.name == ".git" and stat.S_ISDIR(mode):
                 _guard_repository(guard, path, workspace, writable)
+            elif entry.name == ".git" and stat.S_ISREG(mode):
+                guard.protect(path, "git link to a repository", writable)  # a submodule's `gitdir: ...`
             elif entry.name == ".envrc" and stat.S_ISREG(mode):
                 guard.protect(path, "direnv", writable)
             elif entry.name in EDITOR_SETTINGS and stat.S_ISDIR(mode):
@@ -255,6 +381,8 @@ def _scan(guard: Guard, workspace: str, box_made: set[str], writable: list[str])
 def _guard_repository(guard: Guard, git_dir: str, workspace: str, writable: list[str]) -> None:
     """A repository's config and hooks (git runs the hooks, and the config can name programs), and
     those of its submodules; objects, refs and the index stay writable, so commits still work."""
+    if not any(inside(git_dir, opted) for opted in writable):
+        guard.units.append(git_dir)  # pinned whole: `mv .git .git-old && mkdir .git` fails
     found = [git_dir]
     modules = os.path.join(git_dir, "modules")
     for root, folders, files in os.walk(modules):

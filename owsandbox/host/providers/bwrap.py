@@ -277,10 +277,10 @@ class BwrapProvider(GuardedWorkspace, LocalProvider):
         if prefix:
             found.append((prefix, "read-only (the Python that runs the sandbox's daemon)"))
         guard = self.workspace_guard()
-        if guard.home_top:
-            found.append((guard.home_top, "top level read-only: nothing new can be made there"))
-        found += [(f, f"read-only ({guard.why[f]})") for f in guard.read_only]
-        found += [(f, f"hidden ({guard.why[f]})") for f in guard.hidden]
+        words = {"top": lambda f: f"top level read-only: nothing new can be made there ({guard.why[f]})",
+                 "pinned": lambda f: "pinned: bound onto itself, the box cannot rename or remove it",
+                 "read-only": lambda f: f"read-only ({guard.why[f]})", "hidden": lambda f: f"hidden ({guard.why[f]})"}
+        found += [(f, words[kind](f)) for f, kind in guard.mounts_in_order() if kind in words]
         return found
 
     def _python_prefix(self) -> str | None:
@@ -322,15 +322,17 @@ class BwrapProvider(GuardedWorkspace, LocalProvider):
             args += ["--size", size, "--tmpfs", self.home]
         args += ["--bind", self.cwd, self.cwd]
         guard = self.workspace_guard()
-        if guard.home_top:
-            args += ["--ro-bind", guard.home_top, guard.home_top]
-            for path in guard.home_writable:
-                args += ["--bind", path, path]
-        for path in guard.read_only:
-            args += ["--ro-bind", path, path]
         hidden_folders = []
-        for path in guard.hidden:
-            if os.path.isdir(path) and not os.path.islink(path):
+        # Parents first: a folder pinned (bound onto itself, so the box cannot rename it) before the read-only
+        # path inside it, which a later bind of its parent would cover.
+        for path, kind in guard.mounts_in_order():
+            if kind == "top":
+                args += ["--ro-bind", path, path]
+            elif kind in ("writable", "pinned"):
+                args += ["--bind", path, path]
+            elif kind == "read-only":
+                args += ["--ro-bind", path, path]
+            elif os.path.isdir(path) and not os.path.islink(path):
                 args += ["--tmpfs", path]  # made read-only below, once what must show inside it is bound
                 hidden_folders.append(path)
             else:

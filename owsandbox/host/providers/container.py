@@ -305,20 +305,21 @@ class ContainerProvider(GuardedWorkspace, ExecProvider):
         elif not self.writable_root:  # another user's home may not be there, or is read-only: one of its own
             args += ["--tmpfs", f"{OTHER_HOME}:{tmpfs},exec,mode=1777", "--env", f"HOME={OTHER_HOME}"]
         guard = self.workspace_guard()
-        top_read_only = ",readonly" if guard.home_top == self.host_cwd else ""  # the home is the workspace
+        top_read_only = ",readonly" if self.host_cwd in guard.tops else ""  # the home is the workspace, say
         args += ["--mount", f"type=bind,source={self.host_cwd},destination={self.workspace}{top_read_only}",
                  "--workdir", self.workspace]
-        if guard.home_top:  # nested binds: engines mount them after the workspace, parents first
-            if not top_read_only:
-                args += ["--mount", f"type=bind,source={guard.home_top},destination={self._in_box(guard.home_top)},"
-                         "readonly"]
-            for path in guard.home_writable:
-                args += ["--mount", f"type=bind,source={path},destination={self._in_box(path)}"]
-        for path in guard.read_only:
-            args += ["--mount", f"type=bind,source={path},destination={self._in_box(path)},readonly"]
-        for path in self.hidden_in_workspace():  # binds (not tmpfs), which engines mount after the workspace's
-            source = self._empty_folder() if os.path.isdir(path) else "/dev/null"
-            args += ["--mount", f"type=bind,source={source},destination={self._in_box(path)},readonly"]
+        # Nested binds: engines mount them after the workspace, parents first (sorted by depth, as here). A
+        # pinned folder is bound onto itself so that the box cannot rename it (EBUSY), nor so replace a
+        # protected path inside it. Binds, not tmpfs, for what is hidden: engines mount tmpfs first.
+        for path, kind in guard.mounts_in_order():
+            if path == self.host_cwd:
+                continue
+            if kind == "hidden":
+                source = self._empty_folder() if os.path.isdir(path) else "/dev/null"
+                args += ["--mount", f"type=bind,source={source},destination={self._in_box(path)},readonly"]
+            else:
+                read_only = ",readonly" if kind in ("top", "read-only") else ""
+                args += ["--mount", f"type=bind,source={path},destination={self._in_box(path)}{read_only}"]
         if self.user:
             args += ["--user", self.user]
         if self.engine_name == "podman" and self.state_dir is not None:
@@ -682,6 +683,10 @@ class ContainerProvider(GuardedWorkspace, ExecProvider):
             home = "/root" if self._runs_as_root() else OTHER_HOME
             mounts[home] = f"private (empty home), at most {human_size(self.limits.tmp)}"
         guard = self.workspace_guard()
+        mounts.update({self._in_box(path): f"top level read-only: nothing new can be made there ({guard.why[path]})"
+                       for path in guard.tops if path != self.host_cwd})
+        mounts.update({self._in_box(path): "pinned: bound onto itself, the box cannot rename or remove it"
+                       for path in guard.pinned})
         mounts.update({self._in_box(path): f"read-only ({guard.why[path]})" for path in guard.read_only})
         mounts.update({self._in_box(path): f"hidden ({guard.why[path]})" for path in guard.hidden})
         return {"provider": self.name, "enforcement": self.enforcement, "engine": f"{self.engine_name} ({self.engine})",
@@ -689,7 +694,7 @@ class ContainerProvider(GuardedWorkspace, ExecProvider):
                 "container id": self.container_id, "made by": "this kernel" if self.created_now else
                 "an earlier kernel with this key (reused)",
                 "network": "outbound (the engine's default network)" if self.network else "none (--network none)",
-                "mounts": mounts, "limits": self.limits.describe(),
+                "mounts": mounts, "workspace guard": guard.summary(), "limits": self.limits.describe(),
                 "limits enforced by": self._enforced_by(),
                 "privileges": "every capability dropped, no-new-privileges, " + self._seccomp_words()
                 + (f", user {self.user}" if self.user else ""),

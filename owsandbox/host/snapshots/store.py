@@ -189,8 +189,9 @@ class Scope:
         for path in [*guard.read_only, *guard.hidden]:
             if _inside(path, workspace) and path != workspace:
                 scope.excluded[os.path.relpath(path, workspace)] = guard.why.get(path, "out of the box's reach")
-        if guard.home_top and _inside(guard.home_top, workspace):
-            scope.fixed.add("" if guard.home_top == workspace else os.path.relpath(guard.home_top, workspace))
+        for top in guard.tops:
+            if _inside(top, workspace):
+                scope.fixed.add("" if top == workspace else os.path.relpath(top, workspace))
         return scope
 
 

@@ -113,6 +113,7 @@ def read_only_in_workspace(info: Info) -> str | None:
         return None
     workspace = _text(info.get("cwd"))
     found = []
+    pinned = 0
     for path, what in mounts.items():
         if not _inside(path, workspace):
             continue
@@ -121,7 +122,12 @@ def read_only_in_workspace(info: Info) -> str | None:
             found.append(f"{relative} ({what[len('read-only ('):-1]})")
         elif what.startswith("top level read-only"):
             found.append("its top level (nothing new can be made there)")
-    return _some(found) if found else "nothing (no Python environment, git config or hooks found)"
+        elif what.startswith("pinned"):
+            pinned += 1
+    if not found:
+        return "nothing (no Python environment, git config or hooks found)"
+    return _some(found) + (f"; {pinned} folder{'s' if pinned != 1 else ''} above them pinned (cannot be renamed or "
+                           "removed)" if pinned else "")
 
 
 def network(info: Info) -> str | None:
