@@ -106,7 +106,7 @@ def saved_answers(entry: dict[str, Any]) -> dict[str, AutoAnswer]:
             continue
         try:
             found[method] = auto_answer(method, saved["path"], json.dumps(saved.get("answer")))
-        except UsageError:
+        except (UsageError, ValueError, TypeError, RecursionError):
             continue
     return found
 
