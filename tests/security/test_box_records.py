@@ -116,3 +116,86 @@ def test_a_registry_entry_naming_a_host_address_is_never_connected_to(kernel: Ke
     assert tcp.connections == 0 and unix.connections == 0
     given = kernel.run(f"%attach --last --url {urls[0]}")  # the user's own --url is the user's decision
     assert given.status == "error" and tcp.connections > 0, given.outputs
+
+
+def displays(run) -> list[dict]:
+    """The displays of a cell that have an id (the kernel's notes have none)."""
+    return [m for m in run.outputs if m["msg_type"] in ("display_data", "update_display_data")
+            and m["content"].get("transient", {}).get("display_id")]
+
+
+def test_a_box_display_id_cannot_update_the_kernels_own_view(kernel: KernelSession) -> None:
+    started = kernel.run("%attach --name watched -- sleep 120")
+    assert started.status == "ok", started.outputs
+    view = [m["content"]["transient"]["display_id"] for m in displays(started)]
+    assert view and view[0].startswith("owsandbox-attach-")
+    forged = kernel.run(f"""printf '# forged\\n' > fake.md
+SID=$(python3 -c 'import json; print(json.load(open("{REGISTRY}"))["sessions"][-1]["session_id"])')
+owdisplay fake.md --id "owsandbox-attach-$SID-1"
+owdisplay fake.md --id "owsandbox-attach-$SID-1" """)
+    assert forged.status == "ok", forged.outputs
+    shown = displays(forged)
+    assert len(shown) == 2 and "forged" in shown[0]["content"]["data"]["text/plain"], forged.outputs
+    ids = {m["content"]["transient"]["display_id"] for m in shown}
+    assert view[0] not in ids and len(ids) == 1  # its own id, still its own: the second is an update of the first
+    assert [m["msg_type"] for m in shown] == ["display_data", "update_display_data"]
+    kernel.run("%attach --kill")
+
+
+@pytest.mark.parametrize("depth", [100_000, 1_000_000])
+def test_a_display_nested_too_deep_is_a_note_and_stop_still_reaches_the_command(kernel: KernelSession,
+                                                                                depth: int) -> None:
+    made = kernel.run(f"python3 -c 'open(\"deep.json\", \"w\").write(\"[\" * {depth} + \"]\" * {depth})'")
+    assert made.status == "ok", made.outputs
+    msg_id = kernel.send("owdisplay deep.json; echo after-the-display; sleep 60")
+    kernel.wait_for(lambda m: m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "stream"
+                    and "after-the-display" in m["content"]["text"], 30, "the command going on")
+    kernel.control("interrupt_request", {})
+    run = kernel.collect(msg_id, timeout=30)
+    assert run.status == "error" and run.error["ename"] == "Interrupted", run.outputs
+    assert not any(m["msg_type"] == "error" and m["content"]["ename"] == "KernelError" for m in run.outputs)
+    assert kernel.run("echo still-here").text() == "still-here\n"
+
+
+# -- the parsers of box data, fed the box's worst -------------------------------------------------
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.unit
+def test_every_parser_of_box_data_turns_deep_nesting_into_its_own_error() -> None:
+    from owsandbox.kernel.attach.asked import auto_answer
+    from owsandbox.kernel.attach.registry import checked_entry
+    from owsandbox.kernel.attach.replay import parse
+    from owsandbox.kernel.display.rich import rich_bundle
+    from owsandbox.kernel.errors import UsageError
+    from owsandbox.kernel.teaching.recording import CastError, read_cast
+
+    with pytest.raises(UsageError, match="nests deeper"):
+        rich_bundle(DEEP.encode(), "application/json", "deep.json")
+    assert rich_bundle(("[" * 150 + "]" * 150).encode(), "application/json", "d.json").keys() == {"text/plain"}
+    with pytest.raises(UsageError):
+        auto_answer("m", "a.json", DEEP)
+    with pytest.raises(UsageError):
+        parse(DEEP, "saved.jsonl")
+    for cast in ([DEEP], ['{"version": 2}', DEEP], ['{"version": 2}', "5"], ['{"version": 2}', '["x", "o", "d"]']):
+        with pytest.raises(CastError):
+            read_cast(cast)
+    assert checked_entry({"session_id": "../x"}) is None
+    assert checked_entry({"session_id": "ab-12", "cursor": True, "name": "n" * 10_000, "number": -3,
+                          "url": "unix:/x"}) == {"session_id": "ab-12", "cursor": 0, "name": "n" * 200,
+                                                 "url": "unix:/x"}
+
+
+@pytest.mark.unit
+def test_box_display_ids_never_meet_the_kernels_and_are_bounded() -> None:
+    from owsandbox.kernel.display.rich import KEEP_BOX_IDS, BoxDisplayIds
+
+    ids = BoxDisplayIds()
+    made = ids.box_id("owsandbox-attach-x-1")
+    assert made is not None and not made.startswith("owsandbox-attach-")
+    assert ids.box_id("") is None and len(ids.box_id("x" * 10_000) or "") < 100
+    assert not ids.seen(made) and ids.seen(made)
+    for n in range(KEEP_BOX_IDS + 5):
+        ids.seen(f"owsandbox-box-{n}")
+    assert len(ids._seen) == KEEP_BOX_IDS

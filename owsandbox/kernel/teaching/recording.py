@@ -380,7 +380,7 @@ def read_cast(lines: Any) -> tuple[dict[str, Any], list[tuple[float, str, str]]]
     iterator = iter(lines)
     try:
         header = json.loads(next(iterator))
-    except (StopIteration, ValueError):
+    except (StopIteration, ValueError, RecursionError):
         raise CastError("the file does not start with an asciicast header line") from None
     if not isinstance(header, dict) or header.get("version") != 2:
         raise CastError("the file is not an asciicast version 2 recording (its header has no \"version\": 2)")
@@ -390,9 +390,9 @@ def read_cast(lines: Any) -> tuple[dict[str, Any], list[tuple[float, str, str]]]
             continue
         try:
             at, code, data = json.loads(line)
-        except ValueError:
+            events.append((float(at), str(code), str(data)))
+        except (ValueError, TypeError, RecursionError):
             raise CastError(f"line {number} is not an asciicast event") from None
-        events.append((float(at), str(code), str(data)))
     return header, events
 
 
