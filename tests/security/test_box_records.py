@@ -199,3 +199,28 @@ def test_box_display_ids_never_meet_the_kernels_and_are_bounded() -> None:
     for n in range(KEEP_BOX_IDS + 5):
         ids.seen(f"owsandbox-box-{n}")
     assert len(ids._seen) == KEEP_BOX_IDS
+
+
+CONTROLS = {"OSC 52 (clipboard)": "\x1b]52;c;", "a title report": "\x1b[21t", "DCS": "\x1bP", "OSC (title)": "\x1b]0;",
+            "C1 CSI": "\x9b"}
+
+
+@pytest.mark.parametrize("terminal", ["on", "off"])
+def test_a_recording_holds_no_terminal_control_of_the_box(kernel: KernelSession, tmp_path: Path,
+                                                          terminal: str) -> None:
+    cast = tmp_path.parent / f"{tmp_path.name}-{terminal}.cast"  # outside the workspace: the host's file
+    assert kernel.run(f"%record on {cast}").status == "ok"
+    assert kernel.run(f"%terminal {terminal}").status == "ok"
+    ran = kernel.run(r"""printf 'before\e]52;c;ZWNobyBwd25lZA==\aafter\n'; printf 'title\e[21t\e]0;owned\a\n'
+printf 'sixel\ePq#0;2;0;0;0#0~~\e\\ done\n'; printf '\xc2\x9b21t c1\n'; printf '\e[1;31mred\e[0m\n'""")
+    assert ran.status == "ok", ran.outputs
+    assert kernel.run("%record off").status == "ok"
+    from owsandbox.kernel.teaching.recording import read_cast
+
+    text = cast.read_text(encoding="utf-8")
+    _, events = read_cast(text.splitlines())
+    shown = "".join(data for _, _, data in events)
+    assert "before" in shown and "after" in shown and "\x1b[1;31mred" in shown  # colours stay
+    for what, control in CONTROLS.items():
+        assert control not in shown, f"{what} reached the .cast file"
+    cast.unlink()

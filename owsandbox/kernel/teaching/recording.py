@@ -75,9 +75,13 @@ class Transcript:
         return json.dumps(header, ensure_ascii=False) + "\n"
 
     def _event(self, code: str, data: str) -> str:
+        """One event line; its text through the filter `play` uses (colours, `\\r`, `\\n`, tabs and
+        `\\b` stay), so that no control the box wrote (OSC 52 clipboard, a title report, DCS) reaches a
+        file that any asciicast player replays into a real terminal (a command's streams under
+        `%terminal off` reach the outbox exact)."""
         at = max(self._clock() - self._zero, self._last)  # never earlier than the event before
         self._last = at
-        return json.dumps([round(at, 6), code, data], ensure_ascii=False) + "\n"
+        return json.dumps([round(at, 6), code, shown_text(data)], ensure_ascii=False) + "\n"
 
     def cell(self, number: int | None, code: str) -> str:
         label = f"In [{number}]" if number else "cell"
