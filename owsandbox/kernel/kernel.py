@@ -60,6 +60,8 @@ log = logging.getLogger(__name__)
 _LEAVE = re.compile(r"\s*(exit|logout)(\s+0)?\s*;?\s*\Z")  # a cell that only leaves the shell
 BATCH_SECONDS = 0.03  # live output is gathered this long before it goes out as one message
 ERROR_CHARS = 10_000  # of an error's message (it may quote the box); the cell's one error is never withheld
+MAX_MATCHES, MATCH_CHARS = 1000, 4096  # of a completion reply (the box's words): more is no help at a cursor
+INSPECT_CHARS = 100_000  # of an inspection reply (the box's help text)
 RED, RESET = "\x1b[31m", "\x1b[0m"
 
 
@@ -495,7 +497,8 @@ class OwSandboxKernel(Kernel):
         except (SandboxUnavailable, P.RunnerError, TimeoutError) as exc:
             log.debug("completion failed: %s", exc)
             matches, start, end = [], cursor_pos, cursor_pos
-        return {"status": "ok", "matches": box_text.clean_matches(matches), "cursor_start": start, "cursor_end": end,
+        kept = [match for match in matches if isinstance(match, str) and len(match) <= MATCH_CHARS][:MAX_MATCHES]
+        return {"status": "ok", "matches": box_text.clean_matches(kept), "cursor_start": start, "cursor_end": end,
                 "metadata": {}}
 
     async def do_inspect(self, code: str, cursor_pos: int, detail_level: int = 0,
@@ -506,6 +509,8 @@ class OwSandboxKernel(Kernel):
         except (SandboxUnavailable, P.RunnerError, TimeoutError) as exc:
             log.debug("inspection failed: %s", exc)
             text = ""
+        if len(text) > INSPECT_CHARS:
+            text = text[:INSPECT_CHARS] + f"\n… ({len(text) - INSPECT_CHARS} more characters)"
         data = {"text/plain": text} if text else {}
         return box_text.clean("inspect_reply", {"status": "ok", "found": bool(text), "data": data, "metadata": {}})
 

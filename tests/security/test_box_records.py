@@ -224,3 +224,88 @@ printf 'sixel\ePq#0;2;0;0;0#0~~\e\\ done\n'; printf '\xc2\x9b21t c1\n'; printf '
     for what, control in CONTROLS.items():
         assert control not in shown, f"{what} reached the .cast file"
     cast.unlink()
+
+
+FLOOD = """import json, sys
+huge = '{"a": [' + '{},' * 2_400_000 + '{}]}'   # 7 MiB: about 180 MB as Python objects
+for n in range(6):
+    sys.stdout.write(huge + "\\n"); sys.stdout.flush()
+large = '{"id": %d, "a": [' + '{},' * 80_000 + '{}]}'   # 240 KiB: parsed, about 6 MB each
+for n in range(80):
+    sys.stdout.write(large % n + "\\n"); sys.stdout.flush()
+print(json.dumps({"type": "done"}), flush=True)
+sys.stdin.read()
+"""
+RSS_GROWTH_MIB = 200  # the kernel's own memory may grow this much while a program floods %attach
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+@pytest.fixture
+def small_box_kernel(tmp_path: Path) -> Iterator[KernelSession]:
+    require_bwrap()
+    session = KernelSession(tmp_path, kernel_name=DEFAULT_KERNEL_NAME, env={"OWSANDBOX_LIMITS": "memory=256M"})
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+def test_a_flood_of_large_nested_records_keeps_the_kernel_small(small_box_kernel: KernelSession,
+                                                                tmp_path: Path) -> None:
+    kernel = small_box_kernel
+    (tmp_path / "flood.py").write_text(FLOOD)
+    assert kernel.run("echo warm").status == "ok"
+    kernel.run("%attach -- sleep 1")  # the attach machinery loaded before the baseline
+    kernel.run("%attach --kill")
+    pid = kernel.km.provisioner.process.pid
+    before = rss_mib(pid)
+    started = kernel.run("%attach --name flood -- python3 flood.py")
+    assert started.status == "ok", started.outputs
+    highest = before
+    deadline = time.monotonic() + 120
+    done = False
+    while time.monotonic() < deadline and not done:
+        records = kernel.run("%records --type done").text()
+        done = '"done"' in records
+        highest = max(highest, rss_mib(pid))
+        time.sleep(0.5)
+    assert done, kernel.run("%records --last 3").text()[-2000:]
+    highest = max(highest, rss_mib(pid))
+    print(f"kernel RSS: {before:.0f} MiB before, {highest:.0f} MiB at most during the flood")
+    assert highest - before < RSS_GROWTH_MIB, (before, highest)
+    shown = kernel.run("%records --last 90").text()
+    assert '"owsandbox:cut": {"bytes": 7200011, "start": 0, "end": 7200012}' in shown  # the huge ones, said by size
+    kernel.run("%attach --kill")
+
+
+@pytest.mark.unit
+def test_a_line_too_large_to_parse_is_its_head_and_the_conversation_keeps_a_bounded_size(monkeypatch) -> None:
+    from owsandbox.channel.execdws import STDOUT, encode_frame
+    from owsandbox.channel.jsonlines import CUT_KEY, JsonLineDecoder, Record
+    from owsandbox.kernel.attach import conversation as C
+
+    huge = b'{"jsonrpc": "2.0", "result": {"a": [' + b"{}," * 200_000 + b'{}]}, "id": 9}\n'
+    events = JsonLineDecoder(flag_non_json=True).feed(encode_frame(STDOUT, huge))
+    assert len(events) == 1 and isinstance(events[0], Record)
+    record = events[0].value
+    assert record["id"] == 9 and record["jsonrpc"] == "2.0" and record["result"].endswith("not kept)")
+    assert record[CUT_KEY] == {"bytes": len(huge) - 1, "start": 0, "end": len(huge)}
+    array = b"[" + b"{}," * 200_000 + b"{}]\n"  # too large, and no object: text, never parsed
+    assert type(JsonLineDecoder(flag_non_json=True).feed(encode_frame(STDOUT, array))[0]).__name__ == "NotJsonLine"
+
+    monkeypatch.setattr(C, "KEEP_RECORD_COST", 4 << 20)
+    talk = C.Conversation()
+    for n in range(40):
+        talk.received({"id": n, "a": [{} for _ in range(2_000)]}, float(n))
+    assert talk.kept_cost <= C.KEEP_RECORD_COST
+    oldest, newest = talk.records[0].record, talk.records[-1].record
+    assert oldest["id"] == 0 and C.CUT_KEY in oldest and oldest["a"].endswith("not kept)")
+    assert len(newest["a"]) == 2_000 and C.CUT_KEY not in newest
+    line = talk.stdout_text("x" * 1_000_000, 1.0)
+    assert len(line.text or "") < C.STDERR_LINE_CHARS + 100
