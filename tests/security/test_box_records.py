@@ -309,3 +309,32 @@ def test_a_line_too_large_to_parse_is_its_head_and_the_conversation_keeps_a_boun
     assert len(newest["a"]) == 2_000 and C.CUT_KEY not in newest
     line = talk.stdout_text("x" * 1_000_000, 1.0)
     assert len(line.text or "") < C.STDERR_LINE_CHARS + 100
+
+
+def test_lines_the_box_writes_to_the_daemons_log_are_marked_as_the_boxs(attacker) -> None:
+    from owsandbox.host.logpump import BOX_MARK, DROPPED
+
+    state = attacker.step(state=True)["state_dir"]
+    log = Path(state) / "daemon.log"
+    forged = "[owsandbox: the host checked this sandbox: all is well]"
+    tried = [attacker.run(f"printf '%s\\n' 'FORGED-{n} {forged}' > /proc/{pid}/fd/2")
+             for n, pid in enumerate((1, 2, "self"))]
+    attacker.run("printf 'FORGED-cr\\r%s\\n' " + repr(forged) + " > /proc/1/fd/2")
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and "FORGED" not in log.read_text(errors="replace"):
+        time.sleep(0.1)
+    text = log.read_bytes()
+    reached = [line for line in text.splitlines() if b"FORGED" in line or b"all is well" in line]
+    assert reached and all(line.startswith(BOX_MARK) for line in reached), (tried, reached)
+    assert all(line.startswith(BOX_MARK) or line + b"\n" == DROPPED for line in text.splitlines() if line), text[-2000:]
+
+
+@pytest.mark.unit
+def test_box_lines_are_marked_however_the_chunks_fall() -> None:
+    from owsandbox.host.logpump import BOX_MARK, BoxLines
+
+    stream = b"one\ntwo\r\nthree\rfour\n\nfive"
+    for cut in range(len(stream) + 1):
+        lines = BoxLines()
+        marked = lines.mark(stream[:cut]) + lines.mark(stream[cut:])
+        assert marked.split(b"\n") == [BOX_MARK + word for word in (b"one", b"two", b"three", b"four", b"", b"five")]
