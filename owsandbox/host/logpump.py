@@ -32,8 +32,12 @@ class BoxLines:
 
     def __init__(self) -> None:
         self._at_line_start = True
+        self._after_cr = False  # the chunk before ended with \r: a \n starting this one is its CRLF's
 
     def mark(self, chunk: bytes) -> bytes:
+        if self._after_cr and chunk.startswith(b"\n"):
+            chunk = chunk[1:]
+        self._after_cr = chunk.endswith(b"\r")
         if not chunk:
             return b""
         chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
