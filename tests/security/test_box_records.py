@@ -338,3 +338,20 @@ def test_box_lines_are_marked_however_the_chunks_fall() -> None:
         lines = BoxLines()
         marked = lines.mark(stream[:cut]) + lines.mark(stream[cut:])
         assert marked.split(b"\n") == [BOX_MARK + word for word in (b"one", b"two", b"three", b"four", b"", b"five")]
+
+
+def test_a_record_nested_near_pythons_limit_reaches_no_client(kernel: KernelSession, tmp_path: Path) -> None:
+    """965 levels parse on the kernel's attach thread, and the message that shows them is one that a
+    Python client (jupyter_client, so nbclient and jupyter console) cannot decode: kept 100 deep."""
+    (tmp_path / "deep.py").write_text(
+        "import json, sys\n"
+        "print('{\"id\": \"deep\", \"a\": ' + '[' * 965 + ']' * 965 + '}', flush=True)\n"
+        "for line in sys.stdin:\n"
+        "    print('{\"id\": %d, \"deep\": ' % json.loads(line)['id'] + '[' * 965 + ']' * 965 + '}', flush=True)\n")
+    started = kernel.run("%attach --name deep -- python3 deep.py")
+    assert started.status == "ok", started.outputs
+    answered = kernel.run('%send {"id": 2, "type": "x"}')
+    assert answered.status == "ok", answered.error
+    records = kernel.run("%records")
+    assert records.status == "ok" and "nested deeper than 100 levels" in records.text(), records.outputs
+    assert kernel.run("%attach --kill").status == "ok"

@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..display.rich import json_depth
 from . import jsonrpc as R
 from .dialects import PLAIN, Dialect, guess
 
@@ -38,6 +39,7 @@ KEEP_RECORD_COST = 64 * 1024 * 1024  # about this many bytes of Python objects i
 LARGE_RECORD_COST = 16 * 1024  # records larger than this are cut, oldest first, once the total is past it
 CUT_KEY = "owsandbox:cut"  # as channel/jsonlines.py names it: {"bytes": size of the whole, ...}
 CUT_MEMBER_CHARS = 1024  # a member of a cut record larger than this is kept as its size
+MAX_RECORD_DEPTH = 100  # a member nested deeper is kept as a string saying so (every later json.dumps works)
 
 SENT, RECEIVED, STDERR, STDOUT = "sent", "received", "stderr", "stdout"
 ARROWS = {SENT: "→", RECEIVED: "←"}
@@ -244,6 +246,8 @@ class Conversation:
                 kind = R.kind_of(record)
             if not self.dialect_fixed and self.dialect is PLAIN:
                 self.dialect = guess(record) or PLAIN
+        if record is not None and json_depth(record, MAX_RECORD_DEPTH) > MAX_RECORD_DEPTH:
+            record = shallow_members(record)
         entry = Entry(self._seq, at, direction, record, text, offset, kind)
         if record is not None:
             self.records.append(entry)
@@ -323,6 +327,15 @@ def cut_members(record: dict[str, Any], cost: int) -> dict[str, Any]:
         kept[key] = value if size <= CUT_MEMBER_CHARS else f"… ({size} characters, not kept)"
     previous = record.get(CUT_KEY)
     kept[CUT_KEY] = previous if isinstance(previous, dict) else {"bytes": cost, "kept": "its small members"}
+    return kept
+
+
+def shallow_members(record: dict[str, Any]) -> dict[str, Any]:
+    """`record` with each top-level member nested deeper than MAX_RECORD_DEPTH replaced by a string
+    saying so (Python's JSON encoder and the wire's give up near 1,000 levels, at some stack depth)."""
+    kept = {key: value if json_depth(value, MAX_RECORD_DEPTH - 1) < MAX_RECORD_DEPTH else
+            f"… (nested deeper than {MAX_RECORD_DEPTH} levels, not kept)" for key, value in record.items()}
+    kept[CUT_KEY] = record.get(CUT_KEY) if isinstance(record.get(CUT_KEY), dict) else {"deeper_than": MAX_RECORD_DEPTH}
     return kept
 
 
