@@ -355,3 +355,17 @@ def test_a_record_nested_near_pythons_limit_reaches_no_client(kernel: KernelSess
     records = kernel.run("%records")
     assert records.status == "ok" and "nested deeper than 100 levels" in records.text(), records.outputs
     assert kernel.run("%attach --kill").status == "ok"
+
+
+def test_completions_and_help_from_the_box_are_bounded(kernel: KernelSession) -> None:
+    name = "flood" + "x" * 100
+    made = kernel.run(f"for i in $(seq 3000); do eval \"{name}$i() {{ :; }}\"; done; "
+                      f"eval \"{name}long$(printf 'y%.0s' $(seq 5000))() {{ :; }}\"; "
+                      f"helped() {{ :; }}; eval \"helped() {{ : $(printf 'z%.0s' $(seq 300000)); }}\"")
+    assert made.status == "ok", made.outputs
+    kernel.kc.complete(name, len(name))
+    matches = kernel.kc.get_shell_msg(timeout=30)["content"]["matches"]
+    assert 0 < len(matches) <= 1000 and all(len(match) <= 4096 for match in matches), len(matches)
+    kernel.kc.inspect("helped", 6)
+    reply = kernel.kc.get_shell_msg(timeout=30)["content"]
+    assert reply["found"] and len(reply["data"]["text/plain"]) <= 100_100, len(reply["data"]["text/plain"])
