@@ -110,7 +110,7 @@ class ExecdControl:
         raw = self._request(method, path, body, expect=expect)
         try:
             return json.loads(raw) if raw.strip() else {}
-        except ValueError:
+        except (ValueError, RecursionError):
             raise ExecdError(f"execd answered {method} {path} with a body that is not JSON: {raw[:200]!r}") from None
 
     def _connection(self) -> http.client.HTTPConnection:

@@ -30,7 +30,13 @@ Rules, each one a defect made impossible:
   splits that record in the replayed bytes, and a stderr line that is a JSON object is read back as
   a record.
 * Memory is bounded: a line longer than `max_line_bytes` (8 MiB) raises `LineTooLong`, and only the
-  last 8 KiB of stderr are kept (for the error that reports an exit).
+  last 8 KiB of stderr are kept (for the error that reports an exit). A line whose parsed value
+  would be large (`parse_cost`: its bytes plus about a hundred bytes for each object, array and
+  member in it; 16 MiB) is never parsed: `{"a": [{},{},…]}` of 7 MiB is 180 MB as Python objects.
+  Such a line that looks like an object is delivered as a `Record` of its top-level members found
+  in its first 64 KiB (a member larger than 4 KiB as a string saying its size, the id sniffed from
+  the line's end when it is last), with `CUT_KEY` saying how large the line was and where it is in
+  the output; any other such line is text that is not a record.
 
 Use `push(frame)` then `next_event()` until it returns None (the channel does, so that the records
 before a bad line are still delivered), or `feed(frame)` for the list at once. After an error the
@@ -41,6 +47,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import re
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -52,6 +59,10 @@ from .execdws import STDOUT as STDOUT
 
 DEFAULT_MAX_LINE_BYTES = 8 * 1024 * 1024
 DEFAULT_STDERR_TAIL_BYTES = 8 * 1024
+DEFAULT_PARSE_COST = 16 * 1024 * 1024
+CUT_KEY = "owsandbox:cut"  # the member a record cut to its head carries: {"bytes", "start", "end"}
+CUT_HEAD_BYTES = 64 * 1024  # of a line not parsed, where its top-level members are looked for
+CUT_MEMBER_BYTES = 4 * 1024  # a member larger is kept as a string that says its size
 _JSON_WHITESPACE = b" \t\r"
 
 # The sentence for a README or a user-facing note about reattaching.
@@ -94,17 +105,112 @@ Event = Record | StderrText | NotJsonLine
 
 
 _NOT_JSON = object()
+_TOO_LARGE = object()  # a line whose parsed value would be too large, and not an object
 
 
-def _json_object(line: bytes) -> Any:
-    """The JSON value of `line` (UTF-8, surrounding JSON whitespace allowed), or _NOT_JSON."""
+def parse_cost(text: bytes) -> int:
+    """About how many bytes `text`'s JSON value takes as Python objects, counted at C speed: its length,
+    plus a container's size for each `{` and `[`, plus an object's for each `,` and `:` (a member, an
+    element). An over-estimate for text in long strings, near the truth for `[{},{},…]`."""
+    return (len(text) + 100 * (text.count(b"{") + text.count(b"["))
+            + 60 * (text.count(b",") + text.count(b":")))
+
+
+def _json_object(line: bytes, max_cost: int = DEFAULT_PARSE_COST, start: int = 0, end: int = 0) -> Any:
+    """The JSON value of `line` (UTF-8, surrounding JSON whitespace allowed), or _NOT_JSON; a line too
+    large to parse is its head (`cut_record`) when it looks like an object, else _TOO_LARGE."""
     body = line.strip(_JSON_WHITESPACE)
     if not body:
         return _NOT_JSON
+    if parse_cost(body) > max_cost:
+        if body.startswith(b"{") and body.endswith(b"}"):
+            return cut_record(body, start, end)
+        return _TOO_LARGE
     try:
         return json.loads(body.decode("utf-8"))
     except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         return _NOT_JSON
+
+
+_SPACE = re.compile(rb"[ \t\r\n]*")
+_SCALAR = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?|true|false|null")
+_BRACKETS = re.compile(rb'[\[\]{}"]')
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+_ID_AT_END = re.compile(rb'"id"[ \t\r\n]*:[ \t\r\n]*("(?:[^"\\]|\\.){0,200}"|-?[0-9]{1,20})[ \t\r\n]*}$')
+
+
+def cut_record(body: bytes, start: int = 0, end: int = 0) -> dict[str, Any]:
+    """The record a line too large to parse stands for: the top-level members in its first
+    CUT_HEAD_BYTES (a member larger than CUT_MEMBER_BYTES as a string saying its size), `id` sniffed
+    from its end when it is the last member, and CUT_KEY: {"bytes", "start", "end"} (where the whole
+    line is in the output). Bounded work: only the head is scanned."""
+    head = body[:CUT_HEAD_BYTES]
+    found: dict[str, Any] = {}
+    at = 1
+    while True:
+        at = _SPACE.match(head, at).end()
+        key = _STRING.match(head, at)
+        if key is None:
+            break
+        at = _SPACE.match(head, key.end()).end()
+        if head[at:at + 1] != b":":
+            break
+        at = _SPACE.match(head, at + 1).end()
+        value_end = _value_end(head, at)
+        if value_end is None:  # the value goes on past the head
+            try:
+                found[json.loads(key.group())] = f"… ({len(body) - at} bytes or fewer, not kept)"
+            except ValueError:
+                pass
+            break
+        try:
+            name = json.loads(key.group())
+            if value_end - at > CUT_MEMBER_BYTES:
+                found[name] = f"… ({value_end - at} bytes, not kept)"
+            else:
+                found[name] = json.loads(head[at:value_end])
+        except (ValueError, RecursionError):
+            break
+        at = _SPACE.match(head, value_end).end()
+        if head[at:at + 1] != b",":
+            break
+        at += 1
+    if "id" not in found:
+        sniffed = _ID_AT_END.search(body[-512:])
+        if sniffed is not None:
+            try:
+                found["id"] = json.loads(sniffed.group(1))
+            except ValueError:
+                pass
+    found[CUT_KEY] = {"bytes": len(body), "start": start, "end": end}
+    return found
+
+
+def _value_end(text: bytes, at: int) -> int | None:
+    """Where the JSON value starting at `at` in `text` ends, or None when it does not end in `text`
+    (or is not a value). Nesting is counted without recursion."""
+    if text[at:at + 1] == b'"':
+        found = _STRING.match(text, at)
+        return found.end() if found is not None else None
+    if text[at:at + 1] not in (b"{", b"["):
+        found = _SCALAR.match(text, at)
+        return found.end() if found is not None and found.end() < len(text) else None
+    depth = 0
+    position = at
+    while True:
+        found = _BRACKETS.search(text, position)
+        if found is None:
+            return None
+        if found.group() == b'"':
+            string = _STRING.match(text, found.start())
+            if string is None:
+                return None
+            position = string.end()
+            continue
+        depth += 1 if found.group() in (b"{", b"[") else -1
+        position = found.end()
+        if depth == 0:
+            return position
 
 
 class _Chunk:
@@ -129,10 +235,11 @@ class JsonLineDecoder:
 
     def __init__(self, since: int = 0, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
                  stderr_tail_bytes: int = DEFAULT_STDERR_TAIL_BYTES, lenient_stdout: bool = False,
-                 flag_non_json: bool = False) -> None:
+                 flag_non_json: bool = False, max_parse_cost: int = DEFAULT_PARSE_COST) -> None:
         if max_line_bytes < 1 or stderr_tail_bytes < 0:
             raise ValueError("max_line_bytes must be positive and stderr_tail_bytes not negative")
         self.max_line_bytes = max_line_bytes
+        self.max_parse_cost = max_parse_cost
         self.stderr_tail_bytes = stderr_tail_bytes
         self.lenient_stdout = lenient_stdout
         self.flag_non_json = flag_non_json
@@ -281,19 +388,20 @@ class JsonLineDecoder:
         if not line.strip(_JSON_WHITESPACE):
             return None
         end = self._position
-        value = _json_object(line)
+        value = _json_object(line, self.max_parse_cost, start, end)
         if isinstance(value, dict):
             return Record(value, end)
         if live_from is not None:
             # The replay ended inside a line and live stdout finished it. If the live part alone is a
             # record, the replayed head was the start of a stderr line: both are kept, record first.
-            live = _json_object(line[live_from:])
+            live = _json_object(line[live_from:], self.max_parse_cost, start + live_from, end)
             if isinstance(live, dict):
                 self._ready.append(self._text(line[:live_from]))
                 return Record(live, end)
         if replayed or self.lenient_stdout:
             return self._text(line + b"\n")
-        what = "non-JSON stdout" if value is _NOT_JSON else "JSON record is not an object"
+        what = ("non-JSON stdout" if value is _NOT_JSON else "a line too large to parse, not a JSON object"
+                if value is _TOO_LARGE else "JSON record is not an object")
         if self.flag_non_json:
             return NotJsonLine(line.decode("utf-8", "replace"), end, start, what)
         self._fail(BadRecord(what, start=start, end=end, line=line))

@@ -41,7 +41,7 @@ from .cell.limit_names import named_limit
 from .cell.outbox import Outbox
 from .cell.output import DEFAULT_OUTPUT_LIMIT, CellOutput, Display, InputWanted, Notice, Stream
 from .display import box_text
-from .display.rich import mime_for, rich_bundle
+from .display.rich import BoxDisplayIds, mime_for, rich_bundle
 from .editing.completion import CompletionContext, complete, inspect_word
 from .editing.stdin import CellPrompts, StdinChannel
 from .errors import CellError, UsageError
@@ -60,6 +60,8 @@ log = logging.getLogger(__name__)
 _LEAVE = re.compile(r"\s*(exit|logout)(\s+0)?\s*;?\s*\Z")  # a cell that only leaves the shell
 BATCH_SECONDS = 0.03  # live output is gathered this long before it goes out as one message
 ERROR_CHARS = 10_000  # of an error's message (it may quote the box); the cell's one error is never withheld
+MAX_MATCHES, MATCH_CHARS = 1000, 4096  # of a completion reply (the box's words): more is no help at a cursor
+INSPECT_CHARS = 100_000  # of an inspection reply (the box's help text)
 RED, RESET = "\x1b[31m", "\x1b[0m"
 
 
@@ -87,7 +89,7 @@ class OwSandboxKernel(Kernel):
         self.magics: MagicTable = all_magics()
         self._running: dict[str, str] = {}  # shell → the call id of the cell running on it
         self._running_lock = threading.Lock()
-        self._displays: set[str] = set()
+        self._displays = BoxDisplayIds()  # the ids `owdisplay --id` gave, in a namespace of their own
         self.history = CellHistory()
         self.attach = AttachManager(self._attach_display, self._runner_call, self._execd_endpoint,
                                     self._attach_registry)
@@ -413,6 +415,8 @@ class OwSandboxKernel(Kernel):
                 await asyncio.get_running_loop().run_in_executor(None, self._display_file, parent, event, shell)
 
     def _display_file(self, parent: dict[str, Any], event: Display, shell: str) -> None:
+        """An `owdisplay` request of the box: its file shown, or a note saying why not. Whatever the
+        file holds, the cell goes on: an error here would end the cell and lose its running command."""
         context = _Context(self, parent)
         try:
             mime = mime_for(event.path, event.mime)
@@ -420,13 +424,19 @@ class OwSandboxKernel(Kernel):
         except (UsageError, P.RunnerError) as exc:
             self._note(parent, f"owdisplay: {exc}")
             return
-        display_id = event.display_id or None
-        update = display_id is not None and display_id in self._displays
-        if display_id is not None:
-            self._displays.add(display_id)
-        context.display(bundle, display_id=display_id, update=update,
-                        withheld=Withheld(f"the display of {event.path}",
-                                          "show it in a cell of its own, or raise %output limit"))
+        except Exception as exc:  # noqa: BLE001 - the box's bytes: any failure is a note, never the cell's
+            self.log.warning("owdisplay %s failed", event.path, exc_info=True)
+            self._note(parent, f"owdisplay: {event.path[:200]} is not shown ({type(exc).__name__})")
+            return
+        display_id = self._displays.box_id(event.display_id)
+        update = display_id is not None and self._displays.seen(display_id)
+        try:
+            context.display(bundle, display_id=display_id, update=update,
+                            withheld=Withheld(f"the display of {event.path}",
+                                              "show it in a cell of its own, or raise %output limit"))
+        except Exception as exc:  # noqa: BLE001 - as above: a display the wire cannot carry is a note
+            self.log.warning("owdisplay %s could not be sent", event.path, exc_info=True)
+            self._note(parent, f"owdisplay: {event.path[:200]} is not shown ({type(exc).__name__})")
 
     # -- Stop -------------------------------------------------------------------------------
 
@@ -487,7 +497,8 @@ class OwSandboxKernel(Kernel):
         except (SandboxUnavailable, P.RunnerError, TimeoutError) as exc:
             log.debug("completion failed: %s", exc)
             matches, start, end = [], cursor_pos, cursor_pos
-        return {"status": "ok", "matches": box_text.clean_matches(matches), "cursor_start": start, "cursor_end": end,
+        kept = [match for match in matches if isinstance(match, str) and len(match) <= MATCH_CHARS][:MAX_MATCHES]
+        return {"status": "ok", "matches": box_text.clean_matches(kept), "cursor_start": start, "cursor_end": end,
                 "metadata": {}}
 
     async def do_inspect(self, code: str, cursor_pos: int, detail_level: int = 0,
@@ -498,6 +509,8 @@ class OwSandboxKernel(Kernel):
         except (SandboxUnavailable, P.RunnerError, TimeoutError) as exc:
             log.debug("inspection failed: %s", exc)
             text = ""
+        if len(text) > INSPECT_CHARS:
+            text = text[:INSPECT_CHARS] + f"\n… ({len(text) - INSPECT_CHARS} more characters)"
         data = {"text/plain": text} if text else {}
         return box_text.clean("inspect_reply", {"status": "ok", "found": bool(text), "data": data, "metadata": {}})
 

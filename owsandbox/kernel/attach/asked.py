@@ -75,7 +75,7 @@ def auto_answer(method: str, path: str, text: str) -> AutoAnswer:
     `code` and a `message`), optionally with `jsonrpc` and `id`, which the request's replace."""
     try:
         value = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise UsageError(f"--answer {method}={path}: the file is not JSON: {exc}") from None
     if not isinstance(value, dict) or ("result" in value) == ("error" in value):
         raise UsageError(f"--answer {method}={path}: the file must hold one JSON object with either \"result\" "
@@ -106,7 +106,7 @@ def saved_answers(entry: dict[str, Any]) -> dict[str, AutoAnswer]:
             continue
         try:
             found[method] = auto_answer(method, saved["path"], json.dumps(saved.get("answer")))
-        except UsageError:
+        except (UsageError, ValueError, TypeError, RecursionError):
             continue
     return found
 

@@ -6,7 +6,11 @@ call does this progress notification belong to, how long has a call been pending
 agree. A `Conversation` is a plain class fed records with their time, sans-I/O, so the matching
 is tested without a program.
 
-Lanes, each bounded (a chatty program cannot grow the kernel): the records both ways in order
+Lanes, each bounded in count and together in bytes (a chatty program cannot grow the kernel, nor
+can a program of a few large records: past KEEP_RECORD_COST, about 64 MiB as Python objects, the
+oldest large records keep only their small top-level members, the rest said by size under
+`owsandbox:cut`; a line too large to parse at all came cut already, see channel/jsonlines.py; the
+whole is in the program's output, at the offsets the cut says): the records both ways in order
 (`records`), the calls (a request with its answer, latency, last progress and cancel; kept apart so
 that an `initialize` exchange outlives a flood of notifications), the notifications, the
 program's stderr in lines, and the stdout lines that were not JSON. A request the program sends
@@ -15,11 +19,13 @@ program's stderr in lines, and the stdout lines that were not JSON. A request th
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..display.rich import json_depth
 from . import jsonrpc as R
 from .dialects import PLAIN, Dialect, guess
 
@@ -28,7 +34,12 @@ KEEP_CALLS = 1000
 KEEP_NOTIFICATIONS = 500
 KEEP_STDERR_LINES = 200
 KEEP_NOT_JSON = 100
-STDERR_LINE_CHARS = 10_000  # a stderr "line" without its line break is cut here
+STDERR_LINE_CHARS = 10_000  # a stderr "line" without its line break is cut here; a longer line is cut to it
+KEEP_RECORD_COST = 64 * 1024 * 1024  # about this many bytes of Python objects in kept records, together
+LARGE_RECORD_COST = 16 * 1024  # records larger than this are cut, oldest first, once the total is past it
+CUT_KEY = "owsandbox:cut"  # as channel/jsonlines.py names it: {"bytes": size of the whole, ...}
+CUT_MEMBER_CHARS = 1024  # a member of a cut record larger than this is kept as its size
+MAX_RECORD_DEPTH = 100  # a member nested deeper is kept as a string saying so (every later json.dumps works)
 
 SENT, RECEIVED, STDERR, STDOUT = "sent", "received", "stderr", "stdout"
 ARROWS = {SENT: "→", RECEIVED: "←"}
@@ -102,6 +113,8 @@ class Conversation:
         self._progress: dict[Any, Call] = {}  # progress key → the pending call it belongs to
         self._stderr_partial = ""
         self._stderr_partial_at = 0.0
+        self._large: deque[tuple[Entry, int]] = deque()  # kept records larger than LARGE_RECORD_COST
+        self.kept_cost = 0  # their estimated size together
 
     # -- feeding ------------------------------------------------------------------------------
 
@@ -154,7 +167,8 @@ class Conversation:
             lines.append(self._stderr_partial)
             self._stderr_partial = ""
         for line in lines:
-            entry = self._entry(STDERR, self._stderr_partial_at if not entries else at, text=line, offset=offset)
+            entry = self._entry(STDERR, self._stderr_partial_at if not entries else at, text=cut_text(line),
+                                offset=offset)
             self.stderr_lines.append(entry)
             entries.append(entry)
         if entries:
@@ -163,7 +177,7 @@ class Conversation:
 
     def stdout_text(self, text: str, at: float, offset: int | None = None) -> Entry:
         """A line on stdout that is not a JSON object: most often a log line that went to stdout."""
-        entry = self._entry(STDOUT, at, text=text.rstrip("\n"), offset=offset)
+        entry = self._entry(STDOUT, at, text=cut_text(text.rstrip("\n")), offset=offset)
         self.not_json.append(entry)
         return entry
 
@@ -232,10 +246,27 @@ class Conversation:
                 kind = R.kind_of(record)
             if not self.dialect_fixed and self.dialect is PLAIN:
                 self.dialect = guess(record) or PLAIN
+        if record is not None and json_depth(record, MAX_RECORD_DEPTH) > MAX_RECORD_DEPTH:
+            record = shallow_members(record)
         entry = Entry(self._seq, at, direction, record, text, offset, kind)
         if record is not None:
             self.records.append(entry)
+            self._count_cost(entry)
         return entry
+
+    def _count_cost(self, entry: Entry) -> None:
+        """Keep the records' estimated size under KEEP_RECORD_COST: past it, the oldest large records
+        are cut to their small members (the entries stay, in every lane, with their calls)."""
+        cost = record_cost(entry.record)
+        if cost <= LARGE_RECORD_COST:
+            return
+        self._large.append((entry, cost))
+        self.kept_cost += cost
+        while self.kept_cost > KEEP_RECORD_COST and self._large:
+            old, old_cost = self._large.popleft()
+            self.kept_cost -= old_cost
+            if old.record is not None:
+                old.record = cut_members(old.record, old_cost)
 
     def _open_call(self, asked_by: str, entry: Entry) -> Call:
         record = entry.record or {}
@@ -267,6 +298,52 @@ class Conversation:
     def _note(self, entry: Entry) -> None:
         self.notifications.append(entry)
         self.counts["notifications"] += 1
+
+
+def record_cost(record: dict[str, Any] | None) -> int:
+    """About how many bytes `record` takes as Python objects (as channel/jsonlines.parse_cost counts
+    its text): its JSON's length, a container's size for each object and array, an object's for each
+    member and element."""
+    if record is None:
+        return 0
+    try:
+        text = json.dumps(record, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        return KEEP_RECORD_COST  # not one to keep whole
+    return len(text) + 100 * (text.count("{") + text.count("[")) + 60 * (text.count(",") + text.count(":"))
+
+
+def cut_members(record: dict[str, Any], cost: int) -> dict[str, Any]:
+    """`record` with only its small top-level members (a larger one as a string saying its size), and
+    CUT_KEY saying that it was cut."""
+    kept: dict[str, Any] = {}
+    for key, value in record.items():
+        if key == CUT_KEY:
+            continue
+        try:
+            size = len(json.dumps(value, ensure_ascii=False))
+        except (TypeError, ValueError, RecursionError):
+            size = CUT_MEMBER_CHARS + 1
+        kept[key] = value if size <= CUT_MEMBER_CHARS else f"… ({size} characters, not kept)"
+    previous = record.get(CUT_KEY)
+    kept[CUT_KEY] = previous if isinstance(previous, dict) else {"bytes": cost, "kept": "its small members"}
+    return kept
+
+
+def shallow_members(record: dict[str, Any]) -> dict[str, Any]:
+    """`record` with each top-level member nested deeper than MAX_RECORD_DEPTH replaced by a string
+    saying so (Python's JSON encoder and the wire's give up near 1,000 levels, at some stack depth)."""
+    kept = {key: value if json_depth(value, MAX_RECORD_DEPTH - 1) < MAX_RECORD_DEPTH else
+            f"… (nested deeper than {MAX_RECORD_DEPTH} levels, not kept)" for key, value in record.items()}
+    kept[CUT_KEY] = record.get(CUT_KEY) if isinstance(record.get(CUT_KEY), dict) else {"deeper_than": MAX_RECORD_DEPTH}
+    return kept
+
+
+def cut_text(text: str) -> str:
+    """A line of text as kept: up to STDERR_LINE_CHARS, and how much more there was."""
+    if len(text) <= STDERR_LINE_CHARS:
+        return text
+    return text[:STDERR_LINE_CHARS] + f"… ({len(text) - STDERR_LINE_CHARS} more characters, not kept)"
 
 
 def latest(entries: Iterable[Entry], count: int) -> tuple[list[Entry], int]:

@@ -95,7 +95,7 @@ def parse(text: str, path: str) -> Saved:
     for number, line in lines:
         try:
             value = json.loads(line)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise UsageError(f"{path}, line {number}, is not JSON ({exc}): {line[:80]}") from None
         if not isinstance(value, dict):
             raise UsageError(f"{path}, line {number}, is not a JSON object: {line[:80]}")

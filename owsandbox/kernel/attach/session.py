@@ -168,7 +168,8 @@ class AttachManager:
         for program in self.programs.values():
             if program.session_id == entry["session_id"] and program.attached:
                 raise AttachError(f"{program.describe()} is attached already; %detach {program.number} first")
-        endpoint = endpoint_for(url or entry.get("url"), headers, self._box_endpoint)
+        url = url or self._url_given_for(entry)
+        endpoint = endpoint_for(url, headers, self._box_endpoint)
         # Ask before every reattach whether the program still runs. On the box's own endpoint an
         # ended program gets an exit notice right after the connection's `connected`: wait for it,
         # so that attaching to it again is an error that says so. A released execd would start a
@@ -181,7 +182,7 @@ class AttachManager:
                 f"{who} has ended: execd says it is no longer running (its output reached offset "
                 f"{status.get('output_offset', '?')}). It is not attached again, since this execd would "
                 "start the session anew")
-        program = self._program_for(entry, endpoint, url or entry.get("url"))
+        program = self._program_for(entry, endpoint, url)
         if auto_answers is not None:
             program.auto_answers = dict(auto_answers)
         elif not program.auto_answers:  # a kernel restarted since: the last one's `--answer`s go on
@@ -190,6 +191,20 @@ class AttachManager:
                       settle=EXIT_NOTICE_SECONDS if ended else 0.0, until_record=False,
                       since_tail=saved_tail(entry) if since is None else b"")
         return program
+
+    def _url_given_for(self, entry: dict[str, Any]) -> str | None:
+        """The endpoint of `entry`'s program as the user gave it to this kernel (`--url`), or None for
+        the sandbox's own. Never the entry's `url`: the registry is written in the sandbox, and the
+        kernel connects only where the user or the provider says. A program of another execd that
+        this kernel has not attached is attached again with `--url` given again."""
+        for program in self.programs.values():
+            if program.session_id == entry["session_id"]:
+                return program.url
+        if entry.get("url"):
+            raise AttachError(f"session {entry['session_id'][:8]} was attached through another execd; the kernel "
+                              "does not connect to an address read from the sandbox: give its --url (and --header) "
+                              "again, as in %attach --session ID --url URL")
+        return None
 
     def _last(self, saved: list[dict[str, Any]]) -> dict[str, Any]:
         """What `--last` means: the most recent program that this kernel is not attached to now (so

@@ -130,7 +130,7 @@ class CellOutput:
         """The command waits for input (`shell.input_wanted`): its unfinished line becomes the
         prompt of an `InputWanted` event instead of output, so it is not shown twice."""
         with self._lock:
-            prompt = TerminalText().feed(str(frame.get("prompt") or ""))
+            prompt = TerminalText().feed(str(frame.get("prompt") or "")[-_LINE_TAIL:])  # the box's: bounded
             prompt = prompt[max(prompt.rfind("\n"), prompt.rfind("\r")) + 1 :]
             held = self._held
             self._expected = ""

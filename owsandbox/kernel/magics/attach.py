@@ -150,7 +150,7 @@ def _parse_records(text: str) -> list[dict[str, Any]]:
             continue
         try:
             record = json.loads(line)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise UsageError(f"line {number} is not JSON: {exc}: {line[:80]}") from None
         if not isinstance(record, dict):
             raise UsageError(f"line {number} is not a JSON object: {line[:80]}")
@@ -336,7 +336,7 @@ def _id(text: str | None) -> Any:
         return None
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return text
     return value if isinstance(value, (str, int, float)) and not isinstance(value, bool) else text
 

@@ -75,9 +75,13 @@ class Transcript:
         return json.dumps(header, ensure_ascii=False) + "\n"
 
     def _event(self, code: str, data: str) -> str:
+        """One event line; its text through the filter `play` uses (colours, `\\r`, `\\n`, tabs and
+        `\\b` stay), so that no control the box wrote (OSC 52 clipboard, a title report, DCS) reaches a
+        file that any asciicast player replays into a real terminal (a command's streams under
+        `%terminal off` reach the outbox exact)."""
         at = max(self._clock() - self._zero, self._last)  # never earlier than the event before
         self._last = at
-        return json.dumps([round(at, 6), code, data], ensure_ascii=False) + "\n"
+        return json.dumps([round(at, 6), code, shown_text(data)], ensure_ascii=False) + "\n"
 
     def cell(self, number: int | None, code: str) -> str:
         label = f"In [{number}]" if number else "cell"
@@ -380,7 +384,7 @@ def read_cast(lines: Any) -> tuple[dict[str, Any], list[tuple[float, str, str]]]
     iterator = iter(lines)
     try:
         header = json.loads(next(iterator))
-    except (StopIteration, ValueError):
+    except (StopIteration, ValueError, RecursionError):
         raise CastError("the file does not start with an asciicast header line") from None
     if not isinstance(header, dict) or header.get("version") != 2:
         raise CastError("the file is not an asciicast version 2 recording (its header has no \"version\": 2)")
@@ -390,9 +394,9 @@ def read_cast(lines: Any) -> tuple[dict[str, Any], list[tuple[float, str, str]]]
             continue
         try:
             at, code, data = json.loads(line)
-        except ValueError:
+            events.append((float(at), str(code), str(data)))
+        except (ValueError, TypeError, RecursionError):
             raise CastError(f"line {number} is not an asciicast event") from None
-        events.append((float(at), str(code), str(data)))
     return header, events
 
 
