@@ -31,6 +31,7 @@ from .lab_browser import (
     STDERR,
     STDOUT,
     SVG,
+    code_cell,
     lab_in_chromium,
     needs_linux_processes,
     notebook_for_test_kernel,
@@ -135,4 +136,33 @@ def test_the_tour_runs_in_jupyterlab_in_chromium_and_stop_interrupts_a_cell(tmp_
         seen = lab.remember_processes()
         assert any("owsandbox.kernel" in cmdline for cmdline in seen.values()), seen
         stop_a_running_cell(page, len(code_cells))
+        lab.remember_processes()
+
+
+DOLLARS = "pay $PRICE and $TAX"
+
+
+@needs_linux_processes
+@pytest.mark.timeout(180)
+def test_dollars_in_the_kernels_tables_and_notes_are_not_typeset_as_math(tmp_path: Path) -> None:
+    """A bash kernel's text is full of `$`: the tables and notes the kernel makes are shown as written,
+    while the notebook's own Markdown math (the control) is still typeset."""
+    from playwright.sync_api import expect
+
+    cells = [{"cell_type": "markdown", "id": "math", "metadata": {}, "source": "Energy: $E = mc^2$ here."},
+             code_cell(f"mkdir -p '{DOLLARS}' && cd '{DOLLARS}' && echo in"), code_cell("%shells"),
+             code_cell("%sandbox"), code_cell("echo gone; exit 3", tags=["raises-exception"])]
+    with lab_in_chromium(tmp_path, "dollars.png") as (lab, page):
+        notebook = notebook_for_test_kernel(lab.root, "dollars.ipynb", {"cells": cells, "metadata": {},
+                                                                        "nbformat": 4, "nbformat_minor": 5})
+        lab.open(page, "dollars.ipynb")
+        run_all_cells(page, 4, notebook["metadata"]["kernelspec"]["display_name"])
+        area = page.locator(".jp-NotebookPanel .jp-Notebook")
+        expect(area.locator(".jp-MarkdownCell mjx-container")).to_have_count(1)  # math is on in this page
+        shells = area.locator(f"{HTML} table").filter(has=page.locator("th", has_text=re.compile(r"^\s*shell\s*$")))
+        expect(shells).to_contain_text(DOLLARS)
+        expect(area.locator(f"{HTML} table").filter(has_text="Writes to")).to_have_count(1)
+        expect(area.locator(NOTE).first).to_be_visible()
+        expect(area.locator(".jp-OutputArea mjx-container")).to_have_count(0)
+        assert DOLLARS in area.locator(".jp-OutputArea").all_text_contents().__str__()
         lab.remember_processes()
