@@ -50,7 +50,11 @@ def _run(argv: list[str]) -> int:
                   "commands on this machine, unsandboxed, say so: --provider local", file=sys.stderr)
             return 2
     status = 0
-    workspace = open_workspace(args.cwd, name)
+    try:
+        workspace = open_workspace(args.cwd, name)
+    except (ValueError, RuntimeError, OSError) as exc:  # a setting or a sandbox refused: said, no traceback
+        print(f"owsandbox run: no sandbox: {exc}", file=sys.stderr)
+        return 2
     try:
         if isinstance(workspace, RunnerWorkspace):
             provider, facts = workspace.provider.name, workspace.provider.headline()
