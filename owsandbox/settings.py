@@ -71,6 +71,9 @@ BASELINE = _setting("BASELINE", "host.snapshots.stopped",
                     "the folder or snapshot a lab's `%snapshot restore --baseline` returns to")
 SNAPSHOT_DIR = _setting("SNAPSHOT_DIR", "host.snapshots.store", "where snapshots are kept")
 SNAPSHOT_LIMIT = _setting("SNAPSHOT_LIMIT", "host.snapshots.store", "the snapshot store's size limit")
+OUTPUT_RATE = _setting("OUTPUT_RATE", "kernel.kernel",
+                       "bytes a second of output streamed to the notebook before a live tail takes its place "
+                       "(default 500000: half a default Jupyter server's iopub_data_rate_limit; 0: not paced)")
 RECORD = _setting("RECORD", "kernel.teaching.recording", "a folder where every session is recorded (a course's)")
 RECORD_LIMIT = _setting("RECORD_LIMIT", "kernel.teaching.recording", "the size limit of one recording")
 

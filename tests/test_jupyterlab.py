@@ -166,3 +166,28 @@ def test_dollars_in_the_kernels_tables_and_notes_are_not_typeset_as_math(tmp_pat
         expect(area.locator(".jp-OutputArea mjx-container")).to_have_count(0)
         assert DOLLARS in area.locator(".jp-OutputArea").all_text_contents().__str__()
         lab.remember_processes()
+
+
+@needs_linux_processes
+@pytest.mark.timeout(240)
+def test_a_flood_in_a_default_jupyterlab_ends_with_its_last_line_and_a_note_not_the_servers_warning(
+        tmp_path: Path) -> None:
+    """`seq 1 1000000` with the server's default iopub rate limits: the head streams, the rest is a live
+    tail ending in 1000000, a note says what was not streamed, and the server never drops output."""
+    from playwright.sync_api import expect
+
+    cells = [code_cell("seq 1 1000000"), code_cell("echo after-the-flood")]
+    with lab_in_chromium(tmp_path, "flood.png") as (lab, page):
+        notebook = notebook_for_test_kernel(lab.root, "flood.ipynb", {"cells": cells, "metadata": {},
+                                                                      "nbformat": 4, "nbformat_minor": 5})
+        lab.open(page, "flood.ipynb")
+        run_all_cells(page, 2, notebook["metadata"]["kernelspec"]["display_name"])
+        flood = page.locator(".jp-NotebookPanel .jp-Notebook .jp-CodeCell").nth(0)
+        expect(flood.locator(".jp-OutputArea-output").filter(has_text="were not streamed")).to_have_count(1)
+        expect(flood.locator(".jp-OutputArea-output").filter(
+            has_text=re.compile(r"999999\s+1000000\s*$"))).to_have_count(1)
+        expect(page.locator(".jp-NotebookPanel .jp-Notebook")).not_to_contain_text("IOPub data rate exceeded")
+        expect(page.locator(".jp-NotebookPanel .jp-Notebook .jp-CodeCell").nth(1).locator(STDOUT)).to_have_text(
+            "after-the-flood")
+        assert "IOPub data rate exceeded" not in lab.log()
+        lab.remember_processes()

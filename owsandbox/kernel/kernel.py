@@ -40,6 +40,7 @@ from .cell.hints import network_hint
 from .cell.limit_names import named_limit
 from .cell.outbox import Outbox
 from .cell.output import DEFAULT_OUTPUT_LIMIT, CellOutput, Display, InputWanted, Notice, Stream
+from .cell.pacing import pacer_from_env
 from .display import box_text
 from .display.rich import mime_for, rich_bundle
 from .editing.completion import CompletionContext, complete, inspect_word
@@ -81,7 +82,8 @@ class OwSandboxKernel(Kernel):
         self.sandbox = Sandbox(key=self._kernel_key())
         self.sandbox.start_in_background()
         self.settings: dict[str, Any] = {"shell": "main", "timeout": None, "output_limit": DEFAULT_OUTPUT_LIMIT}
-        self.outbox = Outbox(lambda *message: self._send_raw(*message), lambda: self.settings["output_limit"])
+        self.outbox = Outbox(lambda *message: self._send_raw(*message), lambda: self.settings["output_limit"],
+                             pacer_from_env(os.environ))
         self.recorder = Recorder(lambda: self.sandbox.host_cwd, self._terminal_size, session_stem())  # %record
         self.outbox.watch(self.recorder.saw)
         self.magics: MagicTable = all_magics()
