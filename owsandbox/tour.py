@@ -17,6 +17,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from .settings import OUTPUT_RATE
+
 TOUR = Path(__file__).resolve().parent.parent / "notebooks" / "tour.ipynb"
 COPY_FILES = 5_000  # a notebook's folder larger than this is not copied whole: the tour says so
 COPY_BYTES = 200 * 1024 * 1024
@@ -94,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         except FolderTooLarge as exc:
             print(f"owsandbox tour: {exc}: move the notebook into a folder of its own", file=sys.stderr)
             return 2
+        # Headless: no Jupyter server between to pace the output for (kernel/cell/pacing.py), so every line is kept.
+        os.environ.setdefault(OUTPUT_RATE, "0")
         # Over IPC (Unix sockets in a private folder of their own, not the workspace the sandbox writes):
         # no TCP port is opened on this machine.
         manager = KernelManager(kernel_name=args.kernel, transport="ipc", ip=os.path.join(sockets, "kernel"))

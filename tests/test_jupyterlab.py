@@ -191,3 +191,42 @@ def test_a_flood_in_a_default_jupyterlab_ends_with_its_last_line_and_a_note_not_
             "after-the-flood")
         assert "IOPub data rate exceeded" not in lab.log()
         lab.remember_processes()
+
+
+@needs_linux_processes
+@pytest.mark.timeout(240)
+def test_a_subshell_console_runs_a_cell_while_the_notebooks_cell_runs(tmp_path: Path) -> None:
+    """JupyterLab's "New Subshell Console for Notebook" (the notebook's context menu): the console's cells
+    run on a kernel subshell, which is a shell of its own in the same sandbox, while the notebook is busy."""
+    from playwright.sync_api import expect
+
+    cells = [code_cell("echo notebook-started; sleep 60; echo notebook-never")]
+    with lab_in_chromium(tmp_path, "subshell-console.png") as (lab, page):
+        notebook = notebook_for_test_kernel(lab.root, "busy.ipynb", {"cells": cells, "metadata": {},
+                                                                     "nbformat": 4, "nbformat_minor": 5})
+        lab.open(page, "busy.ipynb")
+        busy = page.locator(".jp-NotebookPanel .jp-Notebook .jp-CodeCell").nth(0)
+        expect(page.locator("#jp-main-statusbar").get_by_text(
+            f"{notebook['metadata']['kernelspec']['display_name']} | Idle")).to_be_visible(timeout=60_000)
+        # Opened while the kernel is idle: JupyterLab asks for the kernel's info on the main shell as it opens one.
+        page.locator(".jp-NotebookPanel .jp-Notebook").click(button="right")
+        page.get_by_text("New Subshell Console for Notebook", exact=True).click()
+        console = page.locator(".jp-ConsolePanel")
+        expect(console.locator(".jp-CodeConsole-banner")).to_contain_text("owsandbox", timeout=30_000)
+        busy.locator(".cm-content").click()
+        page.keyboard.press("Shift+Enter")
+        expect(busy.locator(STDOUT)).to_have_text("notebook-started", timeout=30_000)
+        prompt = console.locator(".jp-CodeConsole-promptCell .cm-content")
+        prompt.click()
+        page.keyboard.type('cd /tmp; echo "from the console in $PWD"')
+        page.keyboard.press("Shift+Enter")
+        expect(console.locator(".jp-CodeConsole-content " + STDOUT)).to_contain_text("from the console in /tmp",
+                                                                                       timeout=30_000)
+        expect(busy.locator(".jp-InputPrompt")).to_have_text("[*]:")  # the notebook's cell still runs
+        prompt.click()
+        page.keyboard.type("%shells")
+        page.keyboard.press("Shift+Enter")
+        expect(console.locator(f".jp-CodeConsole-content {HTML} table")).to_contain_text("(kernel subshell)",
+                                                                                          timeout=30_000)
+        lab.remember_processes()
+        stop_from_toolbar(page, busy, INTERRUPT_MS)  # the notebook's Stop (no subshell named) ends its cell

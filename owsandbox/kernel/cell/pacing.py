@@ -42,6 +42,13 @@ class StreamPacer:
         self._tokens = burst
         self._at = clock()
 
+    def set_rate(self, rate: float) -> None:
+        """A new rate (bytes a second; 0: not paced), its burst twice that (`%output rate`)."""
+        if rate < 0:
+            raise ValueError(f"an output rate cannot be negative ({rate})")
+        self.rate, self.burst = rate, 2 * rate
+        self._tokens = min(self._tokens, self.burst)
+
     @property
     def unpaced(self) -> bool:
         return self.rate == 0
@@ -70,7 +77,9 @@ def pacer_from_env(env: Mapping[str, str]) -> StreamPacer:
             raise ValueError
     except ValueError:
         raise ValueError(f"{OUTPUT_RATE}={said!r} is not a number of bytes a second (0: not paced)") from None
-    return StreamPacer(rate, 2 * rate)
+    pacer = StreamPacer()
+    pacer.set_rate(rate)
+    return pacer
 
 
 def message_size(text: str) -> int:
