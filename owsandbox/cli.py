@@ -25,23 +25,46 @@ def _runner(argv: list[str]) -> int:
 
 
 def _run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="owsandbox run", description="Run shell commands in a sandbox.")
+    parser = argparse.ArgumentParser(
+        prog="owsandbox run", description="Run shell commands in a sandbox, one after another on the same shell. "
+        "Says on stderr where they ran; refuses to run them unsandboxed unless asked (--provider local).")
     parser.add_argument("--provider", default=None,
-                        help="sandbox provider: auto, bwrap, local, exec, opensandbox or direct "
-                             "(default: $OWSANDBOX_PROVIDER, else auto: bwrap where bubblewrap works, else local)")
+                        help="sandbox provider: auto, bwrap, container, exec, opensandbox, or local or direct "
+                             "(this machine, unsandboxed) (default: $OWSANDBOX_PROVIDER, else auto: bwrap where "
+                             "bubblewrap works, else a refusal)")
     parser.add_argument("--cwd", default=None, help="the workspace folder (default: here)")
-    parser.add_argument("--json", action="store_true", help="print each result as JSON")
+    parser.add_argument("--json", action="store_true", help="print each result as JSON, with the provider")
     parser.add_argument("commands", nargs="+", help="commands, each run on the same shell in turn")
     args = parser.parse_args(argv)
-    from .host.workspace import open_workspace
+    import os
 
+    from .host.workspace import DEFAULT_PROVIDER, PROVIDER_ENV, RunnerWorkspace, open_workspace
+
+    name = args.provider or os.environ.get(PROVIDER_ENV) or DEFAULT_PROVIDER
+    if name == "auto":
+        from .host.providers import bwrap_problem
+
+        problem = bwrap_problem()
+        if problem is not None:
+            print(f"owsandbox run: no sandbox here: {problem} (Debian: apt-get install bubblewrap). To run the "
+                  "commands on this machine, unsandboxed, say so: --provider local", file=sys.stderr)
+            return 2
     status = 0
-    workspace = open_workspace(args.cwd, args.provider)
     try:
+        workspace = open_workspace(args.cwd, name)
+    except (ValueError, RuntimeError, OSError) as exc:  # a setting or a sandbox refused: said, no traceback
+        print(f"owsandbox run: no sandbox: {exc}", file=sys.stderr)
+        return 2
+    try:
+        if isinstance(workspace, RunnerWorkspace):
+            provider, facts = workspace.provider.name, workspace.provider.headline()
+        else:
+            provider, facts = "direct", ["direct", "no isolation: commands run in this process's machine"]
+        print(f"owsandbox run: in {' · '.join(facts)}", file=sys.stderr)
         for command in args.commands:
             result = workspace.executor.run(command)
             if args.json:
-                print(json.dumps(result))
+                print(json.dumps({**result, "provider": provider}))
             else:
                 sys.stdout.write(result["output"])
                 if result.get("error"):
@@ -110,15 +133,31 @@ def _gateway_docker(argv: list[str]) -> int:
     return launch(argv)
 
 
+#: Each command and what it is for; `owsandbox COMMAND --help` says more.
+COMMANDS = (
+    ("tour NOTEBOOK", "run a notebook's cells in a copy of its folder and show what each printed"),
+    ("run COMMAND...", "run shell commands in a sandbox and say where they ran"),
+    ("shell --existing", "a terminal in a running kernel's sandbox"),
+    ("replay FILE.cast", "play a %record recording back in this terminal, its controls filtered"),
+    ("install", "install the kernelspec (--user, --sys-prefix, --prefix, --name, --provider, ...)"),
+    ("uninstall", "remove an installed kernelspec"),
+    ("settings", "every OWSANDBOX_* setting: what it does, and its value here"),
+    ("runner build|serve|attach", "the in-box runner: pack its zipapp, or run it (the providers do)"),
+    ("gateway-kernel", "the kernel's launcher under Jupyter Enterprise Gateway (the kernelspec calls it)"),
+    ("gateway-docker", "a kernel's container under Enterprise Gateway's DockerProcessProxy"),
+)
+USAGE = "usage: owsandbox COMMAND [ARGS...]\n\ncommands:\n" + "\n".join(
+    f"  {command:<27} {meaning}" for command, meaning in COMMANDS)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {"runner": _runner, "run": _run, "install": _install, "uninstall": _uninstall, "tour": _tour,
                 "shell": _shell, "replay": _replay, "settings": _settings, "gateway-kernel": _gateway_kernel,
                 "gateway-docker": _gateway_docker}
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
-        print("usage: owsandbox {tour, run, shell --existing, replay FILE.cast, install, uninstall, settings, "
-              "runner build|serve|attach} ...",
-              file=sys.stdout if not argv or argv[0] in ("-h", "--help") else sys.stderr)
+        out = sys.stdout if not argv or argv[0] in ("-h", "--help") else sys.stderr
+        print(USAGE, file=out)
         if argv and argv[0] not in ("-h", "--help"):
             print(f"owsandbox: unknown command '{argv[0]}'", file=sys.stderr)
             return 2

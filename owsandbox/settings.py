@@ -57,7 +57,9 @@ EXECD_HEADERS = _setting("EXECD_HEADERS", "channel.endpoint", "routing headers f
 
 # -- what a box may do -------------------------------------------------------------------------
 NETWORK = _setting("NETWORK", "host.isolation.policy", "1: the box may reach the network (default: no network)")
-LIMITS = _setting("LIMITS", "host.isolation.policy", "memory=, processes=, ... or off (default: on)")
+LIMITS = _setting("LIMITS", "host.isolation.policy",
+                  "the box's limits, NAME=VALUE,...: memory=2G, pids=512, tmp=1G, shm=256M, cpu=1.5; or off "
+                  "(default: on, with the defaults %sandbox shows)")
 ENV = _setting("ENV", "host.isolation.policy", "names of the host's variables passed into the box, A,B")
 HOME_VISIBLE = _setting("HOME_VISIBLE", "host.isolation.guard",
                         "dot entries of a home workspace the box may see, .name,...")
@@ -66,9 +68,13 @@ WRITABLE = _setting("WRITABLE", "host.isolation.guard",
                     "kernel's own environment)")
 
 # -- teaching ----------------------------------------------------------------------------------
-BASELINE = _setting("BASELINE", "host.snapshots.stopped", "the folder or snapshot a lab's `%snapshot reset` returns to")
+BASELINE = _setting("BASELINE", "host.snapshots.stopped",
+                    "the folder or snapshot a lab's `%snapshot restore --baseline` returns to")
 SNAPSHOT_DIR = _setting("SNAPSHOT_DIR", "host.snapshots.store", "where snapshots are kept")
 SNAPSHOT_LIMIT = _setting("SNAPSHOT_LIMIT", "host.snapshots.store", "the snapshot store's size limit")
+OUTPUT_RATE = _setting("OUTPUT_RATE", "kernel.kernel",
+                       "bytes a second of output streamed to the notebook before a live tail takes its place "
+                       "(default 500000: half a default Jupyter server's iopub_data_rate_limit; 0: not paced)")
 RECORD = _setting("RECORD", "kernel.teaching.recording", "a folder where every session is recorded (a course's)")
 RECORD_LIMIT = _setting("RECORD_LIMIT", "kernel.teaching.recording", "the size limit of one recording")
 

@@ -140,6 +140,10 @@ class KernelSession:
     def run(self, code: str, timeout: float = 60) -> CellRun:
         return self.collect(self.send(code), timeout)
 
+    def run_on(self, subshell_id: str, code: str, timeout: float = 60) -> CellRun:
+        """A cell on a kernel subshell (ipykernel 7): its id in the request's header."""
+        return self.collect(self.send(code, subshell_id=subshell_id), timeout)
+
     def control(self, msg_type: str, content: dict[str, Any], timeout: float = 10) -> dict[str, Any]:
         msg = self.kc.session.msg(msg_type, content)
         self.kc.control_channel.send(msg)

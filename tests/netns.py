@@ -27,8 +27,16 @@ import pytest
 
 CLIENT_ADDRESS = "198.51.100.1"
 SERVER_ADDRESS = "198.51.100.2"
+CLIENT_ADDRESS_6 = "2001:db8:51::1"
+SERVER_ADDRESS_6 = "2001:db8:51::2"
+# The client's other addresses, on an interface of their own (TEST-NET-3 and a documentation prefix): a
+# host's second interface, a container bridge. A server there listens on every address, as a service
+# bound to 0.0.0.0 does.
+OTHER_ADDRESS = "203.0.113.1"
+OTHER_ADDRESS_6 = "2001:db8:88::1"
 SERVER_PORT = 8080
 LOOPBACK_PORT = 8081
+EVERY_ADDRESS_PORT = 8082
 GREETING = "hello from the test's own server\n"
 
 #: An HTTP server of the standard library that says on stdout when it listens (argv: address, port, folder).
@@ -36,6 +44,20 @@ SERVER = r"""
 import functools, http.server, sys
 handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=sys.argv[3])
 server = http.server.ThreadingHTTPServer((sys.argv[1], int(sys.argv[2])), handler)
+print("listening", flush=True)
+server.serve_forever()
+"""
+
+#: The same, on every address of both families (argv: port, folder).
+SERVER_EVERY_ADDRESS = r"""
+import functools, http.server, socket, sys
+class Server(http.server.ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+    def server_bind(self):
+        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
+handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=sys.argv[2])
+server = Server(("::", int(sys.argv[1])), handler)
 print("listening", flush=True)
 server.serve_forever()
 """
@@ -51,6 +73,17 @@ class OwnNetwork:
     @property
     def url(self) -> str:
         return f"http://{SERVER_ADDRESS}:{SERVER_PORT}/"
+
+    @property
+    def url6(self) -> str:
+        return f"http://[{SERVER_ADDRESS_6}]:{SERVER_PORT}/"
+
+    @property
+    def host_urls(self) -> list[str]:
+        """The client's own services on its other addresses, which a box must never reach."""
+        return [f"http://{OTHER_ADDRESS}:{EVERY_ADDRESS_PORT}/hello.txt",
+                f"http://[{OTHER_ADDRESS_6}]:{EVERY_ADDRESS_PORT}/hello.txt",
+                f"http://{CLIENT_ADDRESS}:{EVERY_ADDRESS_PORT}/hello.txt"]
 
     def in_client(self, argv: list[str]) -> list[str]:
         """`argv` run in the client namespace (as root)."""
@@ -95,11 +128,12 @@ def ip(*args: str) -> None:
         raise RuntimeError(f"ip {' '.join(args)}: {done.stderr.strip()}")
 
 
-def _serve(namespace: str, address: str, port: int, folder: Path) -> subprocess.Popen[str]:
+def _serve(namespace: str, address: str | None, port: int, folder: Path) -> subprocess.Popen[str]:
+    """A server in `namespace` on `address` (None: every address of both families)."""
     python = shutil.which("python3") or sys.executable
-    server = subprocess.Popen(["ip", "netns", "exec", namespace, python, "-c", SERVER, address, str(port),
-                               str(folder)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                              start_new_session=True)
+    program = [SERVER, address, str(port), str(folder)] if address else [SERVER_EVERY_ADDRESS, str(port), str(folder)]
+    server = subprocess.Popen(["ip", "netns", "exec", namespace, python, "-c", *program], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     assert server.stdout is not None
     line = server.stdout.readline()  # the server's own word that it listens (or nothing: it died)
     if line.strip() != "listening":
@@ -114,7 +148,7 @@ def own_network() -> Iterator[OwnNetwork]:
     require_network_namespaces()
     tag = str(os.getpid())
     client, server = f"owsbx-cl-{tag}", f"owsbx-sv-{tag}"
-    client_end, server_end = f"owsbxc{tag}"[:15], f"owsbxs{tag}"[:15]
+    client_end, server_end, other = f"owsbxc{tag}"[:15], f"owsbxs{tag}"[:15], f"owsbxo{tag}"[:14]
     folder = Path(tempfile.mkdtemp(prefix="owsbx-net-"))
     os.chmod(folder, 0o755)
     served, loopback_served = folder / "served", folder / "loopback"
@@ -132,13 +166,22 @@ def own_network() -> Iterator[OwnNetwork]:
         ip("link", "add", client_end, "type", "veth", "peer", "name", server_end)
         ip("link", "set", client_end, "netns", client)
         ip("link", "set", server_end, "netns", server)
-        for name, end, address in ((client, client_end, CLIENT_ADDRESS), (server, server_end, SERVER_ADDRESS)):
+        for name, end, address, address6 in ((client, client_end, CLIENT_ADDRESS, CLIENT_ADDRESS_6),
+                                             (server, server_end, SERVER_ADDRESS, SERVER_ADDRESS_6)):
             ip("-n", name, "link", "set", "lo", "up")
             ip("-n", name, "addr", "add", f"{address}/24", "dev", end)
+            ip("-n", name, "addr", "add", f"{address6}/64", "dev", end, "nodad")
             ip("-n", name, "link", "set", end, "up")
         ip("-n", client, "route", "add", "default", "via", SERVER_ADDRESS)
-        servers.append(_serve(server, SERVER_ADDRESS, SERVER_PORT, served))
+        ip("-n", client, "-6", "route", "add", "default", "via", SERVER_ADDRESS_6)
+        ip("-n", client, "link", "add", other, "type", "veth", "peer", "name", f"{other}p")  # a dummy where
+        ip("-n", client, "link", "set", f"{other}p", "up")  # the kernel has no dummy module
+        ip("-n", client, "addr", "add", f"{OTHER_ADDRESS}/24", "dev", other)
+        ip("-n", client, "addr", "add", f"{OTHER_ADDRESS_6}/64", "dev", other, "nodad")
+        ip("-n", client, "link", "set", other, "up")
+        servers.append(_serve(server, None, SERVER_PORT, served))
         servers.append(_serve(client, "127.0.0.1", LOOPBACK_PORT, loopback_served))
+        servers.append(_serve(client, None, EVERY_ADDRESS_PORT, loopback_served))
         yield OwnNetwork(client, server, served, loopback_served)
     finally:
         for running in servers:

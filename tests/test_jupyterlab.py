@@ -31,6 +31,7 @@ from .lab_browser import (
     STDERR,
     STDOUT,
     SVG,
+    code_cell,
     lab_in_chromium,
     needs_linux_processes,
     notebook_for_test_kernel,
@@ -136,3 +137,96 @@ def test_the_tour_runs_in_jupyterlab_in_chromium_and_stop_interrupts_a_cell(tmp_
         assert any("owsandbox.kernel" in cmdline for cmdline in seen.values()), seen
         stop_a_running_cell(page, len(code_cells))
         lab.remember_processes()
+
+
+DOLLARS = "pay $PRICE and $TAX"
+
+
+@needs_linux_processes
+@pytest.mark.timeout(180)
+def test_dollars_in_the_kernels_tables_and_notes_are_not_typeset_as_math(tmp_path: Path) -> None:
+    """A bash kernel's text is full of `$`: the tables and notes the kernel makes are shown as written,
+    while the notebook's own Markdown math (the control) is still typeset."""
+    from playwright.sync_api import expect
+
+    cells = [{"cell_type": "markdown", "id": "math", "metadata": {}, "source": "Energy: $E = mc^2$ here."},
+             code_cell(f"mkdir -p '{DOLLARS}' && cd '{DOLLARS}' && echo in"), code_cell("%shells"),
+             code_cell("%sandbox"), code_cell("echo gone; exit 3", tags=["raises-exception"])]
+    with lab_in_chromium(tmp_path, "dollars.png") as (lab, page):
+        notebook = notebook_for_test_kernel(lab.root, "dollars.ipynb", {"cells": cells, "metadata": {},
+                                                                        "nbformat": 4, "nbformat_minor": 5})
+        lab.open(page, "dollars.ipynb")
+        run_all_cells(page, 4, notebook["metadata"]["kernelspec"]["display_name"])
+        area = page.locator(".jp-NotebookPanel .jp-Notebook")
+        expect(area.locator(".jp-MarkdownCell mjx-container")).to_have_count(1)  # math is on in this page
+        shells = area.locator(f"{HTML} table").filter(has=page.locator("th", has_text=re.compile(r"^\s*shell\s*$")))
+        expect(shells).to_contain_text(DOLLARS)
+        expect(area.locator(f"{HTML} table").filter(has_text="Writes to")).to_have_count(1)
+        expect(area.locator(NOTE).first).to_be_visible()
+        expect(area.locator(".jp-OutputArea mjx-container")).to_have_count(0)
+        assert DOLLARS in area.locator(".jp-OutputArea").all_text_contents().__str__()
+        lab.remember_processes()
+
+
+@needs_linux_processes
+@pytest.mark.timeout(240)
+def test_a_flood_in_a_default_jupyterlab_ends_with_its_last_line_and_a_note_not_the_servers_warning(
+        tmp_path: Path) -> None:
+    """`seq 1 1000000` with the server's default iopub rate limits: the head streams, the rest is a live
+    tail ending in 1000000, a note says what was not streamed, and the server never drops output."""
+    from playwright.sync_api import expect
+
+    cells = [code_cell("seq 1 1000000"), code_cell("echo after-the-flood")]
+    with lab_in_chromium(tmp_path, "flood.png") as (lab, page):
+        notebook = notebook_for_test_kernel(lab.root, "flood.ipynb", {"cells": cells, "metadata": {},
+                                                                      "nbformat": 4, "nbformat_minor": 5})
+        lab.open(page, "flood.ipynb")
+        run_all_cells(page, 2, notebook["metadata"]["kernelspec"]["display_name"])
+        flood = page.locator(".jp-NotebookPanel .jp-Notebook .jp-CodeCell").nth(0)
+        expect(flood.locator(".jp-OutputArea-output").filter(has_text="were not streamed")).to_have_count(1)
+        expect(flood.locator(".jp-OutputArea-output").filter(
+            has_text=re.compile(r"999999\s+1000000\s*$"))).to_have_count(1)
+        expect(page.locator(".jp-NotebookPanel .jp-Notebook")).not_to_contain_text("IOPub data rate exceeded")
+        expect(page.locator(".jp-NotebookPanel .jp-Notebook .jp-CodeCell").nth(1).locator(STDOUT)).to_have_text(
+            "after-the-flood")
+        assert "IOPub data rate exceeded" not in lab.log()
+        lab.remember_processes()
+
+
+@needs_linux_processes
+@pytest.mark.timeout(240)
+def test_a_subshell_console_runs_a_cell_while_the_notebooks_cell_runs(tmp_path: Path) -> None:
+    """JupyterLab's "New Subshell Console for Notebook" (the notebook's context menu): the console's cells
+    run on a kernel subshell, which is a shell of its own in the same sandbox, while the notebook is busy."""
+    from playwright.sync_api import expect
+
+    cells = [code_cell("echo notebook-started; sleep 60; echo notebook-never")]
+    with lab_in_chromium(tmp_path, "subshell-console.png") as (lab, page):
+        notebook = notebook_for_test_kernel(lab.root, "busy.ipynb", {"cells": cells, "metadata": {},
+                                                                     "nbformat": 4, "nbformat_minor": 5})
+        lab.open(page, "busy.ipynb")
+        busy = page.locator(".jp-NotebookPanel .jp-Notebook .jp-CodeCell").nth(0)
+        expect(page.locator("#jp-main-statusbar").get_by_text(
+            f"{notebook['metadata']['kernelspec']['display_name']} | Idle")).to_be_visible(timeout=60_000)
+        # Opened while the kernel is idle: JupyterLab asks for the kernel's info on the main shell as it opens one.
+        page.locator(".jp-NotebookPanel .jp-Notebook").click(button="right")
+        page.get_by_text("New Subshell Console for Notebook", exact=True).click()
+        console = page.locator(".jp-ConsolePanel")
+        expect(console.locator(".jp-CodeConsole-banner")).to_contain_text("owsandbox", timeout=30_000)
+        busy.locator(".cm-content").click()
+        page.keyboard.press("Shift+Enter")
+        expect(busy.locator(STDOUT)).to_have_text("notebook-started", timeout=30_000)
+        prompt = console.locator(".jp-CodeConsole-promptCell .cm-content")
+        prompt.click()
+        page.keyboard.type('cd /tmp; echo "from the console in $PWD"')
+        page.keyboard.press("Shift+Enter")
+        expect(console.locator(".jp-CodeConsole-content " + STDOUT)).to_contain_text("from the console in /tmp",
+                                                                                       timeout=30_000)
+        expect(busy.locator(".jp-InputPrompt")).to_have_text("[*]:")  # the notebook's cell still runs
+        prompt.click()
+        page.keyboard.type("%shells")
+        page.keyboard.press("Shift+Enter")
+        expect(console.locator(f".jp-CodeConsole-content {HTML} table")).to_contain_text("(kernel subshell)",
+                                                                                          timeout=30_000)
+        lab.remember_processes()
+        stop_from_toolbar(page, busy, INTERRUPT_MS)  # the notebook's Stop (no subshell named) ends its cell

@@ -79,8 +79,24 @@ def test_a_partial_line_and_carriage_returns_and_colour_pass_through(kernel):
     assert run.text() == "progress 10%\rprogress 100%\n\x1b[31mred\x1b[0m"
 
 
+def test_the_output_rate_takes_a_size_or_off_and_says_what_is_wrong(kernel):
+    for wrong, said in (("fast", "%output rate takes a size such as 4M or 200000, not 'fast'"),
+                        ("-5", "%output rate takes bytes a second (or off), not -5")):
+        run = kernel.run(f"%output rate {wrong}")
+        assert run.reply["content"]["ename"] == "UsageError" and run.reply["content"]["evalue"] == said
+    assert kernel.run("%output rate 2M").text() == "output rate: 2,000,000 bytes a second, then a live tail\n"
+    assert kernel.run("%output").of_type("execute_result")[0]["data"]["text/plain"].endswith(
+        "output rate: 2,000,000 bytes a second, then a live tail")
+    kernel.run("%output rate 500k")
+
+
 def test_no_line_is_lost_in_300k_lines(kernel):
-    run = kernel.run("seq 1 300000", timeout=120)
+    """Every line streamed, with no Jupyter server between to pace for (%output rate off)."""
+    assert kernel.run("%output rate off").text() == "output rate: not paced\n"
+    try:
+        run = kernel.run("seq 1 300000", timeout=120)
+    finally:
+        kernel.run("%output rate 500k")
     assert run.status == "ok"
     assert run.text() == "".join(f"{i}\n" for i in range(1, 300001))
 
@@ -433,11 +449,12 @@ def test_two_cells_on_two_shells_run_at_the_same_time_in_subshells(kernel):
 def test_more_than_the_record_keeps_is_still_shown_whole_within_the_display_limit(kernel):
     """The sandbox keeps at most 16M characters of a command in memory; a display limit above what
     a command prints still shows every line, the last batch coming from the record's tail."""
-    assert kernel.run("%output limit 30M").status == "ok"
+    assert kernel.run("%output limit 30M").status == "ok" and kernel.run("%output rate off").status == "ok"
     try:
         run = kernel.run("seq 1 3000000", timeout=300)
     finally:
         kernel.run("%output limit 4M")
+        kernel.run("%output rate 500k")
     assert run.status == "ok"
     assert run.text() == "".join(f"{i}\n" for i in range(1, 3000001))
     assert "output limit" not in run.notes()

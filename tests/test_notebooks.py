@@ -398,6 +398,21 @@ def test_owsandbox_tour_command_runs_the_tour():
     assert not processes_in(workspace)
 
 
+def test_owsandbox_tour_runs_in_a_copy_of_the_notebooks_folder(tmp_path):
+    """What a notebook reads beside it is there (notebooks/debugging.ipynb reads engines/); what it writes
+    is not left in the original folder."""
+    (tmp_path / "engines").mkdir()
+    (tmp_path / "engines" / "data.txt").write_text("beside the notebook\n")
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code) for code in
+                                               ("cat engines/data.txt", "echo made > made.txt; ls -1 --color=never")])
+    nbformat.write(notebook, str(tmp_path / "reads.ipynb"))
+    done = subprocess.run([sys.executable, "-m", "owsandbox.cli", "tour", str(tmp_path / "reads.ipynb"), "--kernel",
+                           KERNEL_NAME], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "beside the notebook\n" in done.stdout and "made.txt\n" in done.stdout
+    assert not (tmp_path / "made.txt").exists()
+
+
 def test_owsandbox_tour_stops_listing_at_the_cell_that_failed(tmp_path):
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code) for code in
                                                ("echo first", "echo second; false", "echo never-ran")])

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -82,6 +84,39 @@ def test_owsandbox_run_runs_commands_in_a_sandbox(tmp_path):
     done = subprocess.run([sys.executable, "-m", "owsandbox.cli", "run", "--cwd", str(tmp_path),
                            "cd /tmp; X=kept", "echo $X $PWD"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout == "kept /tmp\n"
+
+
+def _path_without_bubblewrap(folder: Path) -> str:
+    """A PATH with bash and the usual tools but no bwrap: a machine where bubblewrap is not installed."""
+    folder.mkdir()
+    for name in ("bash", "sh", "env", "cat", "ls", "python3"):
+        found = shutil.which(name)
+        if found:
+            os.symlink(found, folder / name)
+    return str(folder)
+
+
+def test_owsandbox_run_says_where_it_ran(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "owsandbox.cli", "run", "--json", "--cwd", str(tmp_path),
+                           "--provider", "local", "echo hi"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["provider"] == "local" and json.loads(done.stdout)["output"] == "hi\n"
+    assert done.stderr.startswith("owsandbox run: in local · no isolation"), done.stderr
+
+
+def test_owsandbox_run_without_bubblewrap_refuses_to_run_unsandboxed_unless_asked(tmp_path):
+    env = {**os.environ, "PATH": _path_without_bubblewrap(tmp_path / "bin")}
+    env.pop("OWSANDBOX_PROVIDER", None)
+    marker = tmp_path / "ran"
+    refused = subprocess.run([sys.executable, "-m", "owsandbox.cli", "run", "--cwd", str(tmp_path),
+                              f"echo > {marker}"], capture_output=True, text=True, timeout=60, env=env)
+    assert refused.returncode == 2 and not marker.exists()
+    assert "bubblewrap (bwrap) is not installed" in refused.stderr and "--provider local" in refused.stderr
+    assert "apt-get install bubblewrap" in refused.stderr
+    asked = subprocess.run([sys.executable, "-m", "owsandbox.cli", "run", "--cwd", str(tmp_path), "--provider",
+                            "local", f"echo > {marker}"], capture_output=True, text=True, timeout=60, env=env)
+    assert asked.returncode == 0 and marker.exists(), asked.stderr
+    assert "no isolation" in asked.stderr
 
 
 def test_the_provider_is_chosen_by_argument_or_environment(tmp_path, monkeypatch):

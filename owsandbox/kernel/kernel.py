@@ -40,6 +40,7 @@ from .cell.hints import network_hint
 from .cell.limit_names import named_limit
 from .cell.outbox import Outbox
 from .cell.output import DEFAULT_OUTPUT_LIMIT, CellOutput, Display, InputWanted, Notice, Stream
+from .cell.pacing import pacer_from_env
 from .display import box_text
 from .display.rich import BoxDisplayIds, mime_for, rich_bundle
 from .editing.completion import CompletionContext, complete, inspect_word
@@ -82,8 +83,10 @@ class OwSandboxKernel(Kernel):
         super().__init__(**kwargs)
         self.sandbox = Sandbox(key=self._kernel_key())
         self.sandbox.start_in_background()
-        self.settings: dict[str, Any] = {"shell": "main", "timeout": None, "output_limit": DEFAULT_OUTPUT_LIMIT}
-        self.outbox = Outbox(lambda *message: self._send_raw(*message), lambda: self.settings["output_limit"])
+        pacer = pacer_from_env(os.environ)  # one for the kernel, subshells included (%output rate)
+        self.settings: dict[str, Any] = {"shell": "main", "timeout": None, "output_limit": DEFAULT_OUTPUT_LIMIT,
+                                         "pacer": pacer}
+        self.outbox = Outbox(lambda *message: self._send_raw(*message), lambda: self.settings["output_limit"], pacer)
         self.recorder = Recorder(lambda: self.sandbox.host_cwd, self._terminal_size, session_stem())  # %record
         self.outbox.watch(self.recorder.saw)
         self.magics: MagicTable = all_magics()
@@ -95,6 +98,44 @@ class OwSandboxKernel(Kernel):
                                     self._attach_registry)
         self._said_where = False
         self.stdin = StdinChannel(self.session, lambda: self.stdin_socket, self.log)
+        self._subshells: dict[str, dict[str, Any]] = {}  # kernel subshell id → its settings, its own shell's name
+        self._subshells_made = 0
+        self._subshells_lock = threading.Lock()
+
+    # -- kernel subshells (ipykernel 7, JEP 91) --------------------------------------------------
+
+    def settings_for(self, parent: dict[str, Any] | None) -> dict[str, Any]:
+        """The settings a request of `parent` runs with: the kernel's, or, from a kernel subshell, that
+        subshell's own, whose cells run on a named shell of its own (`subshell-N`, its own folder and
+        variables) at the same time as the main shell's. ipykernel runs each subshell's requests on a
+        thread of its own; the shells, files, limits and network of the sandbox are shared."""
+        subshell = str(((parent or {}).get("header") or {}).get("subshell_id") or "")
+        if not subshell:
+            return self.settings
+        with self._subshells_lock:
+            found = self._subshells.get(subshell)
+            if found is None:
+                self._subshells_made += 1
+                found = self._subshells[subshell] = {**self.settings, "shell": f"subshell-{self._subshells_made}",
+                                                     "subshell_id": subshell}
+            return found
+
+    def subshell_shells(self) -> dict[str, str]:
+        """The named shell of each kernel subshell that has run a request, by shell name → subshell id."""
+        with self._subshells_lock:
+            return {settings["shell"]: subshell for subshell, settings in self._subshells.items()}
+
+    async def delete_subshell_request(self, socket: Any, ident: Any, parent: dict[str, Any]) -> None:
+        """The subshell goes (ipykernel), and so does its shell in the sandbox, with what runs on it."""
+        subshell = str(parent.get("content", {}).get("subshell_id") or "")
+        await super().delete_subshell_request(socket, ident, parent)
+        with self._subshells_lock:
+            settings = self._subshells.pop(subshell, None)
+        if settings is not None and self.sandbox.ready:
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, self.box.close_shell, settings["shell"])
+            except (P.RunnerError, TimeoutError, SandboxUnavailable) as exc:
+                log.warning("could not close shell %s of a deleted subshell: %s", settings["shell"], exc)
 
     def _kernel_key(self) -> str | None:
         """The kernel's id, which every client keeps across a restart: from its connection file
@@ -231,7 +272,7 @@ class OwSandboxKernel(Kernel):
                 self._refuse_misplaced(code, code if parsed is None else parsed.rest)
             if parsed is None:
                 try:
-                    await self._run_cell(parent, self.settings["shell"], code, stdin)
+                    await self._run_cell(parent, self.settings_for(parent)["shell"], code, stdin)
                 except CellError as err:
                     if err.ename != "ShellExited" or not _LEAVE.match(code):
                         raise
@@ -287,9 +328,9 @@ class OwSandboxKernel(Kernel):
         for name, args in parsed.lines:
             found = self.magics.find("line", name)
             await loop.run_in_executor(None, found.run, context, args, "")
-            self.outbox.budget(context.parent).limit = self.settings["output_limit"]  # %output limit, at once
+            self.outbox.budget(context.parent).limit = context.settings["output_limit"]  # %output limit, at once
         if parsed.rest.strip():
-            return RunOnShell(self.settings["shell"], parsed.rest)
+            return RunOnShell(context.settings["shell"], parsed.rest)
         return None
 
     async def _run_cell(self, parent: dict[str, Any], shell: str, code: str, stdin: _CellStdin | None = None) -> None:
@@ -301,7 +342,8 @@ class OwSandboxKernel(Kernel):
         workspace = self.sandbox.wait(0) if self.sandbox.ready else await loop.run_in_executor(None, self.sandbox.wait)
         client = workspace.client
         wake = asyncio.Event()
-        setup = terminal_settings(self.settings, shell)
+        settings = self.settings_for(parent)
+        setup = terminal_settings(settings, shell)
         output = CellOutput(terminal=setup.terminal, budget=self.outbox.budget(parent))
         stdin = stdin or _CellStdin(False, b"")
         prompts = self._prompts(parent, shell, stdin, client)
@@ -317,9 +359,9 @@ class OwSandboxKernel(Kernel):
             loop.call_soon_threadsafe(wake.set)
 
         params: dict[str, Any] = {"shell": shell, "command": code, "cwd": self.sandbox.folder_of(shell),
-                                  "output_limit": self.settings["output_limit"], **setup.run_params(stdin.allowed)}
-        if self.settings["timeout"] is not None:
-            params["timeout_s"] = self.settings["timeout"]
+                                  "output_limit": settings["output_limit"], **setup.run_params(stdin.allowed)}
+        if settings["timeout"] is not None:
+            params["timeout_s"] = settings["timeout"]
         provider = workspace.provider
         counted = provider.limit_counters()
         call = SandboxAPI.over(client).start_run(params, on_notification=on_frame,
@@ -441,8 +483,10 @@ class OwSandboxKernel(Kernel):
     # -- Stop -------------------------------------------------------------------------------
 
     async def interrupt_request(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
-        """Message-mode interrupts stop the running commands instead of signalling the kernel."""
-        self._interrupt_running()
+        """Message-mode interrupts stop the running commands instead of signalling the kernel: from a
+        kernel subshell (its id in the request's header), only the command on that subshell's shell."""
+        subshell = (parent.get("header") or {}).get("subshell_id")
+        self._interrupt_running(self.settings_for(parent)["shell"] if subshell else None)
         self.session.send(stream, "interrupt_reply", {"status": "ok"}, parent, ident=ident)
 
     def pre_handler_hook(self) -> None:
@@ -457,12 +501,13 @@ class OwSandboxKernel(Kernel):
     def _on_sigint(self, _signum: int, _frame: Any) -> None:
         self._interrupt_running()
 
-    def _interrupt_running(self) -> None:
-        """Send `shell.interrupt` for every running cell and return at once (nothing waits for it:
-        the cell's own reply says how it ended)."""
-        self.attach.cancel_waits()
+    def _interrupt_running(self, only: str | None = None) -> None:
+        """Send `shell.interrupt` for every running cell (or the one on shell `only`) and return at once
+        (nothing waits for it: the cell's own reply says how it ended)."""
+        if only is None:
+            self.attach.cancel_waits()
         with self._running_lock:
-            shells = list(self._running)
+            shells = [shell for shell in self._running if only is None or shell == only]
         if not shells or not self.sandbox.ready:
             return
         client = self.sandbox.client
@@ -484,7 +529,7 @@ class OwSandboxKernel(Kernel):
         return reply
 
     def _completion_context(self) -> CompletionContext:
-        shell = self.settings["shell"]
+        shell = self.settings_for(self.get_parent("shell"))["shell"]
         return CompletionContext(shell=shell, box=self.box, folder=lambda: self.shell_folder(shell),
                                  history=self.history.codes(200), magics=self.magics,
                                  attach_words=self.attach.words)
@@ -554,7 +599,7 @@ class _Context:
     def __init__(self, kernel: OwSandboxKernel, parent: dict[str, Any]) -> None:
         self.kernel = kernel
         self.parent = parent
-        self.settings = kernel.settings
+        self.settings = kernel.settings_for(parent)
         self.magics = kernel.magics
         self.payloads: list[dict[str, Any]] = []  # for the execute reply (the pager)
 
@@ -613,6 +658,9 @@ class _Context:
     def page(self, text: str, withheld: Withheld | None = None) -> None:
         shown = self.kernel.outbox.page(self.parent, text, withheld or Withheld())
         self.payloads.append({"source": "page", "data": {"text/plain": shown}, "start": 0})
+
+    def subshell_shells(self) -> dict[str, str]:
+        return self.kernel.subshell_shells()
 
     def set_network(self, on: bool) -> str:
         """`%network on|off`: the provider switches the running box's network (`Provider.set_network`), and

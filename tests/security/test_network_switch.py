@@ -22,7 +22,7 @@ import pytest
 from owsandbox.kernelspec import kernel_argv
 
 from ..kernel_session import KernelSession
-from ..netns import GREETING, LOOPBACK_PORT, SERVER_ADDRESS, OwnNetwork, fetch, own_network
+from ..netns import GREETING, LOOPBACK_PORT, OTHER_ADDRESS, SERVER_ADDRESS, OwnNetwork, fetch, own_network
 from ..processes import wait_gone
 from ..waiting import wait_until
 from .conftest import Attacker
@@ -175,6 +175,25 @@ def test_network_on_and_off_as_root_and_as_a_plain_user(attacker_factory, home: 
     attacker.kill()  # the host process dies at once, as a kernel killed for good: the box lingers, then ends
     wait_until(lambda: not network.processes_in_client("pasta"), 30, "pasta to end with the box that ended")
     assert wait_gone([pasta]) == []
+
+
+def test_network_on_never_reaches_the_hosts_other_addresses(attacker_factory, home: Path, network, who: str):
+    """The host's other interfaces (a second network, a container bridge), IPv4 and IPv6, and a service
+    bound to every address: pasta would carry the box's connections there as its own, so the box's
+    namespace has a refusing route to each address of the host, set before pasta gives it a network,
+    which the box, with no capability over its namespace, cannot take away."""
+    attacker = attacker_factory(outer=tuple(network.in_client([])))
+    attacker.start(home / "project", network=True)
+    assert attacker.run(fetch(network.url + "hello.txt"))["output"] == GREETING  # out, as before
+    assert attacker.run(fetch(network.url6 + "hello.txt"))["output"] == GREETING
+    for url in [*network.host_urls, *HOST_LOOPBACK]:
+        tried = attacker.run(fetch(url, timeout=3))
+        assert tried["exit_code"] != 0 and "loopback service" not in tried["output"], (who, url, tried)
+    removed = attacker.run(f"PATH=$PATH:/usr/sbin:/sbin ip route del unreachable {OTHER_ADDRESS} 2>&1")
+    assert removed["exit_code"] != 0 and "Operation not permitted" in removed["output"], removed
+    described = attacker.step(describe=True)
+    assert "host's addresses" in described["network note"], described["network note"]
+    attacker.close()
 
 
 def test_a_box_started_with_network_on_turns_it_off_as_a_plain_user_too(attacker_factory, home: Path, network,

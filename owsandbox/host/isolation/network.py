@@ -13,6 +13,13 @@ is back to loopback only.
   further user namespaces, where no capability reaches the network), so it is asked of the network
   namespace itself (`NS_GET_USERNS`). Both are handed to pasta as descriptors opened here, after the
   box's init was checked by its start time, so a reused pid cannot stand in for the box.
+* **Out, never to this machine.** pasta carries the box's connections out as this machine's own sockets,
+  so an address of this machine other than the one pasta copies into the box (a second interface, a
+  container bridge, a service bound to every address) would be reached as from this machine. Before
+  pasta gives the box a network, the box's namespace gets a refusing route (`unreachable`) to every
+  address this machine has, IPv4 and IPv6, and to the link-local ranges (a cloud's metadata service
+  among them); the box has no capability over its namespace, so it cannot take them away. Addresses
+  this machine gains later are not covered until `%network on` runs again.
 * **Ending.** By the pid pasta wrote into the host's private folder (never one the box wrote), checked
   by its start time, through a pidfd, and waited for.
 * **Ending with the box.** pasta holds the namespace open and would outlive a box that ends on its own
@@ -23,8 +30,11 @@ is back to loopback only.
 from __future__ import annotations
 
 import fcntl
+import ipaddress
+import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -77,6 +87,72 @@ class NetworkError(NetworkNotChanged):
     """pasta could not give the box a network, or could not be ended; the message says why."""
 
 
+#: Ranges refused whole besides this machine's own addresses: link-local, where a cloud's metadata
+#: service answers (the box's own link-local network, a longer prefix on its tap device, still works).
+REFUSED_RANGES = ("169.254.0.0/16", "fe80::/10")
+
+
+def host_addresses(ip_json: str) -> list[str]:
+    """This machine's addresses, each as a one-address prefix, from `ip -json address show`; loopback
+    addresses are the box's own there and are left out."""
+    found: list[str] = []
+    try:
+        links = json.loads(ip_json)
+    except ValueError as exc:
+        raise NetworkError(f"this machine's addresses could not be read (ip -json address show: {exc})") from None
+    for link in links if isinstance(links, list) else []:
+        for info in link.get("addr_info", []) if isinstance(link, dict) else []:
+            try:
+                address = ipaddress.ip_address(str(info.get("local", "")).split("%")[0])
+            except ValueError:
+                continue
+            if not address.is_loopback:
+                found.append(f"{address}/{address.max_prefixlen}")
+    return list(dict.fromkeys(found))
+
+
+def refusing_routes(addresses: list[str], ipv6: bool = True) -> str:
+    """`ip -batch` lines giving each address (and the refused ranges) a route that refuses at once; `replace`,
+    so that a network turned on again finds them in place. Without IPv6 (`ipv6` false) its lines are left
+    out: such a namespace has no IPv6 to reach anything with."""
+    prefixes = [p for p in [*addresses, *REFUSED_RANGES] if ipv6 or ":" not in p]
+    return "".join(f"route replace unreachable {prefix}\n" for prefix in prefixes)
+
+
+def _ip_program() -> str:
+    for candidate in (shutil.which("ip"), "/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip"):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    raise NetworkError("outbound network needs ip (Debian package iproute2) to keep this machine's own addresses "
+                       "out of the sandbox's reach: apt-get install iproute2")
+
+
+def _refuse_host_addresses(net: int, owner: int | None) -> None:
+    """Refusing routes to this machine's addresses in the box's network namespace (`net`, entered through
+    the user namespace `owner` that holds it, for a plain user), before pasta gives it a way out."""
+    program = _ip_program()
+    nsenter = shutil.which("nsenter") or "/usr/bin/nsenter"
+    try:
+        listed = subprocess.run([program, "-json", "address", "show"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise NetworkError(f"this machine's addresses could not be listed: {exc}") from None
+    if listed.returncode != 0:
+        raise NetworkError(f"this machine's addresses could not be listed: {listed.stderr.strip()}")
+    enter = [nsenter, f"--net=/proc/self/fd/{net}"]
+    if owner is not None:
+        enter = [nsenter, f"--user=/proc/self/fd/{owner}", "--preserve-credentials", f"--net=/proc/self/fd/{net}"]
+    try:
+        done = subprocess.run([*enter, program, "-batch", "-"], input=refusing_routes(host_addresses(listed.stdout),
+                                                                                   os.path.exists("/proc/net/if_inet6")),
+                              pass_fds=[fd for fd in (net, owner) if fd is not None], capture_output=True, text=True,
+                              timeout=20)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise NetworkError(f"the sandbox's routes could not be set: {exc}") from None
+    if done.returncode != 0:
+        raise NetworkError(f"the sandbox's routes to this machine's own addresses could not be refused: "
+                           f"{(done.stderr or done.stdout).strip() or 'no message'}")
+
+
 class Pasta:
     """One pasta attached to one box: its pid and start time as this machine recorded them, and its watcher."""
 
@@ -123,6 +199,7 @@ def attach(pasta_argv: list[str], init_pid: int, init_start: str | None, state_d
         if init_start is None or start_time(init_pid) != init_start:
             raise NetworkError(f"the sandbox's init (pid {init_pid}) is not the process this machine recorded")
         argv = [*pasta_argv, "--pid", str(pid_file)]
+        owner: int | None = None
         if os.getuid() == 0:
             argv += ["--runas", "0"]  # else pasta drops to nobody, who may not enter the namespace
         else:
@@ -133,6 +210,7 @@ def attach(pasta_argv: list[str], init_pid: int, init_start: str | None, state_d
                     from None
             held.append(owner)
             argv += ["--userns", f"/proc/self/fd/{owner}"]
+        _refuse_host_addresses(net, owner)
         argv += ["--netns", f"/proc/self/fd/{net}"]
         try:
             done = subprocess.run(argv, pass_fds=held, stdin=subprocess.DEVNULL, capture_output=True, timeout=20)

@@ -588,8 +588,9 @@ class BwrapProvider(GuardedWorkspace, LocalProvider):
     def describe_network(self) -> tuple[str, str]:
         """(what the box has, how): `none` or `outbound`."""
         if self.network_mode == "pasta":
-            return "outbound", ("through pasta, out by way of this machine; the host's loopback services are not "
-                                "reachable and no port is forwarded in; %network off ends it")
+            return "outbound", ("through pasta, out by way of this machine; the host's addresses (its loopback "
+                                "services, its other interfaces) are not reachable and no port is forwarded in; "
+                                "%network off ends it")
         if self.network_mode == "unavailable":
             return "none", "outbound network was asked for, but pasta (Debian package passt) is not installed"
         return "none", "own network namespace with loopback only; no host socket is mounted; %network on for outbound"

@@ -11,6 +11,8 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from ..display.math_safe import no_math
+
 NOTE_METADATA = {"owsandbox": {"note": True}}
 _STYLE = "margin:0;padding:0;opacity:0.6;font-size:0.9em;white-space:pre-wrap;background:none"
 
@@ -18,7 +20,7 @@ _STYLE = "margin:0;padding:0;opacity:0.6;font-size:0.9em;white-space:pre-wrap;ba
 def note_content(text: str) -> dict[str, Any]:
     """The `display_data` content of a note (its text without the trailing line break)."""
     text = text.strip("\n")
-    return {"data": {"text/plain": text, "text/html": f'<pre style="{_STYLE}">{html.escape(text)}</pre>'},
+    return {"data": {"text/plain": text, "text/html": no_math(f'<pre style="{_STYLE}">{html.escape(text)}</pre>')},
             "metadata": NOTE_METADATA}
 
 

@@ -4,7 +4,9 @@ One door for every output (streams, displays and their updates, results, notes, 
 cell's own thread, the magics' worker threads and `%attach`'s loop alike, so that nothing the box
 wrote reaches a client without going through both checks: `box_text.clean` (terminal controls out
 of printed text) and the cell's `OutputBudget` (the output limit, for everything it sends). A
-command's own streams come filtered and counted already (`output.CellOutput`) and say so.
+command's own streams come filtered and counted already (`output.CellOutput`) and say so. Every
+stream is paced (pacing.py): past the rate a Jupyter server lets through, a cell's streams become
+one live tail, and its end says what was not streamed.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from ..display import box_text
 from .budget import OutputBudget, Withheld
 from .notes import is_note, note_content
+from .pacing import FloodTail, StreamPacer, message_size
 from .terminal_text import shown_text
 
 log = logging.getLogger(__name__)
@@ -27,8 +30,10 @@ KEEP_BUDGETS = 1000  # cells whose budget is remembered (a cell's %attach view s
 
 class Outbox:
     def __init__(self, send: Callable[[dict[str, Any], str, dict[str, Any]], None],
-                 limit: Callable[[], int]) -> None:
+                 limit: Callable[[], int], pacer: StreamPacer | None = None) -> None:
         self._wire = send  # send(parent, msg_type, content) on IOPub
+        self._pacer = pacer if pacer is not None else StreamPacer()
+        self._floods: dict[str, FloodTail] = {}  # cell → its live tail, once its streams came too fast
         self._limit = limit  # the output limit a new cell's budget gets
         self._budgets: OrderedDict[str, OutputBudget] = OrderedDict()
         self._lock = threading.Lock()
@@ -40,6 +45,11 @@ class Outbox:
         self._watchers.append(watcher)
 
     def _send(self, parent: dict[str, Any], msg_type: str, content: dict[str, Any]) -> None:
+        if msg_type == "stream" and not self._paced(parent, str(content.get("text", ""))):
+            return
+        self._out(parent, msg_type, content)
+
+    def _out(self, parent: dict[str, Any], msg_type: str, content: dict[str, Any]) -> None:
         self._wire(parent, msg_type, content)
         for watcher in self._watchers:
             try:
@@ -47,9 +57,31 @@ class Outbox:
             except Exception:  # noqa: BLE001 - a watcher's failure is not the cell's
                 log.exception("an outbox watcher failed")
 
+    def _paced(self, parent: dict[str, Any], text: str) -> bool:
+        """Whether this stream text goes out now; if not, it is in its cell's live tail, redrawn when due."""
+        key = _cell_key(parent)
+        with self._lock:
+            flood = self._floods.get(key)
+            if flood is None and self._pacer.admit(message_size(text)):
+                return True
+            if flood is None:
+                flood = self._floods[key] = FloodTail(f"owsandbox-flood-{key}")
+            flood.add(text)
+            draw = flood.due()
+            frame = flood.text() if draw else ""
+        if draw:
+            self._draw(parent, flood, frame)
+        return False
+
+    def _draw(self, parent: dict[str, Any], flood: FloodTail, frame: str) -> None:
+        content = {"data": {"text/plain": frame}, "metadata": {"owsandbox": {"flood": True}},
+                   "transient": {"display_id": flood.display_id}}
+        self._out(parent, "update_display_data" if flood.shown else "display_data", content)
+        flood.shown = True
+
     def budget(self, parent: dict[str, Any]) -> OutputBudget:
         """The budget of the cell that `parent` is the request of (new at its first output)."""
-        key = str(parent.get("header", {}).get("msg_id", ""))
+        key = _cell_key(parent)
         with self._lock:
             found = self._budgets.get(key)
             if found is None:
@@ -104,7 +136,17 @@ class Outbox:
         return shown
 
     def end_cell(self, parent: dict[str, Any]) -> None:
-        """The cell's last word on the limit: how much was withheld after its first note."""
+        """The cell's last word on the limit, how much was withheld after its first note, and on a flood:
+        its live tail as it ended, and what was not streamed."""
+        with self._lock:
+            flood = self._floods.pop(_cell_key(parent), None)
+        if flood is not None:
+            self._draw(parent, flood, flood.text(ended=True))
+            self._out(parent, "display_data", note_content(flood.note()))
         summary = self.budget(parent).summary()
         if summary is not None:
             self._send(parent, "display_data", note_content(summary))
+
+
+def _cell_key(parent: dict[str, Any]) -> str:
+    return str(parent.get("header", {}).get("msg_id", ""))

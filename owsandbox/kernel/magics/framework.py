@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..cell.budget import Withheld
 from ..cell.terminal_text import shown_text
+from ..display.math_safe import no_math
 from ..errors import UsageError
 
 if TYPE_CHECKING:
@@ -56,6 +57,7 @@ class MagicContext(Protocol):
     def result(self, text: str) -> None: ...
     def clear(self) -> None: ...
     def page(self, text: str, withheld: Withheld | None = None) -> None: ...
+    def subshell_shells(self) -> dict[str, str]: ...  # shell name → the kernel subshell whose cells run on it
 
 
 @dataclass
@@ -171,8 +173,8 @@ def show_table(ctx: MagicContext, headers: list[str], rows: list[list[Any]], foo
     rows = [[shown_text(str(c)) for c in row] for row in rows]
     footer = shown_text(footer)
     text = _text_table(headers, rows) + footer
-    ctx.display({"text/plain": text, "text/html": _table(headers, rows) + (f"<p>{html.escape(footer)}</p>"
-                                                                           if footer else "")},
+    ctx.display({"text/plain": text, "text/html": no_math(_table(headers, rows) + (f"<p>{html.escape(footer)}</p>"
+                                                                                   if footer else ""))},
                 withheld=Withheld("the table", "ask for fewer rows (a narrower path or pattern, --max)"))
 
 

@@ -13,6 +13,7 @@ from ... import protocol as P
 from ...host.providers.base import NetworkNotChanged
 from ..cell.budget import Withheld
 from ..cell.terminal_text import shown_text
+from ..display.math_safe import no_math
 from ..errors import CellError
 from .framework import MagicContext, magic, show_table
 from .sandbox_view import FOOTER, as_json, every_row, network, summary
@@ -28,7 +29,7 @@ def show_rows(ctx: MagicContext, rows: list[tuple[str, str]], footer: str = "") 
     page = "".join(f"<tr><th style='text-align:left'>{html.escape(label)}</th>"
                    f"<td style='text-align:left'>{html.escape(value)}</td></tr>" for label, value in rows)
     page = f"<table><tbody>{page}</tbody></table>" + (f"<p>{html.escape(shown_text(footer))}</p>" if footer else "")
-    ctx.display({"text/plain": text, "text/html": page},
+    ctx.display({"text/plain": text, "text/html": no_math(page)},
                 withheld=Withheld("the sandbox's description", "%sandbox --json has it as data"))
 
 

@@ -31,10 +31,15 @@ def _cell_on_shell(ctx: MagicContext, args: argparse.Namespace, body: str) -> Ru
 def _shells(ctx: MagicContext, _args: argparse.Namespace, _body: str) -> None:
     shells = ctx.box.shells()
     current = _shell(ctx)
-    rows = [[("* " if s["name"] == current else "  ") + s["name"], s["cwd"],
-             f"busy ({s['running_s']:.1f} s): {s['command']}" if s["busy"] else "idle"] for s in shells]
+    subshells = ctx.subshell_shells()  # a client's kernel subshells: each runs its cells on a shell of its own
+
+    def named(name: str) -> str:
+        return ("* " if name == current else "  ") + name + (" (kernel subshell)" if name in subshells else "")
+
+    rows = [[named(s["name"]), s["cwd"], f"busy ({s['running_s']:.1f} s): {s['command']}" if s["busy"] else "idle"]
+            for s in shells]
     if not any(s["name"] == current for s in shells):
-        rows.insert(0, [f"* {current}", "(starts with the next cell)", "idle"])
+        rows.insert(0, [named(current), "(starts with the next cell)", "idle"])
     show_table(ctx, ["shell", "folder", "state"], rows)
 
 
@@ -61,22 +66,42 @@ def _timeout(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
     ctx.stream(f"cell time limit: {seconds:g} s\n")
 
 
-@magic("output", "line", "Show or set the per-cell output limit: %output limit CHARACTERS.",
-       lambda p: (p.add_argument("setting", nargs="?", choices=["limit"]), p.add_argument("value", nargs="?")))
+def _rate_words(rate: float) -> str:
+    return "not paced" if rate == 0 else f"{rate:,.0f} bytes a second, then a live tail"
+
+
+@magic("output", "line", "Show or set the per-cell output limit (%output limit CHARACTERS) and the rate output is "
+       "streamed at before a live tail takes over (%output rate BYTES|off: off for a client with no Jupyter server "
+       "between, which keeps every line).",
+       lambda p: (p.add_argument("setting", nargs="?", choices=["limit", "rate"]), p.add_argument("value", nargs="?")))
 def _output(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
+    pacer = ctx.settings["pacer"]  # one for the kernel: the server's limit is on the kernel's connection
     if args.setting is None or args.value is None:
-        ctx.result(f"output limit: {ctx.settings['output_limit']} characters per cell")
+        ctx.result(f"output limit: {ctx.settings['output_limit']} characters per cell; output rate: "
+                   f"{_rate_words(pacer.rate)}")
         return
-    text = args.value.upper().rstrip("B")
-    scale = {"K": 1_000, "M": 1_000_000, "G": 1_000_000_000}.get(text[-1:], 1)
-    try:
-        limit = int(float(text[:-1] if scale > 1 else text) * scale)
-    except (ValueError, OverflowError):
-        raise UsageError(f"%output limit takes a size such as 4M or 200000, not '{args.value}'") from None
+    if args.setting == "rate":
+        rate = 0 if args.value.lower() in ("off", "0") else _size(args.value, "%output rate")
+        if rate < 0:
+            raise UsageError(f"%output rate takes bytes a second (or off), not {args.value}")
+        pacer.set_rate(rate)
+        ctx.stream(f"output rate: {_rate_words(rate)}\n")
+        return
+    limit = _size(args.value, "%output limit")
     if limit < 100:
         raise UsageError(f"%output limit must be at least 100 characters, not {limit}")
     ctx.settings["output_limit"] = limit
     ctx.stream(f"output limit: {limit} characters per cell\n")
+
+
+def _size(value: str, magic: str) -> int:
+    text = value.upper().rstrip("B")
+    scale = {"K": 1_000, "M": 1_000_000, "G": 1_000_000_000}.get(text[-1:], 1)
+    try:
+        limit = int(float(text[:-1] if scale > 1 else text) * scale)
+    except (ValueError, OverflowError):
+        raise UsageError(f"{magic} takes a size such as 4M or 200000, not '{value}'") from None
+    return limit
 
 
 @dataclass

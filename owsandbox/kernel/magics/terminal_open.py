@@ -16,6 +16,7 @@ from typing import Any
 
 from ...terminal.launch import LAB_TERMINALS_ENV, lab_terminal_name, shell_command_line
 from ...terminal.locate import sandbox_key
+from ..display.math_safe import no_math
 from ..errors import CellError
 
 # The providers that keep a keyed sandbox's state on this machine, where `owsandbox shell` finds it.
@@ -40,4 +41,4 @@ def terminal_open(connection_file: str | None, provider_name: str) -> dict[str, 
         args = html.escape(json.dumps({"name": name}), quote=True)
         page += (f'<p><button data-commandlinker-command="terminal:open" data-commandlinker-args="{args}">'
                  "Open it as a JupyterLab terminal</button></p>")
-    return {"text/plain": text, "text/html": page}
+    return {"text/plain": text, "text/html": no_math(page)}
