@@ -1,0 +1,743 @@
+"""The host never runs what a box-made git configuration names.
+
+A cell can make a repository of its own (`git init notes && git -C notes config core.fsmonitor
+'…'`), replace the contents of a `.git`, add a `commondir` or `config.worktree` to an existing one,
+point a `.git` file at a git folder it wrote, or lay out a bare repository (HEAD, objects/, refs/) in
+any folder, which git finds by walking up. The user's next `git status`, `git log`, `git diff` or
+`git commit` there, on this machine (or JupyterLab's git panel, or a prompt that shows the branch),
+would run the programs that configuration names: `core.fsmonitor`, `core.pager`, `core.hooksPath`,
+`diff.*.textconv`, `filter.*`, `!` aliases, hooks, and more with each git release.
+
+**The mechanism: the host sanitises what the box wrote, at each cell's end and at the box's end.**
+Every git folder in the workspace that the box could have written since it started (a bounded walk,
+like the guard's) is made inert for this machine's git:
+
+* in each config file git reads there (`config`, `config.worktree`, `worktrees/*/config.worktree`,
+  submodules' `modules/**/config`, and the folder a `commondir` or a `.git` file leads to), only an
+  **allowlist** of keys that never name a program stays (`ALLOWED`; remote URLs only when plain,
+  never `ext::` or another `<helper>::`); every other key moves, as it was, into
+  `config.owsandbox-quarantine` beside the file. A key git adds next year is moved too: by
+  construction an allowlist, not a blocklist. The kept file is written back in one canonical form,
+  so what git reads is exactly what was checked here (no parser differences);
+* every entry of `hooks/` other than git's `*.sample` files moves to `owsandbox-quarantine/hooks/`;
+* the cell's output says so in one dimmed note.
+
+*What the box could have written* is decided from facts the box cannot forge: a file whose status
+change time (`ctime`, which no unprivileged call sets back) is older than the box's start was not
+written by it; the guard's read-only mounts of an existing repository (`config`, `hooks`, `info`)
+are the user's own as long as the folder holding them is the one found at the start (same device
+and inode: a mount point cannot be replaced from inside, its parent could be renamed). So a
+repository's own configuration is never changed, while what the box adds beside it is caught. The
+start time and those inodes are kept in this user's private state folder until the box's end has
+been checked; a box that ended without that check (a kernel killed with SIGKILL) leaves its record,
+and the next start checks everything written since the old box started before anything runs.
+
+Why not the other mechanism the issue names (the box's writes owned by another uid, so that git's
+`safe.directory` refuses the repository): an unprivileged bubblewrap maps the box to the user's own
+uid; another owner needs subordinate uids (`newuidmap`, setuid) or idmapped mounts (privileged), and
+would change the ownership of everything a cell writes in the user's folder. And `safe.directory`
+looks at the owner of the work tree's top, not of each file git reads.
+
+What this does not cover, said plainly: between a cell's writes and its end (or while a program the
+box left running writes later) this machine's git can still meet the box's config, so the check runs
+again at every cell's end and at the box's end; repositories beyond the walk's limits
+(`SCAN_FOLDERS`, `SCAN_DEPTH`, inside `NOT_DESCENDED` folders) are not checked, as the guard does not
+protect them either; a host user's own change to a config that the box could also write, made while
+a box runs, is treated as the box's (it is moved, not lost). Only providers whose workspace is a
+folder of this machine need it (bubblewrap, `container`); the `local` provider isolates nothing (a
+cell there runs any program directly), so it has none.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import re
+import stat
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .guard import NOT_DESCENDED, SCAN_DEPTH, SCAN_FOLDERS, Guard, inside
+
+log = logging.getLogger(__name__)
+
+QUARANTINE_SUFFIX = ".owsandbox-quarantine"  # config.owsandbox-quarantine beside the config
+QUARANTINE_FOLDER = "owsandbox-quarantine"  # in the git folder: hooks moved out of hooks/
+RECORD_FILE = "git-quarantine.json"  # in this user's private state folder
+CONFIG_BYTES = 1 << 20  # a larger config is moved whole, unread
+START_MARGIN_NS = 100_000_000  # the kernel stamps files from a coarse clock: a start is taken this much earlier
+GIT_DIRS_AT_MOST = 2_000  # git folders examined in one check
+
+# -- configuration as text: git's own syntax, an allowlist of keys -----------------------------------
+
+# (section, key) with any subsection: keys that name no program, no file to read or run, no helper.
+ALLOWED_ANY = frozenset({
+    ("remote", "url"), ("remote", "pushurl"), ("remote", "fetch"), ("remote", "push"),
+    ("branch", "remote"), ("branch", "merge"), ("branch", "rebase"), ("branch", "pushremote"),
+    ("branch", "description"),
+    ("submodule", "url"), ("submodule", "path"), ("submodule", "active"), ("submodule", "branch"),
+})
+# (section, key) without a subsection.
+ALLOWED = frozenset({
+    ("core", "repositoryformatversion"), ("core", "filemode"), ("core", "bare"), ("core", "logallrefupdates"),
+    ("core", "ignorecase"), ("core", "symlinks"), ("core", "precomposeunicode"), ("core", "autocrlf"),
+    ("core", "eol"), ("core", "safecrlf"), ("core", "quotepath"), ("core", "sparsecheckout"),
+    ("extensions", "objectformat"), ("extensions", "worktreeconfig"), ("extensions", "refstorage"),
+    ("user", "name"), ("user", "email"), ("init", "defaultbranch"),
+})
+URL_KEYS = frozenset({("remote", "url"), ("remote", "pushurl"), ("submodule", "url")})
+PLAIN_SCHEMES = frozenset({"https", "http", "git", "ssh", "git+ssh", "ssh+git", "file"})
+REBASE_VALUES = frozenset({"true", "false", "merges"})  # not "interactive": that opens an editor
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One `key = value` of a config file, as git understands it: names lowercased, the value
+    unescaped (None: a key alone, which git reads as true)."""
+
+    section: str
+    subsection: str | None
+    key: str
+    value: str | None
+
+    @property
+    def name(self) -> str:
+        middle = f".{self.subsection}" if self.subsection is not None else ""
+        return f"{self.section}{middle}.{self.key}"
+
+
+class ConfigSyntaxError(ValueError):
+    """Text git would refuse (or that this parser does not follow): moved whole, never partly kept."""
+
+
+_SECTION_CHARS = re.compile(r"[A-Za-z0-9.-]+")
+_KEY = re.compile(r"[A-Za-z][A-Za-z0-9-]*")
+_ESCAPES = {"t": "\t", "b": "\b", "n": "\n", "\\": "\\", '"': '"'}
+
+
+def parse_config(text: str) -> list[Entry]:
+    """The entries of a git config file, following git's config.c: `[section]`, `[section "sub"]`,
+    the old `[section.sub]`, `key = value` with quotes, `\\` escapes and line continuations, `#` and
+    `;` comments, a key alone. Raises ConfigSyntaxError for what git would refuse."""
+    text = text.replace("\r\n", "\n")
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    if "\0" in text:
+        raise ConfigSyntaxError("a NUL byte")
+    at, end = 0, len(text)
+    section: str | None = None
+    subsection: str | None = None
+    entries: list[Entry] = []
+    while at < end:
+        char = text[at]
+        if char in " \t\n\v\f\r":
+            at += 1
+        elif char in "#;":
+            at = _line_end(text, at)
+        elif char == "[":
+            section, subsection, at = _section(text, at + 1)
+        elif char.isalpha():
+            match = _KEY.match(text, at)
+            assert match
+            key, at = match.group().lower(), match.end()
+            if section is None:
+                raise ConfigSyntaxError(f"the key {key!r} before any section")
+            while at < end and text[at] in " \t":
+                at += 1
+            if at >= end or text[at] == "\n" or text[at] in "#;":
+                entries.append(Entry(section, subsection, key, None))
+                at = _line_end(text, at)
+                continue
+            if text[at] != "=":
+                raise ConfigSyntaxError(f"{key!r} is followed by neither '=' nor the line's end")
+            value, at = _value(text, at + 1)
+            entries.append(Entry(section, subsection, key, value))
+        else:
+            raise ConfigSyntaxError(f"unexpected {char!r}")
+    return entries
+
+
+def _line_end(text: str, at: int) -> int:
+    found = text.find("\n", at)
+    return len(text) if found < 0 else found + 1
+
+
+def _section(text: str, at: int) -> tuple[str, str | None, int]:
+    match = _SECTION_CHARS.match(text, at)
+    if not match:
+        raise ConfigSyntaxError("a section without a name")
+    name, at = match.group(), match.end()
+    if at < len(text) and text[at] == "]":
+        if "." in name:  # the old [section.subsection]: its subsection is lowercased too
+            section, _, sub = name.partition(".")
+            if not section or not sub:
+                raise ConfigSyntaxError(f"the section [{name}]")
+            return section.lower(), sub.lower(), at + 1
+        return name.lower(), None, at + 1
+    if "." in name:
+        raise ConfigSyntaxError(f"the section {name!r} with a subsection")
+    while at < len(text) and text[at] in " \t":
+        at += 1
+    if at >= len(text) or text[at] != '"':
+        raise ConfigSyntaxError(f"the section {name!r}: a subsection must be quoted")
+    at += 1
+    sub: list[str] = []
+    while True:
+        if at >= len(text) or text[at] == "\n":
+            raise ConfigSyntaxError(f"the subsection of {name!r} does not end")
+        char = text[at]
+        if char == '"':
+            at += 1
+            break
+        if char == "\\":
+            at += 1
+            if at >= len(text) or text[at] == "\n":
+                raise ConfigSyntaxError(f"the subsection of {name!r} does not end")
+            char = text[at]  # git keeps the escaped character, whatever it is
+        sub.append(char)
+        at += 1
+    if at >= len(text) or text[at] != "]":
+        raise ConfigSyntaxError(f"the section {name!r}: ']' expected after the subsection")
+    return name.lower(), "".join(sub), at + 1
+
+
+def _value(text: str, at: int) -> tuple[str, int]:
+    """git's parse_value: spaces outside quotes become one space each, and only before more text."""
+    out: list[str] = []
+    quote = comment = False
+    spaces = 0
+    end = len(text)
+    while True:
+        if at >= end:
+            if quote:
+                raise ConfigSyntaxError("a quote does not end")
+            return "".join(out), at
+        char = text[at]
+        at += 1
+        if char == "\n":
+            if quote:
+                raise ConfigSyntaxError("a quote does not end on its line")
+            return "".join(out), at
+        if comment:
+            continue
+        if char in " \t\v\f\r" and not quote:
+            if out:
+                spaces += 1
+            continue
+        if not quote and char in "#;":
+            comment = True
+            continue
+        out.extend(" " * spaces)
+        spaces = 0
+        if char == "\\":
+            if at >= end:
+                raise ConfigSyntaxError("a backslash at the end")
+            char = text[at]
+            at += 1
+            if char == "\n":
+                continue
+            if char not in _ESCAPES:
+                raise ConfigSyntaxError(f"the escape \\{char}")
+            out.append(_ESCAPES[char])
+            continue
+        if char == '"':
+            quote = not quote
+            continue
+        out.append(char)
+
+
+def plain_url(value: str | None) -> bool:
+    """A URL git fetches from without a program of the config's choosing: none of `ext::` or any other
+    `<helper>::address` (a remote helper), no option-like host, no control characters."""
+    if not value or any(ord(c) < 32 or ord(c) == 127 for c in value) or "::" in value:
+        return False
+    if value.startswith("-"):
+        return False
+    scheme, sep, rest = value.partition("://")
+    if sep:
+        return scheme.lower() in PLAIN_SCHEMES and not rest.startswith("-")
+    return True  # scp-like user@host:path, or a path
+
+
+def allowed(entry: Entry) -> bool:
+    """Whether git may keep reading this key from a configuration the box wrote."""
+    pair = (entry.section, entry.key)
+    if entry.subsection is None:
+        known = pair in ALLOWED
+    else:
+        known = pair in ALLOWED_ANY
+    if not known:
+        return False
+    if pair in URL_KEYS:
+        return plain_url(entry.value)
+    if pair == ("branch", "rebase"):
+        return (entry.value or "true").lower() in REBASE_VALUES
+    return True
+
+
+def _quoted(value: str) -> str:
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
+    escaped = escaped.replace("\b", "\\b")
+    return f'"{escaped}"'
+
+
+def _shown_value(value: str) -> str:
+    """As `git config` writes it: bare when that reads back the same, else quoted."""
+    if value and value == value.strip() and not any(c in value for c in '"\\#;\n\t\b\r\v\f') and "  " not in value:
+        return value
+    return _quoted(value)
+
+
+def render(entries: Iterable[Entry]) -> str:
+    """Entries in one canonical form, as `git config` writes them: a header whenever the section
+    changes, then `\\tkey = value`."""
+    lines: list[str] = []
+    current: tuple[str, str | None] | None = None
+    for entry in entries:
+        if any(ord(c) < 32 for c in entry.subsection or ""):
+            raise ConfigSyntaxError("a subsection with a control character")
+        if (entry.section, entry.subsection) != current:
+            current = (entry.section, entry.subsection)
+            if entry.subsection is None:
+                lines.append(f"[{entry.section}]")
+            else:
+                sub = entry.subsection.replace("\\", "\\\\").replace('"', '\\"')
+                lines.append(f'[{entry.section} "{sub}"]')
+        lines.append(f"\t{entry.key}" if entry.value is None else f"\t{entry.key} = {_shown_value(entry.value)}")
+    return "".join(line + "\n" for line in lines)
+
+
+@dataclass
+class Sanitised:
+    """The answer for one config text: what git may keep reading, and what moved."""
+
+    kept: str  # the text to write back (canonical), or the text itself when nothing changes
+    moved: str  # the text to keep beside it, never read by git ("" when nothing moved)
+    moved_names: list[str]  # the keys moved, or ["(the whole file: why)"]
+    changed: bool  # whether the file must be written back
+
+
+def sanitise_config(text: str) -> Sanitised:
+    """Text in, text out: the allowed keys kept in canonical form, the others moved. Text git would
+    refuse, or that does not read back as parsed, moves whole."""
+    try:
+        entries = parse_config(text)
+        kept = [entry for entry in entries if allowed(entry)]
+        gone = [entry for entry in entries if not allowed(entry)]
+        kept_text = render(kept)
+        if parse_config(kept_text) != kept:  # what git will read is exactly what was checked
+            raise ConfigSyntaxError("the kept keys do not read back as written")
+        moved_text = render(gone)
+    except ConfigSyntaxError as exc:
+        return Sanitised("", text, [f"(the whole file: {exc})"], True)
+    names = list(dict.fromkeys(entry.name for entry in gone))
+    return Sanitised(kept_text, moved_text, names, kept_text != text)
+
+
+# -- what the box could have written ---------------------------------------------------------------
+
+
+@dataclass
+class Protection:
+    """The facts, taken at a box's start, that tell the box's writes from the user's files: the start
+    time, and for each read-only mount of a repository's config/hooks/info its parent folder's
+    (device, inode) then."""
+
+    since_ns: int
+    protected: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    @classmethod
+    def at_start(cls, guard: Guard, since_ns: int | None = None) -> Protection:
+        found: dict[str, tuple[int, int]] = {}
+        for path in guard.read_only:
+            if os.path.basename(os.path.dirname(path)) == ".git" or "git" in guard.why.get(path, ""):
+                try:
+                    info = os.lstat(os.path.dirname(path))
+                except OSError:
+                    continue
+                found[path] = (info.st_dev, info.st_ino)
+        since = time.time_ns() - START_MARGIN_NS if since_ns is None else since_ns
+        return cls(since, found)
+
+    def to_json(self) -> dict:
+        return {"since_ns": self.since_ns, "protected": {p: list(v) for p, v in self.protected.items()}}
+
+    @classmethod
+    def from_json(cls, data: object) -> Protection | None:
+        if not isinstance(data, dict) or not isinstance(data.get("since_ns"), int):
+            return None
+        protected = data.get("protected")
+        found = {p: (v[0], v[1]) for p, v in (protected or {}).items()
+                 if isinstance(p, str) and isinstance(v, list) and len(v) == 2 and all(isinstance(n, int) for n in v)}
+        return cls(data["since_ns"], found)
+
+    def merged(self, other: Protection) -> Protection:
+        """Both boxes' writes: the earlier start, and only what both protected."""
+        both = {p: v for p, v in self.protected.items() if other.protected.get(p) == v}
+        return Protection(min(self.since_ns, other.since_ns), both)
+
+    def mount_holding(self, path: str) -> str | None:
+        """The protected path that is `path` or holds it, when its parent folder is still the one found
+        at the start (then the box could not have replaced or changed it)."""
+        for protected, (dev, ino) in self.protected.items():
+            if inside(path, protected):
+                try:
+                    info = os.lstat(os.path.dirname(protected))
+                except OSError:
+                    return None
+                return protected if (info.st_dev, info.st_ino) == (dev, ino) else None
+        return None
+
+    def box_may_have_written(self, path: str) -> bool:
+        """Whether the file (or link) at `path` may be the box's: not in a protected mount, and changed
+        (made, written, renamed, relinked) since the box started; for a link, its target too."""
+        if self.mount_holding(path) is not None:
+            return False
+        try:
+            info = os.lstat(path)
+        except OSError:
+            return False
+        if info.st_ctime_ns >= self.since_ns:
+            return True
+        if stat.S_ISLNK(info.st_mode):  # an old link: its target, which git reads through it
+            if self.mount_holding(os.path.realpath(path)) is not None:
+                return False
+            try:
+                return os.stat(path).st_ctime_ns >= self.since_ns
+            except OSError:
+                return False
+        return False
+
+
+# -- the check ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Report:
+    """What one check did, for the cell's note."""
+
+    repositories: dict[str, list[str]] = field(default_factory=dict)  # git folder → what moved out
+    quarantine: dict[str, str] = field(default_factory=dict)  # git folder → where it went
+    git_dirs: int = 0
+    folders: int = 0
+    seconds: float = 0.0
+
+    def add(self, git_dir: str, what: str, where: str) -> None:
+        self.repositories.setdefault(git_dir, []).append(what)
+        self.quarantine.setdefault(git_dir, where)
+
+    def note(self, workspace: str) -> str | None:
+        """One line for the cell, or None when nothing was done."""
+        if not self.repositories:
+            return None
+        parts = []
+        for git_dir, moved in list(self.repositories.items())[:4]:
+            shown = ", ".join(moved[:5]) + (f" and {len(moved) - 5} more" if len(moved) > 5 else "")
+            parts.append(f"{_relative(git_dir, workspace)} ({shown})")
+        more = f" and {len(self.repositories) - 4} more" if len(self.repositories) > 4 else ""
+        return ("[git: what a configuration written in the sandbox would make this machine's git run was moved "
+                f"aside: {'; '.join(parts)}{more}. Kept in config{QUARANTINE_SUFFIX} beside each config, hooks in "
+                f"{QUARANTINE_FOLDER}/]")
+
+
+def _relative(path: str, workspace: str) -> str:
+    return os.path.relpath(path, workspace) if inside(path, workspace) else path
+
+
+class GitQuarantine:
+    """One workspace's checks while a box runs on it."""
+
+    def __init__(self, workspace: str, protection: Protection, record: Path | None = None,
+                 box_id: str | None = None) -> None:
+        self.workspace = os.path.realpath(workspace)
+        self.protection = protection
+        self.record = record
+        self.box_id = box_id or uuid.uuid4().hex
+
+    # -- the record of unfinished boxes ----------------------------------------------------------
+
+    @classmethod
+    def open(cls, workspace: str, guard: Guard, private_root: Path | None, box_id: str | None = None,
+             ) -> tuple[GitQuarantine, Report | None]:
+        """At a box's start (or a kernel's adopting a lingering box, with its `box_id`): this box's
+        protection (the one recorded at its start, when `box_id` is in the record already). When another
+        box on this workspace left its record (it ended unchecked, or runs still), everything it could
+        have written is checked now, before this box runs, and this box's checks go back to its start;
+        the report of that check is returned."""
+        workspace = os.path.realpath(workspace)
+        mine = Protection.at_start(guard)
+        if private_root is None:
+            return cls(workspace, mine, None, box_id), None
+        record = private_root / RECORD_FILE
+        earlier: Protection | None = None
+        with _locked(record):
+            noted = _read_record(record)
+            boxes = noted.setdefault(workspace, {})
+            for other_id, data in list(boxes.items()):
+                found = Protection.from_json(data)
+                if other_id == box_id:
+                    mine = found or mine  # a lingering box adopted: its own start
+                elif found is not None:
+                    earlier = found if earlier is None else earlier.merged(found)
+                if other_id != box_id:
+                    del boxes[other_id]  # taken over: checked below, and from now on with this box
+            quarantine = cls(workspace, mine if earlier is None else mine.merged(earlier), record, box_id)
+            boxes[quarantine.box_id] = quarantine.protection.to_json()
+            _write_record(record, noted)
+        return quarantine, quarantine.check() if earlier is not None else None
+
+    def close(self) -> Report:
+        """At the box's end: the last check, then its record is dropped."""
+        report = self.check()
+        if self.record is not None:
+            with _locked(self.record):
+                noted = _read_record(self.record)
+                boxes = noted.get(self.workspace, {})
+                boxes.pop(self.box_id, None)
+                if not boxes:
+                    noted.pop(self.workspace, None)
+                _write_record(self.record, noted)
+        return report
+
+    # -- finding and sanitising ------------------------------------------------------------------
+
+    def check(self) -> Report:
+        """Walk the workspace (bounded as the guard's scan), and make every git folder the box could have
+        written inert for this machine's git."""
+        started = time.monotonic()
+        report = Report()
+        seen: set[str] = set()
+        for git_dir in self._git_dirs(report):
+            self._examine(git_dir, report, seen)
+        report.seconds = time.monotonic() - started
+        if report.repositories:
+            log.info("git settings written in the sandbox moved aside: %s", report.repositories)
+        return report
+
+    def _git_dirs(self, report: Report) -> Iterable[str]:
+        """Breadth first, not following links: folders named `.git`, the targets of `.git` files and
+        folders laid out as git folders (a bare repository, a linked worktree's folder)."""
+        queue: deque[tuple[str, int]] = deque([(self.workspace, 0)])
+        while queue and report.folders < SCAN_FOLDERS:
+            folder, depth = queue.popleft()
+            report.folders += 1
+            try:
+                entries = list(os.scandir(folder))
+            except OSError:
+                continue
+            names = {entry.name for entry in entries}
+            if "HEAD" in names and (("objects" in names and "refs" in names) or "commondir" in names):
+                yield folder
+                continue
+            for entry in entries:
+                try:
+                    is_dir = entry.is_dir(follow_symlinks=False)
+                except OSError:
+                    continue
+                if entry.name == ".git":
+                    if is_dir:
+                        yield entry.path
+                    else:
+                        target = _gitfile_target(entry.path)
+                        if target is not None:
+                            yield target
+                elif is_dir and entry.name not in NOT_DESCENDED and depth < SCAN_DEPTH:
+                    queue.append((entry.path, depth + 1))
+
+    def _examine(self, git_dir: str, report: Report, seen: set[str]) -> None:
+        """One git folder, the folder its `commondir` leads to, and its worktrees' and submodules'."""
+        pending = [git_dir]
+        while pending and len(seen) < GIT_DIRS_AT_MOST:
+            folder = os.path.realpath(pending.pop())
+            if folder in seen or not inside(folder, self.workspace) or not os.path.isdir(folder):
+                continue
+            seen.add(folder)
+            report.git_dirs += 1
+            common = _commondir(folder)
+            if common is not None:
+                pending.append(common)
+            for name in ("config", "config.worktree"):
+                self._sanitise_config(folder, os.path.join(folder, name), report)
+            self._quarantine_hooks(folder, report)
+            for holder in ("worktrees", "modules"):
+                pending.extend(_subfolders(os.path.join(folder, holder), holder == "modules"))
+
+    def _sanitise_config(self, git_dir: str, path: str, report: Report) -> None:
+        if not os.path.lexists(path) or not self.protection.box_may_have_written(path):
+            return
+        quarantine = path + QUARANTINE_SUFFIX
+        text = _read_small(path)
+        if text is None:  # not a regular file (a fifo, a folder), unreadable or too large: moved whole
+            answer = Sanitised("", "", [f"(the whole {os.path.basename(path)}: not a readable file)"], True)
+            _move_aside(path, os.path.join(git_dir, QUARANTINE_FOLDER, os.path.basename(path)))
+            quarantine = os.path.join(git_dir, QUARANTINE_FOLDER)
+        else:
+            answer = sanitise_config(text)
+            if not answer.changed:
+                return
+            if answer.moved:
+                header = f"# moved from {os.path.basename(path)}, written in the sandbox ({time.ctime()})\n"
+                _append(quarantine, header + answer.moved + "\n")
+        _replace(path, answer.kept)
+        for name in answer.moved_names:
+            report.add(git_dir, _short(git_dir, path, name), quarantine)
+
+    def _quarantine_hooks(self, git_dir: str, report: Report) -> None:
+        hooks = os.path.join(git_dir, "hooks")
+        try:
+            info = os.lstat(hooks)
+        except OSError:
+            return
+        if not stat.S_ISDIR(info.st_mode):  # a link or a file in place of hooks/: moved whole
+            if self.protection.box_may_have_written(hooks):
+                _move_aside(hooks, os.path.join(git_dir, QUARANTINE_FOLDER, "hooks"))
+                report.add(git_dir, "hooks (a link)", os.path.join(git_dir, QUARANTINE_FOLDER))
+            return
+        if self.protection.mount_holding(hooks) is not None:
+            return
+        try:
+            names = sorted(os.listdir(hooks))
+        except OSError:
+            return
+        for name in names:
+            if name.endswith(".sample"):
+                continue
+            path = os.path.join(hooks, name)
+            if self.protection.box_may_have_written(path):
+                where = os.path.join(git_dir, QUARANTINE_FOLDER, "hooks")
+                _move_aside(path, os.path.join(where, name))
+                report.add(git_dir, f"hooks/{name}", where)
+
+
+def _short(git_dir: str, path: str, name: str) -> str:
+    file = os.path.basename(path)
+    return name if file == "config" else f"{file}: {name}"
+
+
+def _gitfile_target(path: str) -> str | None:
+    """The folder a `.git` file names (`gitdir: …`, relative to the file's folder)."""
+    text = _read_small(path, 4096)
+    if text is None or not text.startswith("gitdir:"):
+        return None
+    target = text[len("gitdir:"):].strip()
+    return os.path.join(os.path.dirname(path), target) if target else None
+
+
+def _commondir(git_dir: str) -> str | None:
+    text = _read_small(os.path.join(git_dir, "commondir"), 4096)
+    if text is None or not text.strip():
+        return None
+    return os.path.join(git_dir, text.strip())
+
+
+def _subfolders(holder: str, nested: bool) -> list[str]:
+    """The git folders under `worktrees/` (one level) or `modules/` (submodules' names may have
+    slashes: any depth, a few hundred at most)."""
+    found: list[str] = []
+    queue = [holder]
+    while queue and len(found) < 500:
+        folder = queue.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            if os.path.lexists(os.path.join(entry.path, "HEAD")):
+                found.append(entry.path)
+            elif nested and entry.name not in ("objects", "refs", "logs"):
+                queue.append(entry.path)
+    return found
+
+
+def _read_small(path: str, limit: int = CONFIG_BYTES) -> str | None:
+    """A regular file's text (links followed, as git does), or None: never blocks on a fifo or a device."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            return None
+        data = os.read(fd, limit + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        return None
+    return data.decode("utf-8", "surrogateescape")
+
+
+def _replace(path: str, text: str) -> None:
+    """Write `text` in place of `path` (a link in its place is replaced, never followed)."""
+    temporary = f"{path}.owsandbox-{os.getpid()}.tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, text.encode("utf-8", "surrogateescape"))
+    finally:
+        os.close(fd)
+    os.replace(temporary, path)
+
+
+def _append(path: str, text: str) -> None:
+    if os.path.islink(path) or (os.path.lexists(path) and not os.path.isfile(path)):
+        _move_aside(path, path + ".old")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, text.encode("utf-8", "surrogateescape"))
+    finally:
+        os.close(fd)
+
+
+def _move_aside(path: str, destination: str) -> None:
+    """Rename `path` to `destination` (its folder made; a free name found), in the same git folder."""
+    folder = os.path.dirname(destination)
+    if os.path.islink(folder) or (os.path.lexists(folder) and not os.path.isdir(folder)):
+        os.replace(folder, f"{folder}.{uuid.uuid4().hex[:8]}")  # a link planted as the quarantine: moved too
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    target, n = destination, 1
+    while os.path.lexists(target):
+        n += 1
+        target = f"{destination}.{n}"
+    os.rename(path, target)
+
+
+# -- the record --------------------------------------------------------------------------------------
+
+
+class _locked:
+    """An exclusive lock beside the record, for kernels starting on the same workspace at once."""
+
+    def __init__(self, record: Path) -> None:
+        self.path = record.with_suffix(".lock")
+
+    def __enter__(self) -> None:
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+
+    def __exit__(self, *_: object) -> None:
+        os.close(self.fd)
+
+
+def _read_record(record: Path) -> dict:
+    try:
+        noted = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {w: b for w, b in noted.items() if isinstance(b, dict)} if isinstance(noted, dict) else {}
+
+
+def _write_record(record: Path, noted: dict) -> None:
+    noted = {w: b for w, b in noted.items() if b}
+    temporary = record.with_suffix(".tmp")
+    temporary.write_text(json.dumps(noted))
+    os.replace(temporary, record)
