@@ -1,0 +1,250 @@
+"""Box-made git configurations as text: what git may keep reading, what moves aside.
+
+The unit tests feed text and read text (no process). The tests marked otherwise check the parser
+against git's own (`git config --file F --list`), and the host-side check on a real workspace: which
+files it counts as the box's (changed since the start, outside the guard's read-only mounts) and
+which as the user's own.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from owsandbox.host.isolation.gitquarantine import (
+    ConfigSyntaxError,
+    Entry,
+    GitQuarantine,
+    Protection,
+    parse_config,
+    plain_url,
+    sanitise_config,
+)
+from owsandbox.host.isolation.guard import guard_workspace
+
+INIT = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n"
+
+# Keys that name a program (or a file git then reads, or a helper): each must move.
+NAMING_A_PROGRAM = {
+    "core.fsmonitor": "touch /x",
+    "core.pager": "touch /x",
+    "core.editor": "touch /x",
+    "core.sshCommand": "touch /x",
+    "core.askPass": "/x",
+    "core.hooksPath": ".githooks",
+    "core.gitProxy": "/x",
+    "core.worktree": "/",
+    "core.attributesFile": "/x",
+    "credential.helper": "!touch /x",
+    "diff.external": "/x",
+    "diff.evil.textconv": "/x",
+    "diff.evil.command": "/x",
+    "filter.evil.clean": "/x",
+    "filter.evil.process": "/x",
+    "merge.evil.driver": "/x",
+    "gpg.program": "/x",
+    "gpg.ssh.program": "/x",
+    "alias.st": "!touch /x",
+    "include.path": "/x",
+    "includeIf.gitdir:/.path": "/x",
+    "sequence.editor": "/x",
+    "remote.origin.uploadpack": "/x",
+    "remote.origin.receivepack": "/x",
+    "remote.origin.vcs": "evil",
+    "submodule.s.update": "!touch /x",
+    "uploadpack.packObjectsHook": "/x",
+    "commit.gpgSign": "true",
+    "protocol.ext.allow": "always",
+    "web.browser": "/x",
+    "extensions.partialClone": "origin",
+}
+
+
+def _config(name: str, value: str) -> str:
+    section, _, rest = name.partition(".")
+    if "." in rest:
+        sub, _, key = rest.rpartition(".")
+        return f'[{section} "{sub}"]\n\t{key} = {value}\n'
+    return f"[{section}]\n\t{rest} = {value}\n"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("name", sorted(NAMING_A_PROGRAM))
+def test_a_key_that_names_a_program_moves(name: str) -> None:
+    done = sanitise_config(INIT + _config(name, NAMING_A_PROGRAM[name]) + "[user]\n\tname = Box\n")
+    assert done.changed
+    assert [n.lower() for n in done.moved_names] == [name.lower()]
+    assert parse_config(done.kept) == parse_config(INIT + "[user]\n\tname = Box\n")
+    assert NAMING_A_PROGRAM[name].split()[-1] in done.moved
+
+
+@pytest.mark.unit
+def test_what_git_init_writes_and_a_repositorys_ordinary_keys_stay_as_they_are() -> None:
+    text = (INIT + '[remote "origin"]\n\turl = https://example.com/r.git\n'
+            "\tfetch = +refs/heads/*:refs/remotes/origin/*\n"
+            '[branch "main"]\n\tremote = origin\n\tmerge = refs/heads/main\n\trebase = true\n'
+            "[user]\n\tname = A Person\n\temail = a@example.com\n[init]\n\tdefaultBranch = main\n")
+    done = sanitise_config(text.replace("defaultBranch", "defaultbranch"))
+    assert not done.changed and done.moved == "" and done.moved_names == []
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("url, plain", [
+    ("https://example.com/r.git", True), ("git@example.com:r.git", True), ("ssh://h/r", True), ("../r", True),
+    ("/srv/r.git", True), ("file:///srv/r", True),
+    ("ext::sh -c touch% /x", False), ("fd::17", False), ("evil::https://example.com", False),
+    ("ssh://-oProxyCommand=touch /x/r", False), ("-oProxyCommand=x:r", False), ("gopher://h/r", False),
+    ("https://h/r\n", False), ("", False),
+])
+def test_only_plain_urls_stay(url: str, plain: bool) -> None:
+    assert plain_url(url) is plain
+    done = sanitise_config(f'[remote "o"]\n\turl = "{url.replace(chr(10), "")}"\n' if "\n" not in url
+                           else '[remote "o"]\n\turl = "https://h/r\\n"\n')
+    assert (done.moved_names == []) is plain, done
+
+
+@pytest.mark.unit
+def test_pull_with_an_editor_moves() -> None:
+    assert sanitise_config('[branch "m"]\n\trebase = interactive\n').moved_names == ["branch.m.rebase"]
+
+
+@pytest.mark.unit
+def test_git_syntax_is_read_as_git_reads_it() -> None:
+    text = ("\ufeff# comment\n[Core]  ; a comment\n\tBare = false # trailing\n"
+            "[core] fsmonitor = \"touch /x; \\\n  false\"\n"
+            "[section.Sub]\n\tkey\n"
+            '[diff "a\\"b\\\\c"]\n\ttextconv = cat\n'
+            "[user]\n\tname =   A   \"B  C\"  \\t ; x\n")
+    assert parse_config(text) == [
+        Entry("core", None, "bare", "false"),
+        Entry("core", None, "fsmonitor", "touch /x;   false"),
+        Entry("section", "sub", "key", None),
+        Entry("diff", 'a"b\\c', "textconv", "cat"),
+        Entry("user", None, "name", "A   B  C  \t"),  # as git: each space outside quotes kept, before more text
+    ]
+
+
+@pytest.mark.unit
+def test_a_key_on_a_section_line_is_caught() -> None:
+    done = sanitise_config("[core]\n\tbare = false\n[core] pager = touch /x\n")
+    assert done.moved_names == ["core.pager"] and "pager" not in done.kept
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("text", [
+    "[core\n\tpager = x\n", "pager = x\n", "[core]\n\tpager = \"x\n", "[core]\n\tpager = \\q\n",
+    "[core]\n\t9pager = x\n", "[core]\n\tpager x\n", "[a b]\n", "[core]\n\tbare = false\0\n",
+])
+def test_text_git_would_refuse_moves_whole(text: str) -> None:
+    with pytest.raises(ConfigSyntaxError):
+        parse_config(text)
+    done = sanitise_config(text)
+    assert done.changed and done.kept == "" and done.moved == text
+    assert done.moved_names[0].startswith("(the whole file")
+
+
+@pytest.mark.unit
+def test_the_kept_text_is_canonical_and_stable() -> None:
+    text = '[core]\n  bare=false\n[user]\n\tname = "  spaced  "\n\temail = a@b ; c\n[core]\n\tpager = x\n'
+    done = sanitise_config(text)
+    assert done.kept == '[core]\n\tbare = false\n[user]\n\tname = "  spaced  "\n\temail = a@b\n'
+    again = sanitise_config(done.kept)
+    assert not again.changed and again.kept == done.kept
+
+
+# -- against git's own parser, and on a real workspace (processes: not unit) -----------------------------
+
+TRICKY = [
+    INIT + '[remote "o"]\n\turl = https://e/r\n[core] pager = "less \\\n -R" ; c\n',
+    '[a.B]\n\tk = v\n[a "B"]\n\tk = "x;y#z"\n\tflag\n[x]\n\ty = a\\tb\\\\c\\"d\n',
+    "\ufeff[User]\n\tName = \"A  B\"  # c\n\teMail=x@y\n",
+    '[diff "a\\"b"]\n\ttextconv = cat\n[sec "sp ace"]\n\tk = 1\n',
+]
+
+
+@pytest.mark.parametrize("text", TRICKY)
+def test_the_parser_agrees_with_git(tmp_path: Path, text: str) -> None:
+    config = tmp_path / "config"
+    config.write_text(text)
+    listed = subprocess.run(["git", "config", "--file", str(config), "--list", "--no-includes"],
+                            capture_output=True, text=True, check=True).stdout.splitlines()
+    ours = [e.name if e.value is None else f"{e.name}={e.value}" for e in parse_config(text)]
+    assert ours == [line for line in "\n".join(listed).split("\n")], (ours, listed)
+    kept = sanitise_config(text).kept
+    config.write_text(kept)
+    again = subprocess.run(["git", "config", "--file", str(config), "--list"], capture_output=True, text=True,
+                           check=True).stdout.splitlines()
+    assert again == [e.name if e.value is None else f"{e.name}={e.value}" for e in parse_config(kept)]
+
+
+def _git(*args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=Me", "-c", "user.email=me@x", *args], check=True, capture_output=True)
+
+
+def test_a_users_own_repository_is_never_changed_and_what_appears_beside_it_is(tmp_path: Path) -> None:
+    """The guard's read-only mounts of an existing repository are the user's, and so is every file older
+    than the box's start; a config.worktree, commondir target or hook made since is the box's."""
+    workspace = tmp_path / "w"
+    _git("init", "-q", str(workspace / "mine"))
+    _git("-C", str(workspace / "mine"), "config", "core.pager", "less -S")  # the user's own choice
+    _git("-C", str(workspace / "mine"), "config", "extensions.worktreeConfig", "true")
+    (workspace / "mine" / ".git" / "hooks" / "pre-commit").write_text("#!/bin/sh\n")
+    (workspace / "old").mkdir()
+    _git("init", "-q", str(workspace / "old" / "unguarded"))
+    time.sleep(0.2)
+    guard = guard_workspace(str(workspace), "/nonexistent")
+    quarantine = GitQuarantine(str(workspace), Protection.at_start(guard))
+    assert quarantine.check().repositories == {}
+    user_config = (workspace / "mine" / ".git" / "config").read_text()
+    # the user changes their own config on the host while the box runs: still theirs
+    _git("-C", str(workspace / "mine"), "config", "core.editor", "vi")
+    (workspace / "mine" / ".git" / "config.worktree").write_text("[core]\n\tfsmonitor = touch /x\n")
+    _git("init", "-q", str(workspace / "new"))
+    _git("-C", str(workspace / "new"), "config", "core.fsmonitor", "touch /x")
+    report = quarantine.check()
+    assert set(report.repositories) == {str(workspace / "mine" / ".git"), str(workspace / "new" / ".git")}
+    assert report.repositories[str(workspace / "mine" / ".git")] == ["config.worktree: core.fsmonitor"]
+    assert (workspace / "mine" / ".git" / "config").read_text().startswith(user_config.split("[extensions]")[0])
+    assert "\teditor = vi" in (workspace / "mine" / ".git" / "config").read_text()
+    assert (workspace / "mine" / ".git" / "hooks" / "pre-commit").exists()
+    assert "fsmonitor" not in (workspace / "new" / ".git" / "config").read_text()
+    assert quarantine.check().repositories == {}
+
+
+def test_a_protected_config_whose_folder_was_replaced_is_the_boxs(tmp_path: Path) -> None:
+    workspace = tmp_path / "w"
+    _git("init", "-q", str(workspace / "mine"))
+    time.sleep(0.2)
+    quarantine = GitQuarantine(str(workspace), Protection.at_start(guard_workspace(str(workspace), "/nonexistent")))
+    git_dir = workspace / "mine" / ".git"
+    os.rename(git_dir, workspace / "mine" / ".git-old")
+    git_dir.mkdir()
+    for name in ("HEAD", "objects", "refs"):
+        os.rename(workspace / "mine" / ".git-old" / name, git_dir / name)
+    (git_dir / "config").write_text("[core]\n\tfsmonitor = touch /x\n")
+    assert quarantine.check().repositories == {str(git_dir): ["core.fsmonitor"]}
+
+
+def test_a_link_or_fifo_as_config_is_moved_without_being_read(tmp_path: Path) -> None:
+    workspace = tmp_path / "w"
+    workspace.mkdir()
+    quarantine = GitQuarantine(str(workspace), Protection(time.time_ns() - 10**8))
+    _git("init", "-q", str(workspace / "a"))
+    (workspace / "a" / ".git" / "config").unlink()
+    os.mkfifo(workspace / "a" / ".git" / "config")
+    _git("init", "-q", str(workspace / "b"))
+    (workspace / "evil.cfg").write_text("[core]\n\tbare = false\n\tpager = touch /x\n")
+    (workspace / "b" / ".git" / "config").unlink()
+    (workspace / "b" / ".git" / "config").symlink_to(workspace / "evil.cfg")
+    report = quarantine.check()
+    assert report.repositories[str(workspace / "a" / ".git")][0].startswith("(the whole config")
+    assert (workspace / "a" / ".git" / "config").read_text() == ""  # an empty config in its place
+    assert stat.S_ISFIFO((workspace / "a" / ".git" / "owsandbox-quarantine" / "config").lstat().st_mode)
+    assert report.repositories[str(workspace / "b" / ".git")] == ["core.pager"]
+    assert not (workspace / "b" / ".git" / "config").is_symlink()
+    assert "pager" in (workspace / "evil.cfg").read_text()  # the link's target is not written through
