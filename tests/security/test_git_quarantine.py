@@ -208,3 +208,24 @@ def test_a_box_whose_kernel_was_killed_is_checked_at_the_next_start(attacker_fac
     assert_inert(who, owner, home, project / "notes", marker)
     said = again.step(after_cell=True)["note"]
     assert said and "notes/.git (core.fsmonitor)" in said, said
+
+
+def test_the_kernel_moves_them_at_the_cells_end_and_says_so_once(default_kernel, tmp_path: Path, marker: Path):
+    """Through a real kernel on the default sandbox: the cell's output ends with one dimmed note, the next
+    cell's has none, and the host's git in the box's repository runs nothing it named."""
+    made = default_kernel.run(f"git init -q notes && git -C notes config core.fsmonitor 'touch {marker}; false' && "
+                              f"printf '#!/bin/sh\\ntouch {marker}\\n' > notes/.git/hooks/pre-commit && "
+                              "chmod +x notes/.git/hooks/pre-commit && echo made")
+    assert made.status == "ok" and made.text() == "made\n", made.outputs
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GIT_CONFIG_NOSYSTEM": "1"}
+    subprocess.run(["git", "-C", str(tmp_path / "notes"), "status"], capture_output=True, timeout=60, env=env)
+    done = subprocess.run(["git", "-C", str(tmp_path / "notes"), "-c", "user.name=a", "-c", "user.email=a@b",
+                           "commit", "-q", "--allow-empty", "-m", "x"], capture_output=True, text=True, timeout=60,
+                          env=env)
+    assert not marker.exists(), "the host's git ran what the cell named"
+    assert done.returncode == 0, done.stderr
+    said = [line for line in made.notes().splitlines() if line.startswith("[git:")]
+    assert len(said) == 1 and "notes/.git (core.fsmonitor, hooks/pre-commit)" in said[0], made.notes()
+    assert made.outputs[-1]["content"]["data"]["text/plain"] == said[0]  # after the cell's own output
+    again = default_kernel.run("echo again")
+    assert "[git:" not in again.notes(), again.notes()
