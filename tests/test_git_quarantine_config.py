@@ -248,3 +248,28 @@ def test_a_link_or_fifo_as_config_is_moved_without_being_read(tmp_path: Path) ->
     assert report.repositories[str(workspace / "b" / ".git")] == ["core.pager"]
     assert not (workspace / "b" / ".git" / "config").is_symlink()
     assert "pager" in (workspace / "evil.cfg").read_text()  # the link's target is not written through
+
+
+def test_the_walk_reads_again_what_changed_since_the_last_check(tmp_path: Path) -> None:
+    """The walk keeps each folder's listing while its inode and status change time stay: a repository
+    made deep in a folder walked before, a `.git` file rewritten in place, and a `.git` link are found."""
+    workspace = tmp_path / "w"
+    (workspace / "a" / "b" / "c").mkdir(parents=True)
+    (workspace / "other").mkdir()
+    (workspace / "other" / ".git").write_text("gitdir: ../nowhere\n")
+    quarantine = GitQuarantine(str(workspace), Protection(time.time_ns() - 10**8))
+    assert quarantine.check().git_dirs == 0
+    _git("init", "-q", "--bare", str(workspace / "node_modules" / "g"))
+    _git("--git-dir", str(workspace / "node_modules" / "g"), "config", "core.fsmonitor", "touch /x")
+    with open(workspace / "other" / ".git", "r+") as gitfile:  # in place: the folder's times do not change
+        gitfile.write("gitdir: ../node_modules/g\n")
+    _git("init", "-q", str(workspace / "a" / "b" / "c"))
+    _git("-C", str(workspace / "a" / "b" / "c"), "config", "core.pager", "touch /x")
+    (workspace / "a" / "link").mkdir()
+    _git("init", "-q", "--bare", str(workspace / "node_modules" / "h"))
+    _git("--git-dir", str(workspace / "node_modules" / "h"), "config", "core.editor", "touch /x")
+    (workspace / "a" / "link" / ".git").symlink_to(workspace / "node_modules" / "h")
+    report = quarantine.check()
+    assert report.repositories == {str(workspace / "node_modules" / "g"): ["core.fsmonitor"],
+                                   str(workspace / "a" / "b" / "c" / ".git"): ["core.pager"],
+                                   str(workspace / "node_modules" / "h"): ["core.editor"]}

@@ -459,6 +459,7 @@ class GitQuarantine:
         self.protection = protection
         self.record = record
         self.box_id = box_id or uuid.uuid4().hex
+        self._listings: dict[str, tuple[tuple[int, int, int], _Listing]] = {}  # the last walk's, by folder
 
     # -- the record of unfinished boxes ----------------------------------------------------------
 
@@ -522,33 +523,40 @@ class GitQuarantine:
 
     def _git_dirs(self, report: Report) -> Iterable[str]:
         """Breadth first, not following links: folders named `.git`, the targets of `.git` files and
-        folders laid out as git folders (a bare repository, a linked worktree's folder)."""
+        folders laid out as git folders (a bare repository, a linked worktree's folder). A folder whose
+        status change time and inode are those of the last walk has the same entries (making, removing
+        or renaming one changes them, and no call sets them back): its listing is not read again."""
+        listings: dict[str, tuple[tuple[int, int, int], _Listing]] = {}
         queue: deque[tuple[str, int]] = deque([(self.workspace, 0)])
         while queue and report.folders < SCAN_FOLDERS:
             folder, depth = queue.popleft()
             report.folders += 1
             try:
-                entries = list(os.scandir(folder))
+                info = os.lstat(folder)
             except OSError:
                 continue
-            names = {entry.name for entry in entries}
-            if "HEAD" in names and (("objects" in names and "refs" in names) or "commondir" in names):
+            if not stat.S_ISDIR(info.st_mode):
+                continue
+            key = (info.st_dev, info.st_ino, info.st_ctime_ns)
+            known = self._listings.get(folder)
+            listing = known[1] if known is not None and known[0] == key else _list(folder)
+            if listing is None:
+                continue
+            listings[folder] = (key, listing)
+            if listing.git_layout:
                 yield folder
                 continue
-            for entry in entries:
-                try:
-                    is_dir = entry.is_dir(follow_symlinks=False)
-                except OSError:
-                    continue
-                if entry.name == ".git":
-                    if is_dir:
-                        yield entry.path
-                    else:
-                        target = _gitfile_target(entry.path)
-                        if target is not None:
-                            yield target
-                elif is_dir and entry.name not in NOT_DESCENDED and depth < SCAN_DEPTH:
-                    queue.append((entry.path, depth + 1))
+            if listing.dot_git == "folder":
+                yield os.path.join(folder, ".git")
+            elif listing.dot_git == "other":  # a file naming the git folder, or a link to one
+                path = os.path.join(folder, ".git")
+                target = path if os.path.isdir(path) else _gitfile_target(path)  # its text can change in place
+                if target is not None:
+                    yield target
+            if depth < SCAN_DEPTH:
+                below = depth + 1
+                queue.extend([(path, below) for path in listing.folders])
+        self._listings = listings
 
     def _examine(self, git_dir: str, report: Report, seen: set[str]) -> None:
         """One git folder, the folder its `commondir` leads to, and its worktrees' and submodules'."""
@@ -613,6 +621,36 @@ class GitQuarantine:
                 where = os.path.join(git_dir, QUARANTINE_FOLDER, "hooks")
                 _move_aside(path, os.path.join(where, name))
                 report.add(git_dir, f"hooks/{name}", where)
+
+
+@dataclass(frozen=True)
+class _Listing:
+    """What the walk needs of a folder's entries."""
+
+    folders: tuple[str, ...]  # the paths to walk into: not links, not NOT_DESCENDED, not `.git`
+    git_layout: bool  # HEAD with objects/ and refs/ (a bare repository) or with commondir (a worktree's)
+    dot_git: str | None  # "folder", "other" (a file or a link) or None
+
+
+def _list(folder: str) -> _Listing | None:
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return None
+    names = {entry.name for entry in entries}
+    layout = "HEAD" in names and (("objects" in names and "refs" in names) or "commondir" in names)
+    folders: list[str] = []
+    dot_git = None
+    for entry in entries:
+        try:
+            is_dir = entry.is_dir(follow_symlinks=False)
+        except OSError:
+            continue
+        if entry.name == ".git":
+            dot_git = "folder" if is_dir else "other"
+        elif is_dir and entry.name not in NOT_DESCENDED:
+            folders.append(entry.path)
+    return _Listing(tuple(folders), layout, dot_git)
 
 
 def _short(git_dir: str, path: str, name: str) -> str:
