@@ -229,3 +229,23 @@ def test_the_kernel_moves_them_at_the_cells_end_and_says_so_once(default_kernel,
     assert made.outputs[-1]["content"]["data"]["text/plain"] == said[0]  # after the cell's own output
     again = default_kernel.run("echo again")
     assert "[git:" not in again.notes(), again.notes()
+
+
+@pytest.mark.system
+@pytest.mark.timeout(300)  # the first container test may build the image
+def test_in_a_rootful_container_a_box_made_repository_is_inert_too(rootful_engine, tmp_path: Path, marker: Path):
+    """The `container` provider binds the host's folder too: the same check at the cell's end. (Made by
+    hand: the image need not have git.)"""
+    from .conftest import rootful_box
+
+    with rootful_box(rootful_engine, tmp_path, "kernel-git-quarantine") as (provider, executor):
+        made = executor.run("mkdir -p notes/.git/objects notes/.git/refs/heads && "
+                            "echo 'ref: refs/heads/main' > notes/.git/HEAD && "
+                            f"printf '[core]\\n\\tbare = false\\n\\tfsmonitor = touch {marker}; false\\n' "
+                            "> notes/.git/config")
+        assert made["exit_code"] == 0, made
+        said = provider.after_cell()
+        subprocess.run(["git", "-C", str(tmp_path / "notes"), "status"], capture_output=True, timeout=60,
+                       env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GIT_CONFIG_NOSYSTEM": "1"})
+        assert not marker.exists(), "the host's git ran what the container's cell named"
+        assert said and "notes/.git (core.fsmonitor)" in said, said

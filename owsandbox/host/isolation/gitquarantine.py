@@ -56,6 +56,7 @@ import logging
 import os
 import re
 import stat
+import threading
 import time
 import uuid
 from collections import deque
@@ -460,6 +461,7 @@ class GitQuarantine:
         self.record = record
         self.box_id = box_id or uuid.uuid4().hex
         self._listings: dict[str, tuple[tuple[int, int, int], _Listing]] = {}  # the last walk's, by folder
+        self._checking = threading.Lock()  # cells of two subshells may end at once
 
     # -- the record of unfinished boxes ----------------------------------------------------------
 
@@ -514,8 +516,9 @@ class GitQuarantine:
         started = time.monotonic()
         report = Report()
         seen: set[str] = set()
-        for git_dir in self._git_dirs(report):
-            self._examine(git_dir, report, seen)
+        with self._checking:
+            for git_dir in self._git_dirs(report):
+                self._examine(git_dir, report, seen)
         report.seconds = time.monotonic() - started
         if report.repositories:
             log.info("git settings written in the sandbox moved aside: %s", report.repositories)
