@@ -231,6 +231,8 @@ def test_a_protected_config_whose_folder_was_replaced_is_the_boxs(tmp_path: Path
 
 
 def test_a_link_or_fifo_as_config_is_moved_without_being_read(tmp_path: Path) -> None:
+    """A link is never read through (it may lead to a file the box cannot read: the host would copy it
+    into the quarantine file, where the box can), a fifo never blocks the check: both move whole."""
     workspace = tmp_path / "w"
     workspace.mkdir()
     quarantine = GitQuarantine(str(workspace), Protection(time.time_ns() - 10**8))
@@ -238,16 +240,42 @@ def test_a_link_or_fifo_as_config_is_moved_without_being_read(tmp_path: Path) ->
     (workspace / "a" / ".git" / "config").unlink()
     os.mkfifo(workspace / "a" / ".git" / "config")
     _git("init", "-q", str(workspace / "b"))
-    (workspace / "evil.cfg").write_text("[core]\n\tbare = false\n\tpager = touch /x\n")
+    secret = tmp_path / "secret"
+    secret.write_text("[core]\n\tpager = the host's secret\n")
     (workspace / "b" / ".git" / "config").unlink()
-    (workspace / "b" / ".git" / "config").symlink_to(workspace / "evil.cfg")
+    (workspace / "b" / ".git" / "config").symlink_to(secret)
     report = quarantine.check()
-    assert report.repositories[str(workspace / "a" / ".git")][0].startswith("(the whole config")
-    assert (workspace / "a" / ".git" / "config").read_text() == ""  # an empty config in its place
+    for name in "ab":
+        git_dir = workspace / name / ".git"
+        assert report.repositories[str(git_dir)] == ["config (whole: not a plain file)"]
+        assert not os.path.lexists(git_dir / "config")
+        assert os.path.lexists(git_dir / "owsandbox-quarantine" / "config")
     assert stat.S_ISFIFO((workspace / "a" / ".git" / "owsandbox-quarantine" / "config").lstat().st_mode)
-    assert report.repositories[str(workspace / "b" / ".git")] == ["core.pager"]
-    assert not (workspace / "b" / ".git" / "config").is_symlink()
-    assert "pager" in (workspace / "evil.cfg").read_text()  # the link's target is not written through
+    assert "secret" not in "".join(p.read_text() for p in workspace.rglob("*" + "quarantine") if p.is_file())
+    assert secret.read_text() == "[core]\n\tpager = the host's secret\n"
+
+
+def test_a_link_never_leads_the_check_out_of_what_the_box_sees(tmp_path: Path) -> None:
+    """A `.git` link to a hidden folder of the home (say ~/.config/git, this user's own git config), a
+    quarantine folder planted as a link to it: nothing there is read or written."""
+    workspace = tmp_path / "home"
+    hidden = workspace / ".config" / "git"
+    hidden.mkdir(parents=True)
+    (hidden / "config").write_text("[alias]\n\tmine = log\n")
+    guard = guard_workspace(str(workspace), str(workspace))
+    assert str(workspace / ".config") in guard.hidden
+    quarantine = GitQuarantine(str(workspace), Protection.at_start(guard, since_ns=0))
+    (workspace / "notes").mkdir()
+    (workspace / "notes" / ".git").symlink_to(hidden)
+    _git("init", "-q", str(workspace / "repo"))
+    _git("-C", str(workspace / "repo"), "config", "core.pager", "touch /x")
+    (workspace / "repo" / ".git" / "owsandbox-quarantine").symlink_to(hidden)
+    (workspace / "repo" / ".git" / "hooks" / "pre-commit").write_text("#!/bin/sh\n")
+    report = quarantine.check()
+    assert set(report.repositories) == {str(workspace / "repo" / ".git")}
+    assert (hidden / "config").read_text() == "[alias]\n\tmine = log\n"
+    assert sorted(os.listdir(hidden)) == ["config"]
+    assert (workspace / "repo" / ".git" / "owsandbox-quarantine" / "hooks" / "pre-commit").is_file()
 
 
 def test_the_walk_reads_again_what_changed_since_the_last_check(tmp_path: Path) -> None:

@@ -352,22 +352,25 @@ class Protection:
 
     since_ns: int
     protected: dict[str, tuple[int, int]] = field(default_factory=dict)
+    hidden: list[str] = field(default_factory=list)  # what the box does not see: never touched here
 
     @classmethod
     def at_start(cls, guard: Guard, since_ns: int | None = None) -> Protection:
         found: dict[str, tuple[int, int]] = {}
         for path in guard.read_only:
             if os.path.basename(os.path.dirname(path)) == ".git" or "git" in guard.why.get(path, ""):
+                parent = os.path.realpath(os.path.dirname(path))
                 try:
-                    info = os.lstat(os.path.dirname(path))
+                    info = os.lstat(parent)
                 except OSError:
                     continue
-                found[path] = (info.st_dev, info.st_ino)
+                found[os.path.join(parent, os.path.basename(path))] = (info.st_dev, info.st_ino)
         since = time.time_ns() - START_MARGIN_NS if since_ns is None else since_ns
-        return cls(since, found)
+        return cls(since, found, [os.path.realpath(path) for path in guard.hidden])
 
     def to_json(self) -> dict:
-        return {"since_ns": self.since_ns, "protected": {p: list(v) for p, v in self.protected.items()}}
+        return {"since_ns": self.since_ns, "protected": {p: list(v) for p, v in self.protected.items()},
+                "hidden": self.hidden}
 
     @classmethod
     def from_json(cls, data: object) -> Protection | None:
@@ -376,12 +379,16 @@ class Protection:
         protected = data.get("protected")
         found = {p: (v[0], v[1]) for p, v in (protected or {}).items()
                  if isinstance(p, str) and isinstance(v, list) and len(v) == 2 and all(isinstance(n, int) for n in v)}
-        return cls(data["since_ns"], found)
+        hidden = [p for p in data.get("hidden") or [] if isinstance(p, str)]
+        return cls(data["since_ns"], found, hidden)
 
     def merged(self, other: Protection) -> Protection:
-        """Both boxes' writes: the earlier start, and only what both protected."""
+        """Both boxes' writes: the earlier start, only what both protected, what either hid."""
         both = {p: v for p, v in self.protected.items() if other.protected.get(p) == v}
-        return Protection(min(self.since_ns, other.since_ns), both)
+        return Protection(min(self.since_ns, other.since_ns), both, sorted({*self.hidden, *other.hidden}))
+
+    def is_hidden(self, path: str) -> bool:
+        return any(inside(path, hidden) for hidden in self.hidden)
 
     def mount_holding(self, path: str) -> str | None:
         """The protected path that is `path` or holds it, when its parent folder is still the one found
@@ -395,25 +402,13 @@ class Protection:
                 return protected if (info.st_dev, info.st_ino) == (dev, ino) else None
         return None
 
-    def box_may_have_written(self, path: str) -> bool:
-        """Whether the file (or link) at `path` may be the box's: not in a protected mount, and changed
-        (made, written, renamed, relinked) since the box started; for a link, its target too."""
+    def box_may_have_written(self, path: str, info: os.stat_result) -> bool:
+        """Whether the entry at `path` (its `lstat` is `info`) may be the box's: not in a protected mount,
+        and changed (made, written, renamed, relinked) since the box started. A link is never read
+        through here, whatever its age: it is moved whole when new."""
         if self.mount_holding(path) is not None:
             return False
-        try:
-            info = os.lstat(path)
-        except OSError:
-            return False
-        if info.st_ctime_ns >= self.since_ns:
-            return True
-        if stat.S_ISLNK(info.st_mode):  # an old link: its target, which git reads through it
-            if self.mount_holding(os.path.realpath(path)) is not None:
-                return False
-            try:
-                return os.stat(path).st_ctime_ns >= self.since_ns
-            except OSError:
-                return False
-        return False
+        return info.st_ctime_ns >= self.since_ns
 
 
 # -- the check ---------------------------------------------------------------------------------------
@@ -562,68 +557,96 @@ class GitQuarantine:
         self._listings = listings
 
     def _examine(self, git_dir: str, report: Report, seen: set[str]) -> None:
-        """One git folder, the folder its `commondir` leads to, and its worktrees' and submodules'."""
+        """One git folder, the folder its `commondir` leads to, and its worktrees' and submodules'. Only
+        folders of the workspace the box sees (a link may lead anywhere: to a hidden folder of the home,
+        to this user's own git config); each opened once, and everything in it done relative to that
+        descriptor, following no link, so that nothing the box renames meanwhile redirects a write."""
         pending = [git_dir]
         while pending and len(seen) < GIT_DIRS_AT_MOST:
             folder = os.path.realpath(pending.pop())
-            if folder in seen or not inside(folder, self.workspace) or not os.path.isdir(folder):
+            if folder in seen:
                 continue
             seen.add(folder)
-            report.git_dirs += 1
-            common = _commondir(folder)
-            if common is not None:
-                pending.append(common)
-            for name in ("config", "config.worktree"):
-                self._sanitise_config(folder, os.path.join(folder, name), report)
-            self._quarantine_hooks(folder, report)
+            try:
+                fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                try:
+                    opened = os.readlink(f"/proc/self/fd/{fd}")
+                except OSError:
+                    continue
+                if not inside(opened, self.workspace) or self.protection.is_hidden(opened):
+                    continue
+                report.git_dirs += 1
+                common = _commondir(fd)
+                if common is not None:
+                    pending.append(os.path.join(opened, common))
+                for name in ("config", "config.worktree"):
+                    try:
+                        self._sanitise_config(opened, fd, name, report)
+                    except OSError as exc:  # a name squatted meanwhile, say: the file itself goes
+                        log.warning("git check: %s/%s moved whole (%s)", opened, name, exc)
+                        if _move_aside(fd, name, ()):
+                            report.add(opened, f"{name} (whole)", os.path.join(opened, QUARANTINE_FOLDER))
+                self._quarantine_hooks(opened, fd, report)
+            finally:
+                os.close(fd)
             for holder in ("worktrees", "modules"):
-                pending.extend(_subfolders(os.path.join(folder, holder), holder == "modules"))
+                pending.extend(_subfolders(os.path.join(opened, holder), holder == "modules"))
 
-    def _sanitise_config(self, git_dir: str, path: str, report: Report) -> None:
-        if not os.path.lexists(path) or not self.protection.box_may_have_written(path):
+    def _sanitise_config(self, git_dir: str, fd: int, name: str, report: Report) -> None:
+        path = os.path.join(git_dir, name)
+        try:
+            info = os.lstat(name, dir_fd=fd)
+        except OSError:
             return
-        quarantine = path + QUARANTINE_SUFFIX
-        text = _read_small(path)
-        if text is None:  # not a regular file (a fifo, a folder), unreadable or too large: moved whole
-            answer = Sanitised("", "", [f"(the whole {os.path.basename(path)}: not a readable file)"], True)
-            _move_aside(path, os.path.join(git_dir, QUARANTINE_FOLDER, os.path.basename(path)))
-            quarantine = os.path.join(git_dir, QUARANTINE_FOLDER)
-        else:
-            answer = sanitise_config(text)
-            if not answer.changed:
-                return
-            if answer.moved:
-                header = f"# moved from {os.path.basename(path)}, written in the sandbox ({time.ctime()})\n"
-                _append(quarantine, header + answer.moved + "\n")
-        _replace(path, answer.kept)
-        for name in answer.moved_names:
-            report.add(git_dir, _short(git_dir, path, name), quarantine)
+        if not self.protection.box_may_have_written(path, info):
+            return
+        text = _read_small(fd, name) if stat.S_ISREG(info.st_mode) else None
+        if text is None:  # a link (never read through), a fifo, a folder, too large: moved whole, unread
+            if _move_aside(fd, name, ()):
+                report.add(git_dir, f"{name} (whole: not a plain file)", os.path.join(git_dir, QUARANTINE_FOLDER))
+            return
+        answer = sanitise_config(text)
+        if not answer.changed:
+            return
+        if answer.moved:
+            header = f"# moved from {name}, written in the sandbox ({time.ctime()})\n"
+            _append(fd, name + QUARANTINE_SUFFIX, header + answer.moved + "\n")
+        _replace(fd, name, answer.kept)
+        for moved in answer.moved_names:
+            report.add(git_dir, moved if name == "config" else f"{name}: {moved}", path + QUARANTINE_SUFFIX)
 
-    def _quarantine_hooks(self, git_dir: str, report: Report) -> None:
+    def _quarantine_hooks(self, git_dir: str, fd: int, report: Report) -> None:
         hooks = os.path.join(git_dir, "hooks")
         try:
-            info = os.lstat(hooks)
+            info = os.lstat("hooks", dir_fd=fd)
         except OSError:
             return
         if not stat.S_ISDIR(info.st_mode):  # a link or a file in place of hooks/: moved whole
-            if self.protection.box_may_have_written(hooks):
-                _move_aside(hooks, os.path.join(git_dir, QUARANTINE_FOLDER, "hooks"))
-                report.add(git_dir, "hooks (a link)", os.path.join(git_dir, QUARANTINE_FOLDER))
+            if self.protection.box_may_have_written(hooks, info) and _move_aside(fd, "hooks", ()):
+                report.add(git_dir, "hooks (not a folder)", os.path.join(git_dir, QUARANTINE_FOLDER))
             return
         if self.protection.mount_holding(hooks) is not None:
             return
         try:
-            names = sorted(os.listdir(hooks))
+            hooks_fd = os.open("hooks", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
         except OSError:
             return
-        for name in names:
-            if name.endswith(".sample"):
-                continue
-            path = os.path.join(hooks, name)
-            if self.protection.box_may_have_written(path):
-                where = os.path.join(git_dir, QUARANTINE_FOLDER, "hooks")
-                _move_aside(path, os.path.join(where, name))
-                report.add(git_dir, f"hooks/{name}", where)
+        try:
+            for name in sorted(os.listdir(hooks_fd)):
+                if name.endswith(".sample"):
+                    continue
+                try:
+                    entry = os.lstat(name, dir_fd=hooks_fd)
+                except OSError:
+                    continue
+                if self.protection.box_may_have_written(os.path.join(hooks, name), entry) and _move_aside(
+                        hooks_fd, name, ("hooks",), fd):
+                    report.add(git_dir, f"hooks/{name}", os.path.join(git_dir, QUARANTINE_FOLDER, "hooks"))
+        finally:
+            os.close(hooks_fd)
 
 
 @dataclass(frozen=True)
@@ -656,25 +679,21 @@ def _list(folder: str) -> _Listing | None:
     return _Listing(tuple(folders), layout, dot_git)
 
 
-def _short(git_dir: str, path: str, name: str) -> str:
-    file = os.path.basename(path)
-    return name if file == "config" else f"{file}: {name}"
-
-
 def _gitfile_target(path: str) -> str | None:
-    """The folder a `.git` file names (`gitdir: …`, relative to the file's folder)."""
-    text = _read_small(path, 4096)
+    """The folder a `.git` file names (`gitdir: …`, relative to the file's folder); a link is taken
+    as the folder it leads to, which `_examine` checks."""
+    text = _read_small(None, path, 4096)
     if text is None or not text.startswith("gitdir:"):
         return None
     target = text[len("gitdir:"):].strip()
     return os.path.join(os.path.dirname(path), target) if target else None
 
 
-def _commondir(git_dir: str) -> str | None:
-    text = _read_small(os.path.join(git_dir, "commondir"), 4096)
+def _commondir(fd: int) -> str | None:
+    text = _read_small(fd, "commondir", 4096)
     if text is None or not text.strip():
         return None
-    return os.path.join(git_dir, text.strip())
+    return text.strip()
 
 
 def _subfolders(holder: str, nested: bool) -> list[str]:
@@ -698,58 +717,109 @@ def _subfolders(holder: str, nested: bool) -> list[str]:
     return found
 
 
-def _read_small(path: str, limit: int = CONFIG_BYTES) -> str | None:
-    """A regular file's text (links followed, as git does), or None: never blocks on a fifo or a device."""
+def _read_small(fd: int | None, name: str, limit: int = CONFIG_BYTES) -> str | None:
+    """A regular file's text (`name` in the folder open as `fd`), or None: never through a link, never
+    blocking on a fifo or a device."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        file = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
     except OSError:
         return None
     try:
-        info = os.fstat(fd)
+        info = os.fstat(file)
         if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
             return None
-        data = os.read(fd, limit + 1)
+        data = os.read(file, limit + 1)
     except OSError:
         return None
     finally:
-        os.close(fd)
+        os.close(file)
     if len(data) > limit:
         return None
     return data.decode("utf-8", "surrogateescape")
 
 
-def _replace(path: str, text: str) -> None:
-    """Write `text` in place of `path` (a link in its place is replaced, never followed)."""
-    temporary = f"{path}.owsandbox-{os.getpid()}.tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+def _replace(fd: int, name: str, text: str) -> None:
+    """Write `text` in place of `name` in the folder open as `fd` (what was there is replaced, never
+    followed)."""
+    temporary = f"{name}.owsandbox-{uuid.uuid4().hex[:12]}.tmp"
+    file = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=fd)
     try:
-        os.write(fd, text.encode("utf-8", "surrogateescape"))
+        os.write(file, text.encode("utf-8", "surrogateescape"))
     finally:
-        os.close(fd)
-    os.replace(temporary, path)
+        os.close(file)
+    os.replace(temporary, name, src_dir_fd=fd, dst_dir_fd=fd)
 
 
-def _append(path: str, text: str) -> None:
-    if os.path.islink(path) or (os.path.lexists(path) and not os.path.isfile(path)):
-        _move_aside(path, path + ".old")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+def _append(fd: int, name: str, text: str) -> None:
+    """Append to `name` in the folder open as `fd`; whatever squats the name as other than a plain file
+    (a link, a folder, a fifo) is moved aside first."""
+    for _ in range(3):
+        try:
+            file = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                           0o600, dir_fd=fd)
+        except OSError:
+            _move_aside(fd, name, ())
+            continue
+        try:
+            if not stat.S_ISREG(os.fstat(file).st_mode):
+                _move_aside(fd, name, ())
+                continue
+            os.write(file, text.encode("utf-8", "surrogateescape"))
+            return
+        finally:
+            os.close(file)
+    raise OSError(f"{name} keeps being replaced")
+
+
+def _move_aside(fd: int, name: str, under: tuple[str, ...], git_fd: int | None = None) -> bool:
+    """Rename `name` (in the folder open as `fd`) into the git folder's QUARANTINE_FOLDER (and the
+    folders `under` in it), under a free name: every folder on the way opened without following links
+    (one planted as a link is moved aside itself), so the rename cannot land outside the git folder."""
     try:
-        os.write(fd, text.encode("utf-8", "surrogateescape"))
+        folder = _quarantine_folder(fd if git_fd is None else git_fd, (QUARANTINE_FOLDER, *under))
+    except OSError as exc:
+        log.warning("git check: no quarantine folder for %s: %s", name, exc)
+        return False
+    try:
+        target, n = name, 1
+        while True:
+            try:
+                os.lstat(target, dir_fd=folder)
+            except FileNotFoundError:
+                break
+            n += 1
+            target = f"{name}.{n}"
+        os.rename(name, target, src_dir_fd=fd, dst_dir_fd=folder)
+        return True
+    except OSError as exc:
+        log.warning("git check: %s not moved aside: %s", name, exc)
+        return False
     finally:
-        os.close(fd)
+        os.close(folder)
 
 
-def _move_aside(path: str, destination: str) -> None:
-    """Rename `path` to `destination` (its folder made; a free name found), in the same git folder."""
-    folder = os.path.dirname(destination)
-    if os.path.islink(folder) or (os.path.lexists(folder) and not os.path.isdir(folder)):
-        os.replace(folder, f"{folder}.{uuid.uuid4().hex[:8]}")  # a link planted as the quarantine: moved too
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    target, n = destination, 1
-    while os.path.lexists(target):
-        n += 1
-        target = f"{destination}.{n}"
-    os.rename(path, target)
+def _quarantine_folder(fd: int, names: tuple[str, ...]) -> int:
+    current = os.dup(fd)
+    try:
+        for name in names:
+            for _ in range(3):
+                try:
+                    os.mkdir(name, 0o700, dir_fd=current)
+                except FileExistsError:
+                    pass
+                try:
+                    below = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=current)
+                    break
+                except OSError:  # a link or a file in its place: moved out of the way, under a name of its own
+                    os.rename(name, f"{name}.{uuid.uuid4().hex[:8]}", src_dir_fd=current, dst_dir_fd=current)
+            else:
+                raise OSError(f"{name} keeps being replaced")
+            os.close(current)
+            current = below
+        return current
+    except BaseException:
+        os.close(current)
+        raise
 
 
 # -- the record --------------------------------------------------------------------------------------
