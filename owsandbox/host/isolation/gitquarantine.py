@@ -59,7 +59,6 @@ import stat
 import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -455,7 +454,7 @@ class GitQuarantine:
         self.protection = protection
         self.record = record
         self.box_id = box_id or uuid.uuid4().hex
-        self._listings: dict[str, tuple[tuple[int, int, int], _Listing]] = {}  # the last walk's, by folder
+        self._listings: dict[str, _Listing] = {}  # the last walk's, by folder
         self._checking = threading.Lock()  # cells of two subshells may end at once
 
     # -- the record of unfinished boxes ----------------------------------------------------------
@@ -524,36 +523,40 @@ class GitQuarantine:
         folders laid out as git folders (a bare repository, a linked worktree's folder). A folder whose
         status change time and inode are those of the last walk has the same entries (making, removing
         or renaming one changes them, and no call sets them back): its listing is not read again."""
-        listings: dict[str, tuple[tuple[int, int, int], _Listing]] = {}
-        queue: deque[tuple[str, int]] = deque([(self.workspace, 0)])
-        while queue and report.folders < SCAN_FOLDERS:
-            folder, depth = queue.popleft()
-            report.folders += 1
-            try:
-                info = os.lstat(folder)
-            except OSError:
-                continue
-            if not stat.S_ISDIR(info.st_mode):
-                continue
-            key = (info.st_dev, info.st_ino, info.st_ctime_ns)
-            known = self._listings.get(folder)
-            listing = known[1] if known is not None and known[0] == key else _list(folder)
-            if listing is None:
-                continue
-            listings[folder] = (key, listing)
-            if listing.git_layout:
-                yield folder
-                continue
-            if listing.dot_git == "folder":
-                yield os.path.join(folder, ".git")
-            elif listing.dot_git == "other":  # a file naming the git folder, or a link to one
-                path = os.path.join(folder, ".git")
-                target = path if os.path.isdir(path) else _gitfile_target(path)  # its text can change in place
-                if target is not None:
-                    yield target
-            if depth < SCAN_DEPTH:
-                below = depth + 1
-                queue.extend([(path, below) for path in listing.folders])
+        known, listings = self._listings, {}
+        lstat, is_dir, join = os.lstat, stat.S_ISDIR, os.path.join
+        level, depth = [self.workspace], 0
+        while level:
+            below: list[str] = []
+            for folder in level:
+                if report.folders >= SCAN_FOLDERS:
+                    break
+                report.folders += 1
+                try:
+                    info = lstat(folder)
+                except OSError:
+                    continue
+                if not is_dir(info.st_mode):
+                    continue
+                listing = known.get(folder)
+                if listing is None or listing.key != (info.st_ino, info.st_ctime_ns):
+                    listing = _list(folder, (info.st_ino, info.st_ctime_ns))
+                    if listing is None:
+                        continue
+                listings[folder] = listing
+                if listing.git_layout:
+                    yield folder
+                    continue
+                if listing.dot_git == "folder":
+                    yield join(folder, ".git")
+                elif listing.dot_git == "other":  # a file naming the git folder, or a link to one
+                    path = join(folder, ".git")
+                    target = path if os.path.isdir(path) else _gitfile_target(path)  # its text can change in place
+                    if target is not None:
+                        yield target
+                below.extend(listing.folders)
+            depth += 1
+            level = below if depth <= SCAN_DEPTH and report.folders < SCAN_FOLDERS else []
         self._listings = listings
 
     def _examine(self, git_dir: str, report: Report, seen: set[str]) -> None:
@@ -649,16 +652,17 @@ class GitQuarantine:
             os.close(hooks_fd)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Listing:
-    """What the walk needs of a folder's entries."""
+    """What the walk needs of a folder's entries, and the folder's (inode, ctime) when they were read."""
 
+    key: tuple[int, int]
     folders: tuple[str, ...]  # the paths to walk into: not links, not NOT_DESCENDED, not `.git`
     git_layout: bool  # HEAD with objects/ and refs/ (a bare repository) or with commondir (a worktree's)
     dot_git: str | None  # "folder", "other" (a file or a link) or None
 
 
-def _list(folder: str) -> _Listing | None:
+def _list(folder: str, key: tuple[int, int]) -> _Listing | None:
     try:
         entries = list(os.scandir(folder))
     except OSError:
@@ -676,7 +680,7 @@ def _list(folder: str) -> _Listing | None:
             dot_git = "folder" if is_dir else "other"
         elif is_dir and entry.name not in NOT_DESCENDED:
             folders.append(entry.path)
-    return _Listing(tuple(folders), layout, dot_git)
+    return _Listing(key, tuple(folders), layout, dot_git)
 
 
 def _gitfile_target(path: str) -> str | None:
