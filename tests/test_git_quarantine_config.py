@@ -272,7 +272,8 @@ def test_a_link_never_leads_the_check_out_of_what_the_box_sees(tmp_path: Path) -
     (workspace / "repo" / ".git" / "owsandbox-quarantine").symlink_to(hidden)
     (workspace / "repo" / ".git" / "hooks" / "pre-commit").write_text("#!/bin/sh\n")
     report = quarantine.check()
-    assert set(report.repositories) == {str(workspace / "repo" / ".git")}
+    assert report.repositories[str(workspace / "notes")] == [".git (leads where the sandbox cannot write)"]
+    assert set(report.repositories) == {str(workspace / "notes"), str(workspace / "repo" / ".git")}
     assert (hidden / "config").read_text() == "[alias]\n\tmine = log\n"
     assert sorted(os.listdir(hidden)) == ["config"]
     assert (workspace / "repo" / ".git" / "owsandbox-quarantine" / "hooks" / "pre-commit").is_file()
@@ -301,3 +302,22 @@ def test_the_walk_reads_again_what_changed_since_the_last_check(tmp_path: Path) 
     assert report.repositories == {str(workspace / "node_modules" / "g"): ["core.fsmonitor"],
                                    str(workspace / "a" / "b" / "c" / ".git"): ["core.pager"],
                                    str(workspace / "node_modules" / "h"): ["core.editor"]}
+
+
+def test_a_redirection_out_of_the_workspace_is_set_aside_when_the_box_made_it(tmp_path: Path) -> None:
+    workspace = tmp_path / "w"
+    _git("init", "-q", str(tmp_path / "elsewhere"))
+    (workspace / "mine").mkdir(parents=True)
+    (workspace / "mine" / ".git").write_text(f"gitdir: {tmp_path}/elsewhere/.git\n")  # the user's own worktree
+    time.sleep(0.2)
+    quarantine = GitQuarantine(str(workspace), Protection(time.time_ns() - 10**8))
+    (workspace / "box").mkdir()
+    (workspace / "box" / ".git").write_text(f"gitdir: {tmp_path}/elsewhere/.git\n")
+    (workspace / "linked").mkdir()
+    (workspace / "linked" / ".git").symlink_to(tmp_path / "elsewhere" / ".git")
+    report = quarantine.check()
+    assert report.repositories == {str(workspace / "box"): [".git (leads where the sandbox cannot write)"],
+                                   str(workspace / "linked"): [".git (leads where the sandbox cannot write)"]}
+    assert (workspace / "mine" / ".git").is_file()
+    assert not os.path.lexists(workspace / "box" / ".git")
+    assert (workspace / "box" / ".git.owsandbox-quarantine").is_file()

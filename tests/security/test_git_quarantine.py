@@ -249,3 +249,23 @@ def test_in_a_rootful_container_a_box_made_repository_is_inert_too(rootful_engin
                        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GIT_CONFIG_NOSYSTEM": "1"})
         assert not marker.exists(), "the host's git ran what the container's cell named"
         assert said and "notes/.git (core.fsmonitor)" in said, said
+
+
+def test_a_redirection_out_of_the_workspace_is_set_aside(attacker_factory, project: Path, home: Path, who: str,
+                                                         owner):
+    """A `.git` file or a `commondir` naming a repository of the user's outside the workspace: the host's
+    `git commit` in the box's folder would commit into it (and a checkout would write over its files)."""
+    _user_repository(who, owner, home, home / "other")
+    _user_repository(who, owner, home, project / "proj")
+    attacker = attacker_factory()
+    attacker.start(project)
+    made = attacker.run(f"mkdir evil && echo 'gitdir: {home}/other/.git' > evil/.git && "
+                        f"echo '{home}/other/.git' > proj/.git/commondir")
+    assert made["exit_code"] == 0, made
+    said = attacker.step(after_cell=True)["note"]
+    for folder in ("evil", "proj"):
+        on_host(who, owner, home, ["git", "-C", str(project / folder), "commit", "-q", "--allow-empty", "-m", "box"])
+    log = on_host(who, owner, home, ["git", "-C", str(home / "other"), "log", "--format=%s"])
+    assert log.split() == ["mine"], log
+    assert said and "evil (.git (leads where the sandbox cannot write))" in said, said
+    assert "commondir (leads where" in said, said

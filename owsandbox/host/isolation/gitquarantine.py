@@ -552,7 +552,9 @@ class GitQuarantine:
                 elif listing.dot_git == "other":  # a file naming the git folder, or a link to one
                     path = join(folder, ".git")
                     target = path if os.path.isdir(path) else _gitfile_target(path)  # its text can change in place
-                    if target is not None:
+                    if target is not None and self._leads_out(target):
+                        self._set_aside_redirection(folder, ".git", report)
+                    elif target is not None:
                         yield target
                 below.extend(listing.folders)
             depth += 1
@@ -583,7 +585,9 @@ class GitQuarantine:
                     continue
                 report.git_dirs += 1
                 common = _commondir(fd)
-                if common is not None:
+                if common is not None and self._leads_out(os.path.join(opened, common)):
+                    self._set_aside_redirection(opened, "commondir", report)
+                elif common is not None:
                     pending.append(os.path.join(opened, common))
                 for name in ("config", "config.worktree"):
                     try:
@@ -597,6 +601,38 @@ class GitQuarantine:
                 os.close(fd)
             for holder in ("worktrees", "modules"):
                 pending.extend(_subfolders(os.path.join(opened, holder), holder == "modules"))
+
+    def _leads_out(self, path: str) -> bool:
+        """Whether a git folder named by a `.git` file or link, or a `commondir`, is one the box does not
+        see or cannot write (out of the workspace, or hidden in it): this machine's git would work on
+        another repository of the user's (commit into it, check out over it) at the box's word."""
+        real = os.path.realpath(path)
+        return not inside(real, self.workspace) or self.protection.is_hidden(real)
+
+    def _set_aside_redirection(self, folder: str, name: str, report: Report) -> None:
+        """`name` in `folder` (a `.git` file or link, a `commondir`) leads out of what the box sees: when
+        the box made it, renamed to NAME.owsandbox-quarantine where it is, so git no longer follows it."""
+        try:
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            opened = os.readlink(f"/proc/self/fd/{fd}")
+            if not inside(opened, self.workspace) or self.protection.is_hidden(opened):
+                return
+            info = os.lstat(name, dir_fd=fd)
+            if not self.protection.box_may_have_written(os.path.join(opened, name), info):
+                return  # the user's own
+            target, n = name + QUARANTINE_SUFFIX, 1
+            while os.path.lexists(os.path.join(opened, target)):
+                n += 1
+                target = f"{name}{QUARANTINE_SUFFIX}.{n}"
+            os.rename(name, target, src_dir_fd=fd, dst_dir_fd=fd)
+            report.add(opened, f"{name} (leads where the sandbox cannot write)", os.path.join(opened, target))
+        except OSError as exc:
+            log.warning("git check: %s/%s not set aside: %s", folder, name, exc)
+        finally:
+            os.close(fd)
 
     def _sanitise_config(self, git_dir: str, fd: int, name: str, report: Report) -> None:
         path = os.path.join(git_dir, name)
