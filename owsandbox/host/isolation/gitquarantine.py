@@ -20,6 +20,12 @@ like the guard's) is made inert for this machine's git:
   construction an allowlist, not a blocklist. The kept file is written back in one canonical form,
   so what git reads is exactly what was checked here (no parser differences);
 * every entry of `hooks/` other than git's `*.sample` files moves to `owsandbox-quarantine/hooks/`;
+* a `.git` file or link, or a `commondir`, that the box made and that leads where the box cannot
+  write (another repository of the user's, a hidden folder of the home) is renamed in place to
+  `NAME.owsandbox-quarantine`: the host's `git commit` there would commit into that repository;
+* a link in place of a config or a hook moves whole, unread (it may lead to a file the box cannot
+  read, which would then be copied where it can); every read, write and rename is relative to the
+  git folder opened once with `O_NOFOLLOW`, and only in folders the box sees (never a hidden one);
 * the cell's output says so in one dimmed note.
 
 *What the box could have written* is decided from facts the box cannot forge: a file whose status
@@ -31,6 +37,13 @@ repository's own configuration is never changed, while what the box adds beside 
 start time and those inodes are kept in this user's private state folder until the box's end has
 been checked; a box that ended without that check (a kernel killed with SIGKILL) leaves its record,
 and the next start checks everything written since the old box started before anything runs.
+
+Why a sweep and not a hook in git: the host's git is the user's (any version, any front end: the
+terminal, JupyterLab's panel, an editor, a shell prompt), so nothing can be put between it and the
+files; what git reads has to be made safe where it lies. Why a walk rather than watching (inotify):
+a watch per folder, set up and kept for 20,000 folders, races with the box's renames and has limits of
+its own; the walk re-reads only folders whose ctime moved and costs one lstat a folder (about 25 ms for
+10,000 folders, `benchmarks/git_quarantine.py`).
 
 Why not the other mechanism the issue names (the box's writes owned by another uid, so that git's
 `safe.directory` refuses the repository): an unprivileged bubblewrap maps the box to the user's own
