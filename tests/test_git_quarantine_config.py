@@ -321,3 +321,26 @@ def test_a_redirection_out_of_the_workspace_is_set_aside_when_the_box_made_it(tm
     assert (workspace / "mine" / ".git").is_file()
     assert not os.path.lexists(workspace / "box" / ".git")
     assert (workspace / "box" / ".git.owsandbox-quarantine").is_file()
+
+
+def test_the_walk_goes_to_any_depth_and_says_once_where_it_stopped(tmp_path: Path, monkeypatch) -> None:
+    """Depth costs the box nothing, so a repository is found however deep; the number of folders read is
+    bounded, and a box that makes more (burying a repository below them) is told about in the note, once."""
+    from owsandbox.host.isolation import gitquarantine
+
+    workspace = tmp_path / "w"
+    deep = workspace.joinpath(*"abcdefghij")
+    deep.mkdir(parents=True)
+    quarantine = GitQuarantine(str(workspace), Protection(time.time_ns() - 10**8))
+    _git("init", "-q", str(deep))
+    _git("-C", str(deep), "config", "core.pager", "touch /x")
+    report = quarantine.check()
+    assert report.repositories == {str(deep / ".git"): ["core.pager"]} and not report.unchecked
+    monkeypatch.setattr(gitquarantine, "SCAN_FOLDERS", 5)
+    for n in range(10):
+        (workspace / f"flood{n}").mkdir()
+    first, second = quarantine.check(), quarantine.check()
+    assert first.unchecked and second.unchecked
+    said = first.note(str(workspace))
+    assert said is not None and "more than 5 folders" in said
+    assert second.note(str(workspace)) is None

@@ -53,9 +53,10 @@ looks at the owner of the work tree's top, not of each file git reads.
 
 What this does not cover, said plainly: between a cell's writes and its end (or while a program the
 box left running writes later) this machine's git can still meet the box's config, so the check runs
-again at every cell's end and at the box's end; repositories beyond the walk's limits
-(`SCAN_FOLDERS`, `SCAN_DEPTH`, inside `NOT_DESCENDED` folders) are not checked, as the guard does not
-protect them either; a host user's own change to a config that the box could also write, made while
+again at every cell's end and at the box's end; the walk goes to any depth but reads at most
+`SCAN_FOLDERS` folders, breadth first (a box that makes more can bury a repository below them: the
+note says so, once), and not into `NOT_DESCENDED` folders (`node_modules`, caches), except where a
+`.git` file or `commondir` leads; a host user's own change to a config that the box could also write, made while
 a box runs, is treated as the box's (it is moved, not lost). Only providers whose workspace is a
 folder of this machine need it (bubblewrap, `container`); the `local` provider isolates nothing (a
 cell there runs any program directly), so it has none.
@@ -76,7 +77,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .guard import NOT_DESCENDED, SCAN_DEPTH, SCAN_FOLDERS, Guard, inside
+from .guard import NOT_DESCENDED, SCAN_FOLDERS, Guard, inside
 
 log = logging.getLogger(__name__)
 
@@ -435,23 +436,29 @@ class Report:
     git_dirs: int = 0
     folders: int = 0
     seconds: float = 0.0
+    unchecked: bool = False  # the walk stopped at SCAN_FOLDERS with folders left
+    say_unchecked: bool = False  # and the note says so (once a box)
 
     def add(self, git_dir: str, what: str, where: str) -> None:
         self.repositories.setdefault(git_dir, []).append(what)
         self.quarantine.setdefault(git_dir, where)
 
     def note(self, workspace: str) -> str | None:
-        """One line for the cell, or None when nothing was done."""
+        """One line for the cell, or None when there is nothing to say."""
+        limit = (f"[git: the workspace has more than {SCAN_FOLDERS:,} folders, and only the first {SCAN_FOLDERS:,} "
+                 "(breadth first) are checked for git settings the sandbox wrote: run this machine's git only in "
+                 "folders near the top, or in repositories you made]") if self.say_unchecked else None
         if not self.repositories:
-            return None
+            return limit
         parts = []
         for git_dir, moved in list(self.repositories.items())[:4]:
             shown = ", ".join(moved[:5]) + (f" and {len(moved) - 5} more" if len(moved) > 5 else "")
             parts.append(f"{_relative(git_dir, workspace)} ({shown})")
         more = f" and {len(self.repositories) - 4} more" if len(self.repositories) > 4 else ""
-        return ("[git: what a configuration written in the sandbox would make this machine's git run was moved "
-                f"aside: {'; '.join(parts)}{more}. Kept in config{QUARANTINE_SUFFIX} beside each config, hooks in "
-                f"{QUARANTINE_FOLDER}/]")
+        moved = ("[git: what a configuration written in the sandbox would make this machine's git run was moved "
+                 f"aside: {'; '.join(parts)}{more}. Kept in config{QUARANTINE_SUFFIX} beside each config, hooks in "
+                 f"{QUARANTINE_FOLDER}/]")
+        return moved if limit is None else f"{moved}\n{limit}"
 
 
 def _relative(path: str, workspace: str) -> str:
@@ -469,6 +476,7 @@ class GitQuarantine:
         self.box_id = box_id or uuid.uuid4().hex
         self._listings: dict[str, _Listing] = {}  # the last walk's, by folder
         self._checking = threading.Lock()  # cells of two subshells may end at once
+        self._said_unchecked = False
 
     # -- the record of unfinished boxes ----------------------------------------------------------
 
@@ -527,6 +535,8 @@ class GitQuarantine:
             for git_dir in self._git_dirs(report):
                 self._examine(git_dir, report, seen)
         report.seconds = time.monotonic() - started
+        if report.unchecked and not self._said_unchecked:
+            report.say_unchecked = self._said_unchecked = True
         if report.repositories:
             log.info("git settings written in the sandbox moved aside: %s", report.repositories)
         return report
@@ -538,11 +548,12 @@ class GitQuarantine:
         or renaming one changes them, and no call sets them back): its listing is not read again."""
         known, listings = self._listings, {}
         lstat, is_dir, join = os.lstat, stat.S_ISDIR, os.path.join
-        level, depth = [self.workspace], 0
+        level = [self.workspace]
         while level:
             below: list[str] = []
             for folder in level:
                 if report.folders >= SCAN_FOLDERS:
+                    report.unchecked = True
                     break
                 report.folders += 1
                 try:
@@ -570,8 +581,9 @@ class GitQuarantine:
                     elif target is not None:
                         yield target
                 below.extend(listing.folders)
-            depth += 1
-            level = below if depth <= SCAN_DEPTH and report.folders < SCAN_FOLDERS else []
+            if below and report.folders >= SCAN_FOLDERS:
+                report.unchecked = True
+            level = below if report.folders < SCAN_FOLDERS else []
         self._listings = listings
 
     def _examine(self, git_dir: str, report: Report, seen: set[str]) -> None:
