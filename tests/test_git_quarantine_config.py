@@ -344,3 +344,26 @@ def test_the_walk_goes_to_any_depth_and_says_once_where_it_stopped(tmp_path: Pat
     said = first.note(str(workspace))
     assert said is not None and "more than 5 folders" in said
     assert second.note(str(workspace)) is None
+
+
+def test_what_the_box_cannot_write_or_see_is_not_walked(tmp_path: Path) -> None:
+    """A read-only environment (a thousand folders of site-packages) and the home's hidden dot entries
+    are not walked; an environment the box made is, and so is one whose folder was replaced."""
+    home = tmp_path / "home"
+    for folder in (home / "proj" / ".venv", home / ".cache"):
+        for n in range(30):
+            (folder / f"lib{n}").mkdir(parents=True)
+    (home / "proj" / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (home / ".cache" / "x").mkdir(parents=True)
+    time.sleep(0.2)
+    guard = guard_workspace(str(home), str(home))
+    assert str(home / "proj" / ".venv") in guard.read_only and str(home / ".cache") in guard.hidden
+    quarantine = GitQuarantine(str(home), Protection.at_start(guard))
+    _git("init", "-q", str(home / ".cache" / "x"))
+    _git("-C", str(home / ".cache" / "x"), "config", "core.pager", "touch /x")
+    report = quarantine.check()
+    assert report.repositories == {} and report.folders < 10, report
+    os.rename(home / "proj" / ".venv", home / "proj" / "venv-old")  # the box's own in its place
+    _git("init", "-q", str(home / "proj" / ".venv"))
+    _git("-C", str(home / "proj" / ".venv"), "config", "core.pager", "touch /x")
+    assert quarantine.check().repositories == {str(home / "proj" / ".venv" / ".git"): ["core.pager"]}

@@ -365,11 +365,14 @@ class Protection:
 
     since_ns: int
     protected: dict[str, tuple[int, int]] = field(default_factory=dict)
-    hidden: list[str] = field(default_factory=list)  # what the box does not see: never touched here
+    hidden: list[str] = field(default_factory=list)  # what the box does not see: never walked or touched
+    read_only: dict[str, tuple[int, int]] = field(default_factory=dict)  # other read-only folders (environments):
+    # not walked while they are the folder (device, inode) mounted at the start
 
     @classmethod
     def at_start(cls, guard: Guard, since_ns: int | None = None) -> Protection:
         found: dict[str, tuple[int, int]] = {}
+        folders: dict[str, tuple[int, int]] = {}
         for path in guard.read_only:
             if os.path.basename(os.path.dirname(path)) == ".git" or "git" in guard.why.get(path, ""):
                 parent = os.path.realpath(os.path.dirname(path))
@@ -378,27 +381,33 @@ class Protection:
                 except OSError:
                     continue
                 found[os.path.join(parent, os.path.basename(path))] = (info.st_dev, info.st_ino)
+            else:
+                try:
+                    info = os.lstat(path)
+                except OSError:
+                    continue
+                if stat.S_ISDIR(info.st_mode):
+                    folders[os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))] = (
+                        info.st_dev, info.st_ino)
         since = time.time_ns() - START_MARGIN_NS if since_ns is None else since_ns
-        return cls(since, found, [os.path.realpath(path) for path in guard.hidden])
+        return cls(since, found, [os.path.realpath(path) for path in guard.hidden], folders)
 
     def to_json(self) -> dict:
         return {"since_ns": self.since_ns, "protected": {p: list(v) for p, v in self.protected.items()},
-                "hidden": self.hidden}
+                "hidden": self.hidden, "read_only": {p: list(v) for p, v in self.read_only.items()}}
 
     @classmethod
     def from_json(cls, data: object) -> Protection | None:
         if not isinstance(data, dict) or not isinstance(data.get("since_ns"), int):
             return None
-        protected = data.get("protected")
-        found = {p: (v[0], v[1]) for p, v in (protected or {}).items()
-                 if isinstance(p, str) and isinstance(v, list) and len(v) == 2 and all(isinstance(n, int) for n in v)}
         hidden = [p for p in data.get("hidden") or [] if isinstance(p, str)]
-        return cls(data["since_ns"], found, hidden)
+        return cls(data["since_ns"], _identities(data.get("protected")), hidden, _identities(data.get("read_only")))
 
     def merged(self, other: Protection) -> Protection:
         """Both boxes' writes: the earlier start, only what both protected, what either hid."""
         both = {p: v for p, v in self.protected.items() if other.protected.get(p) == v}
-        return Protection(min(self.since_ns, other.since_ns), both, sorted({*self.hidden, *other.hidden}))
+        folders = {p: v for p, v in self.read_only.items() if other.read_only.get(p) == v}
+        return Protection(min(self.since_ns, other.since_ns), both, sorted({*self.hidden, *other.hidden}), folders)
 
     def is_hidden(self, path: str) -> bool:
         return any(inside(path, hidden) for hidden in self.hidden)
@@ -422,6 +431,13 @@ class Protection:
         if self.mount_holding(path) is not None:
             return False
         return info.st_ctime_ns >= self.since_ns
+
+
+def _identities(data: object) -> dict[str, tuple[int, int]]:
+    if not isinstance(data, dict):
+        return {}
+    return {p: (v[0], v[1]) for p, v in data.items()
+            if isinstance(p, str) and isinstance(v, list) and len(v) == 2 and all(isinstance(n, int) for n in v)}
 
 
 # -- the check ---------------------------------------------------------------------------------------
@@ -548,6 +564,8 @@ class GitQuarantine:
         or renaming one changes them, and no call sets them back): its listing is not read again."""
         known, listings = self._listings, {}
         lstat, is_dir, join = os.lstat, stat.S_ISDIR, os.path.join
+        skipped = set(self.protection.hidden) | set(self.protection.read_only)
+        read_only = self.protection.read_only
         level = [self.workspace]
         while level:
             below: list[str] = []
@@ -562,6 +580,8 @@ class GitQuarantine:
                     continue
                 if not is_dir(info.st_mode):
                     continue
+                if folder in skipped and (folder not in read_only or read_only[folder] == (info.st_dev, info.st_ino)):
+                    continue  # hidden from the box, or a read-only environment it could not write in
                 listing = known.get(folder)
                 if listing is None or listing.key != (info.st_ino, info.st_ctime_ns):
                     listing = _list(folder, (info.st_ino, info.st_ctime_ns))
