@@ -77,7 +77,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .guard import NOT_DESCENDED, SCAN_FOLDERS, Guard, inside
+from ..privatedir import runtime_root
+from .guard import NOT_DESCENDED, SCAN_FOLDERS, Guard, GuardedWorkspace, inside
 
 log = logging.getLogger(__name__)
 
@@ -481,6 +482,40 @@ def _relative(path: str, workspace: str) -> str:
     return os.path.relpath(path, workspace) if inside(path, workspace) else path
 
 
+def start_checks(owner: GuardedWorkspace, folder: str, guard: Guard) -> None:
+    """A provider's box starts (or is adopted) on `folder`, whose guard is `guard`: its checks open."""
+    state = getattr(owner, "state_dir", None)
+    try:
+        owner.git_quarantine, report = GitQuarantine.open(folder, guard, runtime_root(avoid=folder),
+                                                          str(state) if state else None)
+    except OSError as exc:
+        log.warning("the git check of the workspace could not start: %s", exc)
+        owner.git_quarantine = None
+        return
+    owner.git_quarantine.pending_note = report.note(folder) if report is not None else None
+
+
+def check_after_cell(owner: GuardedWorkspace) -> str | None:
+    """A cell has ended: the check, and the note for its output (None when there is nothing to say)."""
+    owner.workspace_guard()  # opens the checks, when the guard was found again
+    quarantine = owner.git_quarantine
+    if quarantine is None:
+        return None
+    said, quarantine.pending_note = quarantine.pending_note, None
+    now = quarantine.check().note(owner.guarded_folder())
+    return "\n".join(note for note in (said, now) if note) or None
+
+
+def end_checks(owner: GuardedWorkspace) -> None:
+    """The provider's box has ended: the last check (said in the log), and its record dropped."""
+    quarantine, owner.git_quarantine = owner.git_quarantine, None
+    if quarantine is not None:
+        try:
+            quarantine.close()
+        except OSError as exc:
+            log.warning("the git check at the sandbox's end failed: %s", exc)
+
+
 class GitQuarantine:
     """One workspace's checks while a box runs on it."""
 
@@ -493,6 +528,7 @@ class GitQuarantine:
         self._listings: dict[str, _Listing] = {}  # the last walk's, by folder
         self._checking = threading.Lock()  # cells of two subshells may end at once
         self._said_unchecked = False
+        self.pending_note: str | None = None  # what the check at the start did, for the first cell
 
     # -- the record of unfinished boxes ----------------------------------------------------------
 

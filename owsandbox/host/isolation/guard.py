@@ -30,7 +30,6 @@ This module decides; the providers turn its answer into mounts.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import stat
 import subprocess
@@ -46,8 +45,6 @@ from ..privatedir import runtime_candidates, runtime_root
 
 if TYPE_CHECKING:
     from .gitquarantine import GitQuarantine
-
-log = logging.getLogger(__name__)
 
 HOME_VISIBLE_ENV = settings.HOME_VISIBLE
 WRITABLE_ENV = settings.WRITABLE
@@ -313,7 +310,9 @@ class GuardedWorkspace:
             folder = self.guarded_folder()
             self.guard = guard_workspace(folder, self.home, [str(p) for p in runtime_candidates()],
                                          box_made_environments(runtime_root(avoid=folder), folder))
-            self._open_git_quarantine(folder, self.guard)
+            from .gitquarantine import start_checks
+
+            start_checks(self, folder, self.guard)  # from the box's start: git settings it writes, moved aside
         return self.guard
 
     def hidden_in_workspace(self) -> list[str]:
@@ -328,33 +327,15 @@ class GuardedWorkspace:
                 note_box_made_environments(runtime_root(avoid=self.guarded_folder()), self.guard)
             except OSError:
                 pass
-        quarantine, self.git_quarantine = self.git_quarantine, None
-        if quarantine is not None:
-            try:
-                quarantine.close()  # the box's end: its last writes checked, its record dropped
-            except OSError as exc:
-                log.warning("the git check at the sandbox's end failed: %s", exc)
+        from .gitquarantine import end_checks
 
-    def _open_git_quarantine(self, folder: str, guard: Guard) -> None:
-        from .gitquarantine import GitQuarantine
-
-        state = getattr(self, "state_dir", None)
-        try:
-            self.git_quarantine, report = GitQuarantine.open(folder, guard, runtime_root(avoid=folder),
-                                                             str(state) if state else None)
-        except OSError as exc:
-            log.warning("the git check of the workspace could not start: %s", exc)
-            return
-        self._git_note = report.note(folder) if report is not None else None
+        end_checks(self)  # git settings the box wrote, moved aside at its end
 
     def after_cell(self) -> str | None:
         """At each cell's end: git settings and hooks the box wrote, moved aside; a note when it acted."""
-        self.workspace_guard()
-        said, self._git_note = getattr(self, "_git_note", None), None
-        if self.git_quarantine is None:
-            return said
-        report = self.git_quarantine.check()
-        return report.note(self.guarded_folder()) or said
+        from .gitquarantine import check_after_cell
+
+        return check_after_cell(self)
 
 
 # -- environments the box made ---------------------------------------------------------------------
