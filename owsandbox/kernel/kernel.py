@@ -230,9 +230,23 @@ class OwSandboxKernel(Kernel):
         try:
             reply = await self._execute(parent, code, store_history, allow_stdin)
         finally:
+            await self._after_cell(parent)
             self.outbox.end_cell(parent)
             self.recorder.cell_ended(parent, reply)
         return box_text.clean("execute_reply", reply)
+
+    async def _after_cell(self, parent: dict[str, Any]) -> None:
+        """What the host does once a cell has ended (box-made git settings moved aside): said in one note."""
+        if not self.sandbox.ready:
+            return
+        provider = self.sandbox.wait(0).provider
+        try:
+            said = await asyncio.get_running_loop().run_in_executor(None, provider.after_cell)
+        except Exception:  # noqa: BLE001 - the cell's own reply goes out whatever this says
+            self.log.exception("the check after the cell failed")
+            return
+        if said:
+            self._note(parent, said)
 
     def _terminal_size(self) -> tuple[int, int]:
         setup = terminal_settings(self.settings, self.settings["shell"])

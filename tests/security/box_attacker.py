@@ -7,6 +7,7 @@ Steps (one JSON object a line; one JSON answer a line):
     {"start": {provider options}}   make the sandbox (a BwrapProvider) and answer what it says of itself
     {"run": "COMMAND"}              run a command on the main shell: exit_code, output
     {"describe": true}              the provider's describe()
+    {"after_cell": true}            what the kernel does at a cell's end (provider.after_cell): its note
     {"counters": true}              the limit counters
     {"network": true|false}         turn the running box's outbound network on or off (%network): said
     {"state": true}                 the host-side facts: state folder, runner file, init pid, its pid namespace
@@ -47,6 +48,9 @@ def main() -> int:
                 done = workspace.executor.run(step["run"], timeout=step.get("timeout", 60))
                 answer = {**done, "counters_before": before, "counters_after": workspace.provider.limit_counters(),
                           "limits": report.to_json() if (report := workspace.provider.limit_report()) else None}
+            elif "after_cell" in step:
+                assert workspace is not None
+                answer = {"note": workspace.provider.after_cell()}
             elif "describe" in step:
                 assert workspace is not None
                 answer = json.loads(json.dumps(workspace.provider.describe(), default=str))

@@ -47,9 +47,13 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ... import settings
 from ..privatedir import runtime_candidates, runtime_root
+
+if TYPE_CHECKING:
+    from .gitquarantine import GitQuarantine
 
 HOME_VISIBLE_ENV = settings.HOME_VISIBLE
 WRITABLE_ENV = settings.WRITABLE
@@ -423,6 +427,7 @@ class GuardedWorkspace:
 
     guard: Guard | None = None
     home: str
+    git_quarantine: GitQuarantine | None = None  # box-made git settings moved aside (gitquarantine.py)
 
     def guarded_folder(self) -> str:
         """The workspace's path on this machine."""
@@ -433,6 +438,9 @@ class GuardedWorkspace:
             folder = self.guarded_folder()
             self.guard = guard_workspace(folder, self.home, [str(p) for p in runtime_candidates()],
                                          box_made_environments(runtime_root(avoid=folder), folder))
+            from .gitquarantine import start_checks
+
+            start_checks(self, folder, self.guard)  # from the box's start: git settings it writes, moved aside
         return self.guard
 
     def hidden_in_workspace(self) -> list[str]:
@@ -447,6 +455,15 @@ class GuardedWorkspace:
                 note_box_made_environments(runtime_root(avoid=self.guarded_folder()), self.guard)
             except OSError:
                 pass
+        from .gitquarantine import end_checks
+
+        end_checks(self)  # git settings the box wrote, moved aside at its end
+
+    def after_cell(self) -> str | None:
+        """At each cell's end: git settings and hooks the box wrote, moved aside; a note when it acted."""
+        from .gitquarantine import check_after_cell
+
+        return check_after_cell(self)
 
 
 # -- environments the box made ---------------------------------------------------------------------

@@ -108,6 +108,11 @@ class Provider(abc.ABC):
         whether an OOM kill is counted, or None without limits."""
         return None
 
+    def after_cell(self) -> str | None:
+        """Called by the kernel at each cell's end, on a worker thread: a note for the cell's output
+        when the host did something about what the cell left (box-made git settings moved aside), or None."""
+        return None
+
     def describe(self) -> dict[str, Any]:
         """Every fact about the box worth showing, as a table's rows. Called by `%sandbox` (through
         `Sandbox.describe`) and by `RunnerWorkspace.describe`, once the box runs."""
