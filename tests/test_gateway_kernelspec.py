@@ -164,6 +164,75 @@ def test_the_launcher_says_the_gateway_cannot_be_reached_and_leaves_no_connectio
     assert not connection.exists() and connection.parent.is_dir()  # it was written, then removed
 
 
+def test_the_kernel_listens_where_the_gateways_ssh_session_came_in() -> None:
+    """A host with two addresses: the gateway connects to the one it named (`--hosts`), which is where its
+    ssh session came in, not necessarily the source of this host's route back to the gateway."""
+    gateway = ("127.0.0.1", 9)
+    assert gateway_launcher.gateway_side_address(gateway, {"SSH_CONNECTION": "10.0.0.9 52000 127.0.0.2 22"}) \
+        == "127.0.0.2"
+    assert gateway_launcher.gateway_side_address(gateway, {}) == "127.0.0.1"  # no ssh: the route's source
+    # not an address of this host (or not IPv4): the route's source, and the log says so
+    for elsewhere in ("203.0.113.7", "fe80::1", "not-an-address"):
+        assert gateway_launcher.gateway_side_address(
+            gateway, {"SSH_CONNECTION": f"10.0.0.9 52000 {elsewhere} 22"}) == "127.0.0.1"
+    assert gateway_launcher.launch_timeout({"KERNEL_LAUNCH_TIMEOUT": "120"}) == 120
+    assert gateway_launcher.launch_timeout({"KERNEL_LAUNCH_TIMEOUT": "soon"}) == gateway_launcher.LAUNCH_TIMEOUT_SECONDS
+
+
+def test_a_kernel_the_gateway_never_reaches_ends_itself_with_its_sandbox(tmp_path: Path) -> None:
+    """A stand-in for a gateway that takes the kernel's answer and never connects (its connection was
+    refused, or it gave up): past the launch timeout the kernel ends, with its sandbox, and leaves no
+    connection file. (The real gateway's side of it: tests/test_enterprise_gateway.py.)"""
+    import os
+    import socket
+    import subprocess
+
+    from Cryptodome.PublicKey import RSA
+
+    from .processes import wait_gone
+
+    public = "".join(RSA.generate(1024).publickey().export_key("PEM").decode().splitlines()[1:-1])
+    runtime = tmp_path / "runtime"
+    kernel_id = "0c6e4f1a-9d2b-4b7e-8a35-1f2d3c4b5a69"
+    with socket.socket() as gateway:
+        gateway.bind(("127.0.0.1", 0))
+        gateway.listen(1)
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("KERNEL_", "OWSANDBOX_"))}
+        launcher = subprocess.Popen(
+            [str(Path(sys.executable).parent / "owsandbox"), "gateway-kernel", "--RemoteProcessProxy.kernel-id",
+             kernel_id, "--RemoteProcessProxy.response-address", f"127.0.0.1:{gateway.getsockname()[1]}",
+             "--RemoteProcessProxy.public-key", public, "--RemoteProcessProxy.port-range", "0..0"],
+            cwd=tmp_path, env={**base, "JUPYTER_RUNTIME_DIR": str(runtime), "OWSANDBOX_PROVIDER": "local",
+                               "KERNEL_LAUNCH_TIMEOUT": "2"},
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            gateway.settimeout(60)
+            answer, _ = gateway.accept()
+            with answer:
+                answer.settimeout(30)
+                while answer.recv(65536):
+                    pass  # the encrypted answer, which this stand-in never acts on
+            status = launcher.wait(90)
+            said = launcher.stderr.read() if launcher.stderr else ""
+        finally:
+            if launcher.poll() is None:
+                os.killpg(launcher.pid, 9)
+                launcher.wait()
+    assert status == gateway_launcher.UNREACHED_STATUS, said
+    assert "the gateway did not reach this kernel within 3 s" in said and "listened on 127.0.0.1" in said, said
+    assert not (runtime / f"kernel-{kernel_id}.json").exists()
+    daemons = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
+               and _cmdline(p).count(str(tmp_path)) and "serve" in _cmdline(p)]
+    assert wait_gone(daemons) == []  # the sandbox's daemon ended with it
+
+
+def _cmdline(proc: Path) -> str:
+    try:
+        return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
 # -- the Docker kind -------------------------------------------------------------------------------
 
 ADMIN = {"caps": ["CAP_SYS_ADMIN"]}

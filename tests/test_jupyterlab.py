@@ -230,3 +230,31 @@ def test_a_subshell_console_runs_a_cell_while_the_notebooks_cell_runs(tmp_path: 
                                                                                           timeout=30_000)
         lab.remember_processes()
         stop_from_toolbar(page, busy, INTERRUPT_MS)  # the notebook's Stop (no subshell named) ends its cell
+
+
+@needs_linux_processes
+@pytest.mark.timeout(240)
+def test_the_kernel_usage_panel_shows_the_sandbox(tmp_path: Path) -> None:
+    """jupyter-resource-usage's Kernel Usage panel asks the kernel (`usage_request`): it shows the memory a
+    command holds in the bubblewrap box, against the box's memory limit as the total."""
+    from playwright.sync_api import expect
+
+    from owsandbox.host.isolation.resources import Limits
+
+    from .conftest import DEFAULT_KERNEL_NAME
+
+    hold = ("python3 -c \"import sys; b = b'x' * (200 << 20); print('held', flush=True); sys.stdin.read()\" "
+            "< <(sleep 120) > held.txt & until [ -s held.txt ]; do sleep 0.05; done; cat held.txt")
+    with lab_in_chromium(tmp_path, "kernel-usage.png") as (lab, page):
+        notebook = notebook_for_test_kernel(lab.root, "usage.ipynb", {"cells": [code_cell(hold)], "metadata": {},
+                                                                      "nbformat": 4, "nbformat_minor": 5},
+                                            kernel_name=DEFAULT_KERNEL_NAME)
+        lab.open(page, "usage.ipynb")
+        run_all_cells(page, 1, notebook["metadata"]["kernelspec"]["display_name"])
+        page.locator('.jp-SideBar .lm-TabBar-tab[data-id="kernelusage-panel-id"]').click()
+        panel = page.locator("#kernelusage-panel-id")
+        memory = re.compile(r"Memory:\s*(2\d\d|[3-9]\d\d)(\.\d+)?\s*MB")  # at least the 200 MB held
+        expect(panel).to_contain_text(memory, timeout=30_000)
+        total = Limits().memory / 1024**3
+        expect(panel).to_contain_text(f"Total: {total:.2f} GB")  # the box's memory limit, not the machine's
+        lab.remember_processes()

@@ -18,6 +18,7 @@ from owsandbox.kernel.cell.pacing import (
     StreamPacer,
     message_size,
     pacer_from_env,
+    pieces,
 )
 
 pytestmark = pytest.mark.unit
@@ -128,3 +129,34 @@ def test_a_flood_in_one_cell_does_not_take_the_next_cells_output_once_the_rate_h
     wire.sent.clear()
     outbox.send({"header": {"msg_id": "b"}}, "stream", {"name": "stdout", "text": "calm\n"})
     assert [(kind, content) for _, kind, content in wire.sent] == [("stream", {"name": "stdout", "text": "calm\n"})]
+
+
+def test_a_long_text_is_paced_in_pieces_cut_at_line_ends():
+    text = "".join(f"{n:07d}\n" for n in range(100_000))  # 800,000 characters
+    cut = pieces(text, 100_000)
+    assert "".join(cut) == text and all(len(piece) <= 100_000 and piece.endswith("\n") for piece in cut)
+    assert pieces("x" * 250, 100) == ["x" * 100, "x" * 100, "x" * 50] and pieces("") == []
+
+
+def test_one_message_larger_than_the_burst_goes_when_the_bucket_is_full_and_the_next_waits():
+    clock = Clock()
+    pacer = StreamPacer(rate=1000, burst=2000, clock=clock)
+    assert pacer.admit(5000) and not pacer.admit(1)  # in debt: 3000 to pay back, 3 s at the rate
+    clock.now += 2.9
+    assert not pacer.admit(1)
+    clock.now += 0.2
+    assert pacer.admit(1)
+
+
+def test_a_magics_long_answer_streams_its_head_and_tails_the_rest():
+    clock, wire = Clock(), Wire()
+    outbox = Outbox(wire(clock), lambda: 10**9, StreamPacer(clock=clock))
+    parent = {"header": {"msg_id": "cell-3"}}
+    text = "".join(f"record {n}\n" for n in range(400_000))  # 5.7 MB in one stream message
+    outbox.send(parent, "stream", {"name": "stdout", "text": text})
+    outbox.end_cell(parent)
+    streamed = "".join(content["text"] for _, kind, content in wire.sent if kind == "stream")
+    assert text.startswith(streamed) and DEFAULT_BURST // 2 <= len(streamed) <= DEFAULT_BURST
+    tails = [content["data"]["text/plain"] for _, kind, content in wire.sent
+             if kind in ("display_data", "update_display_data") and "flood" in content["metadata"].get("owsandbox", {})]
+    assert tails[-1].endswith("record 399999")

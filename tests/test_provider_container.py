@@ -583,3 +583,52 @@ def test_the_kernelspec_takes_an_image_and_an_engine():
         _parser().parse_args(["install", "--engine", "lxc"])
     assert resolve("container") is ContainerProvider
     assert container_name(1000, "kernel-1/2 x") == "owsandbox-1000-kernel-1-2-x"
+
+
+# -- two engines at once ----------------------------------------------------------------------------
+
+def test_one_engines_start_never_sweeps_a_live_box_of_another_engine(podman, docker, debian_image, tmp_path,
+                                                                     monkeypatch):
+    """A podman kernel and a Docker kernel side by side (the README's own example): Docker's start sweeps
+    this user's folders of dead boxes, and the podman box's folder (old, its lease renewed, its container
+    unknown to Docker) must stay, its box running on past its lease limit. A folder Docker can prove dead
+    (its own record, a lease long expired, no container) goes; another engine's never does."""
+    for found in (podman, docker):
+        for name, value in found.settings.items():
+            monkeypatch.setenv(name, value)
+    for name in ("OWSANDBOX_ENGINE", "OWSANDBOX_IMAGE", "OWSANDBOX_LIMITS", "OWSANDBOX_NETWORK"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    on_podman = ContainerProvider(tmp_path / "a", image=debian_image, engine=podman.path, linger_seconds=2,
+                                  relay_silence_seconds=0)
+    with running(on_podman) as (_, podman_client):
+        folder = on_podman.state_dir
+        assert folder is not None and json.loads((folder / "engine.json").read_text())["lease_limit"] == \
+            on_podman.lease_limit()
+        long_ago = time.time() - 3600
+        os.utime(folder, (long_ago, long_ago))  # the folder itself looks old; only its lease is renewed
+        uid = os.getuid()
+        dead_docker = folder.parent / f"owsandbox-{uid}-test-dead-docker"
+        dead_podman = folder.parent / f"owsandbox-{uid}-test-dead-podman"
+        docker_image = docker.image()
+        on_docker = ContainerProvider(tmp_path / "b", image=docker_image, engine=docker.path, relay_silence_seconds=0)
+        on_docker._use_engine()
+        for dead, identity in ((dead_docker, on_docker.engine_identity()), (dead_podman, on_podman.engine_identity())):
+            dead.mkdir(mode=0o700)
+            (dead / "engine.json").write_text(json.dumps({"engine": identity, "lease_limit": 2.5}))
+            (dead / "lease").touch()
+            os.utime(dead / "lease", (long_ago, long_ago))
+        try:
+            with running(on_docker) as (_, docker_client):
+                assert RunnerExecutor(docker_client).run("echo on-docker")["output"] == "on-docker\n"
+                assert folder.is_dir() and (folder / "lease").is_file(), "Docker's start swept the podman box"
+                assert not dead_docker.exists() and dead_podman.is_dir()
+                renewed = (folder / "lease").stat().st_mtime
+                wait_until(lambda: (folder / "lease").stat().st_mtime > renewed + on_podman.lease_limit(),
+                           4 * on_podman.lease_limit() + 30, "the podman box's lease to be renewed past its limit")
+                assert RunnerExecutor(podman_client).run("echo still-on-podman")["output"] == "still-on-podman\n"
+                assert podman_client.restarts == 0  # the same box, never ended and made again
+        finally:
+            shutil.rmtree(dead_podman, ignore_errors=True)
+            shutil.rmtree(dead_docker, ignore_errors=True)

@@ -17,6 +17,7 @@ from typing import Any
 
 from .. import protocol as P
 from ..protocol.methods import (
+    BOX_USAGE,
     HELLO,
     SESSION_ACK,
     SESSION_RESUME,
@@ -31,7 +32,7 @@ from ..protocol.methods import (
     SHELL_PROGRESS,
     SHELL_RUN,
 )
-from . import params, procs
+from . import params, procs, usage
 from .files import ops as fsops
 from .files import search as searchchild
 from .outbox import ANSWERED, NEW, Records
@@ -71,7 +72,7 @@ class Dispatcher:
             SHELL_LIST: lambda _conn, _p: {"shells": self.shells.describe()},
         }
         # searchchild's fs.search replaces fsops': a regex can hold the GIL for minutes, so it runs in a child
-        files = {**fsops.HANDLERS, **procs.HANDLERS, **searchchild.HANDLERS}
+        files = {**fsops.HANDLERS, **procs.HANDLERS, **searchchild.HANDLERS, BOX_USAGE: usage.handle}
         self._work: dict[str, WorkHandler] = {method: self._in_folder(handler) for method, handler in files.items()}
         self._work.update({
             SHELL_RUN: self._shell_run,

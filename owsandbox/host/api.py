@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..protocol import messages as M
 from ..protocol.methods import (
+    BOX_USAGE,
     FS_LIST,
     FS_READ,
     FS_SEARCH,
@@ -83,6 +84,10 @@ class SandboxAPI:
 
     def inspect(self, shell: str, word: str, timeout: float) -> str:
         return str(self._call(SHELL_INSPECT, {"shell": shell, "word": word}, timeout=timeout)["text"])
+
+    def usage(self, timeout: float = 10.0) -> M.Usage:
+        """What the box uses now (`box.usage`): the box's own figures, to show, never to decide from."""
+        return self._call(BOX_USAGE, {}, timeout=timeout)
 
     # -- files ----------------------------------------------------------------------------------
 

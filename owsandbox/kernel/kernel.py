@@ -55,6 +55,7 @@ from .magics.table import MagicTable, all_magics
 from .magics.terminal_open import terminal_open
 from .sandbox import Sandbox, SandboxUnavailable
 from .teaching.recording import Recorder, session_stem
+from .usage import UsageMeter
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,30 @@ class OwSandboxKernel(Kernel):
         self._subshells: dict[str, dict[str, Any]] = {}  # kernel subshell id → its settings, its own shell's name
         self._subshells_made = 0
         self._subshells_lock = threading.Lock()
+        self._usage = UsageMeter()
+        self._usage_lock = threading.Lock()
+
+    # -- usage (JupyterLab's Kernel Usage panel) ------------------------------------------------
+
+    async def usage_request(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
+        """Answered with the sandbox's figures (usage.py), not the kernel process's; before the sandbox
+        runs, or if it cannot say, with ipykernel's own answer."""
+        try:
+            reply = await asyncio.get_running_loop().run_in_executor(None, self._usage_reply)
+        except (SandboxUnavailable, P.RunnerError, TimeoutError) as exc:
+            log.debug("usage_request: the sandbox's figures are not to be had: %s", exc)
+            await super().usage_request(stream, ident, parent)
+            return
+        self.session.send(stream, "usage_reply", reply, parent, ident)
+
+    def _usage_reply(self) -> dict[str, Any]:
+        if not self.sandbox.ready:
+            raise SandboxUnavailable("the sandbox is not running yet")
+        provider = self.sandbox.wait(0).provider
+        limits = getattr(provider, "limits", None)
+        with self._usage_lock:
+            return self._usage.reply(self.box.usage(), time.monotonic(), provider.name,
+                                     getattr(limits, "memory", None), getattr(limits, "cpu", None))
 
     # -- kernel subshells (ipykernel 7, JEP 91) --------------------------------------------------
 
@@ -675,6 +700,9 @@ class _Context:
 
     def subshell_shells(self) -> dict[str, str]:
         return self.kernel.subshell_shells()
+
+    def usage(self) -> dict[str, Any]:
+        return self.kernel._usage_reply()
 
     def set_network(self, on: bool) -> str:
         """`%network on|off`: the provider switches the running box's network (`Provider.set_network`), and

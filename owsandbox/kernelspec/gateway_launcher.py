@@ -10,8 +10,16 @@ its own app:
 * the connection file is `kernel-<id>.json` in Jupyter's runtime folder on the host (the gateway's
   launcher adds a random part per start): the same name after a restart, which `owsandbox shell
   --existing` on that host finds;
-* the kernel's ports and the launcher's signal port are bound on the host's address facing the gateway
-  (the one its packets to the response address leave from), not on every interface;
+* the kernel's ports and the launcher's signal port are bound on the address the gateway will connect
+  to, not on every interface: where its ssh session came in (`SSH_CONNECTION`'s server address: the
+  host as `--hosts` names it, for the ssh proxy), else the address facing the gateway (the one packets
+  to the response address leave from: a container's). A host with two addresses whose route to the
+  gateway leaves from the other one was answered on the wrong one: the gateway's connection was
+  refused, it gave the kernel up within seconds, and the kernel ran on, orphaned, with its sandbox;
+* a kernel the gateway never reaches ends itself: when nothing has come to the signal port (the
+  gateway's first liveness poll comes seconds after its answer) within the launch timeout
+  (`KERNEL_LAUNCH_TIMEOUT`, as the gateway has it, and half that more, at most `CONTACT_GRACE_SECONDS`), the sandbox is
+  ended, the connection file removed, and the process exits, saying why;
 * the payload is the gateway's version 1: the connection information AES-encrypted with a fresh key,
   that key RSA-encrypted (PKCS#1 v1.5) with the gateway's public key, both base64 in a JSON object;
 * a thread answers the gateway on the signal port while the kernel runs: `{"signum": N}` (0 is the
@@ -61,6 +69,9 @@ LISTEN_TIMEOUT_SECONDS = 5.0
 TERM_GRACE_SECONDS = 3.0  # below jupyter_client's 5 s wait before the gateway kills the kernel
 PORT_TRIES = 20
 READY = "answered the gateway"  # in the line said once the connection information is sent
+LAUNCH_TIMEOUT_SECONDS = 30.0  # Enterprise Gateway's own default for KERNEL_LAUNCH_TIMEOUT
+CONTACT_GRACE_SECONDS = 15.0  # at most, past the launch timeout, before a kernel never contacted ends itself
+UNREACHED_STATUS = 3  # the exit status of a kernel the gateway never reached
 
 log = logging.getLogger("owsandbox.gateway")
 
@@ -113,6 +124,33 @@ def facing_address(gateway: tuple[str, int]) -> str:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         probe.connect(gateway)  # UDP: no packet is sent, the kernel only picks the route
         return str(probe.getsockname()[0])
+
+
+def gateway_side_address(gateway: tuple[str, int], environ: dict[str, str] | None = None) -> str:
+    """The address of this host that the gateway will connect to: the one its ssh session reached (the
+    third word of `SSH_CONNECTION`) when that is an IPv4 address of this host, else `facing_address`."""
+    env = os.environ if environ is None else environ
+    words = env.get("SSH_CONNECTION", "").split()
+    if len(words) == 4:
+        reached = words[2]
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                probe.bind((reached, 0))  # an address of this host (and IPv4), or OSError
+            return reached
+        except (OSError, ValueError):
+            log.warning("SSH_CONNECTION names %s, which is not an IPv4 address of this host: the kernel listens "
+                        "on the address facing the gateway instead", reached)
+    return facing_address(gateway)
+
+
+def launch_timeout(environ: dict[str, str] | None = None) -> float:
+    """The gateway's launch timeout, as its request gives it to the kernel (KERNEL_LAUNCH_TIMEOUT)."""
+    said = (os.environ if environ is None else environ).get("KERNEL_LAUNCH_TIMEOUT", "")
+    try:
+        seconds = float(said)
+    except ValueError:
+        return LAUNCH_TIMEOUT_SECONDS
+    return seconds if 0 < seconds < 86_400 else LAUNCH_TIMEOUT_SECONDS
 
 
 def bound_socket(ip: str, ports: tuple[int, int]) -> socket.socket:
@@ -181,8 +219,9 @@ def send_to_gateway(address: tuple[str, int], payload: bytes) -> None:
                           f"from this host: {exc}") from None
 
 
-def listen_for_gateway(sock: socket.socket, pid: int) -> threading.Thread:
-    """Answer the gateway's requests on the signal port until it says shutdown (or the kernel exits)."""
+def listen_for_gateway(sock: socket.socket, pid: int, contacted: threading.Event | None = None) -> threading.Thread:
+    """Answer the gateway's requests on the signal port until it says shutdown (or the kernel exits);
+    `contacted` is set at the gateway's first request."""
 
     sock.listen(1)  # before the gateway hears of the port: its first liveness poll must not be refused
 
@@ -192,6 +231,8 @@ def listen_for_gateway(sock: socket.socket, pid: int) -> threading.Thread:
                 conn, _ = sock.accept()
             except OSError:
                 return  # closed
+            if contacted is not None:
+                contacted.set()
             with conn:
                 conn.settimeout(LISTEN_TIMEOUT_SECONDS)
                 data = b""
@@ -222,6 +263,42 @@ def listen_for_gateway(sock: socket.socket, pid: int) -> threading.Thread:
     thread = threading.Thread(target=serve, name="gateway-signals", daemon=True)
     thread.start()
     return thread
+
+
+def end_if_never_contacted(contacted: threading.Event, seconds: float, path: Path) -> threading.Thread:
+    """A watch: if the gateway has not come to the signal port within `seconds`, it gave the kernel up
+    (its connection refused, its launch timed out): end the sandbox, remove the connection file, exit."""
+
+    def watch() -> None:
+        if contacted.wait(seconds):
+            return
+        said = (f"owsandbox gateway-kernel: the gateway did not reach this kernel within {seconds:g} s (its launch "
+                "timeout, KERNEL_LAUNCH_TIMEOUT, and a grace): it gave the kernel up, so the kernel ends with its "
+                f"sandbox (it listened on {_listening_on(path)})\n")
+        os.write(2, said.encode())  # the process's stderr, the kernel's log: sys.stderr is the kernel's stream now
+        try:
+            from ..kernel.app import OwSandboxKernelApp
+
+            if OwSandboxKernelApp.initialized():
+                kernel = OwSandboxKernelApp.instance().kernel
+                if kernel is not None:
+                    kernel.sandbox.close(False)  # ended, not kept for a restart
+        except Exception as exc:  # noqa: BLE001 - the exit below must happen whatever this says
+            log.warning("the sandbox of an unreached kernel was not ended: %s", exc)
+        finally:
+            path.unlink(missing_ok=True)
+            os._exit(UNREACHED_STATUS)
+
+    thread = threading.Thread(target=watch, name="gateway-contact", daemon=True)
+    thread.start()
+    return thread
+
+
+def _listening_on(path: Path) -> str:
+    try:
+        return str(json.loads(path.read_text()).get("ip"))
+    except (OSError, ValueError):
+        return "an unknown address"
 
 
 def check_place(environ: dict[str, str] | None = None) -> None:
@@ -274,7 +351,7 @@ def launch(argv: list[str]) -> int:
             except OSError as exc:
                 raise LaunchError(f"KERNEL_WORKING_DIR {working_dir!r}: {exc}") from None
         check_place()
-        ip = facing_address(args.address)
+        ip = gateway_side_address(args.address)
         path = connection_file(args.kernel_id)
         info = write_connection(path, ip, args.ports)
         signals = bound_socket(ip, args.ports)
@@ -282,8 +359,11 @@ def launch(argv: list[str]) -> int:
                     kernel_id=args.kernel_id)
         sending = True
         payload = encrypted(info, args.public_key)
-        listen_for_gateway(signals, os.getpid())
+        contacted = threading.Event()
+        listen_for_gateway(signals, os.getpid(), contacted)
         send_to_gateway(args.address, payload)
+        timeout = launch_timeout()
+        end_if_never_contacted(contacted, timeout + min(CONTACT_GRACE_SECONDS, max(1.0, timeout / 2)), path)
     except LaunchError as exc:
         if path is not None:
             path.unlink(missing_ok=True)

@@ -42,6 +42,15 @@ class ShellInfo(TypedDict):
     busy: bool
 
 
+class Usage(TypedDict):
+    """`box.usage`'s result: the daemon and every process below it, as the box's /proc shows them."""
+
+    memory_bytes: int  # proportional set size, summed
+    cpu_seconds: float  # CPU time, the reaped children's included, since each process started
+    processes: int
+    cpus: int  # the CPUs the box may run on
+
+
 class Hello(TypedDict):
     """`runner.hello`'s result: the box describes itself."""
 

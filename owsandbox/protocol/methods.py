@@ -37,10 +37,11 @@ FS_SEARCH: Final = "fs.search"
 FS_MKDIR: Final = "fs.mkdir"
 FS_REMOVE: Final = "fs.remove"
 PROC_RUN: Final = "proc.run"
+BOX_USAGE: Final = "box.usage"  # -> `Usage`: what the box uses now
 
 #: Every request a host may make.
 REQUESTS: Final = frozenset({HELLO, SESSION_RESUME, SHELL_RUN, SHELL_INTERRUPT, SHELL_INPUT, SHELL_LIST,
                              SHELL_CLOSE, SHELL_COMPLETE, SHELL_INSPECT, FS_READ, FS_WRITE, FS_STAT, FS_LIST,
-                             FS_SEARCH, FS_MKDIR, FS_REMOVE, PROC_RUN})
+                             FS_SEARCH, FS_MKDIR, FS_REMOVE, PROC_RUN, BOX_USAGE})
 #: Every notification, either way.
 NOTIFICATIONS: Final = frozenset({SESSION_ACK, SHELL_OUTPUT, SHELL_PROGRESS, SHELL_INPUT_WANTED})

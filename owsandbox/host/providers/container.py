@@ -28,7 +28,11 @@ whichever is on PATH, podman first). The engine must run on this machine: the wo
   touching and leaves the container with its daemon lingering; the next kernel with the same key
   finds it by name and reuses it when it runs with the same settings (label `owsandbox.spec`), else
   replaces it. `destroy` removes it (`rm -f`). Each start removes this user's ended containers (found
-  by label: Docker's, and any an engine left behind), and the folders here of containers long gone.
+  by label: Docker's, and any an engine left behind), and the folders here of containers it can prove
+  dead: made by the same engine (each folder records which, with its lease limit), not listed by it,
+  and whose lease has not moved for that limit and `STATE_SWEEP_SECONDS` more. Another engine's folder
+  is never touched: removing it would take the lease away from a box that engine still runs (the box
+  would end itself), and this engine cannot see that box.
 * **Limit events** are read from the container's own cgroup (OOM kills, refused forks), on this
   machine, where the box cannot write: found from its first process's `/proc/PID/cgroup`.
 """
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shlex
@@ -70,7 +75,10 @@ RUNTIME = "/run/owsandbox"  # the runner's private runtime folder in the box (a 
 OTHER_HOME = "/home/sandbox"  # HOME of a container user other than root, when the root is read-only
 LEASE = "/run/owsandbox-lease"  # the lease in the box, read-only
 LEASE_SECONDS = 5.0  # how often the kernel touches the lease (more often for a short linger)
-STATE_SWEEP_SECONDS = 60.0  # a folder here of a container that is gone is removed once this old
+STATE_SWEEP_SECONDS = 60.0  # a folder here of a dead container goes once its lease is this much older than its limit
+ENGINE_RECORD = "engine.json"  # in each folder here: which engine made its container, and the lease's limit
+
+log = logging.getLogger(__name__)
 ENGINE_SETTINGS = ("CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF", "CONTAINERS_REGISTRIES_CONF", "CONTAINER_HOST",
                    "CONTAINER_CONNECTION", "DOCKER_HOST", "DOCKER_CONFIG", "DOCKER_CONTEXT", "DOCKER_CERT_PATH",
                    "DOCKER_TLS_VERIFY")
@@ -377,7 +385,9 @@ class ContainerProvider(GuardedWorkspace, ExecProvider):
         return self.state_dir / "lease"
 
     def _renew_lease(self) -> None:
-        """Touch the lease now, and from a thread every `lease_interval` until released or destroyed."""
+        """Touch the lease now, and from a thread every `lease_interval` until released or destroyed. A
+        failure to touch it is said in the kernel's log and tried again at the next interval: the thread
+        ends only when told to (a lease left alone would end the box after the linger time)."""
         path = self._lease_path()
         path.touch(mode=0o644)
         os.utime(path)
@@ -385,13 +395,51 @@ class ContainerProvider(GuardedWorkspace, ExecProvider):
             stop = self._lease_stop = threading.Event()
 
             def renew() -> None:
+                failing = False
                 while not stop.wait(self.lease_interval()):
                     try:
                         os.utime(path)
-                    except OSError:
-                        return  # the folder went with the container
+                    except OSError as exc:
+                        if not failing:
+                            log.warning("the lease of container %s could not be renewed (%s): it ends itself %g s "
+                                        "after the last renewal unless this passes", self.container, exc,
+                                        self.lease_limit())
+                        failing = True
+                        continue
+                    if failing:
+                        log.warning("the lease of container %s is renewed again", self.container)
+                        failing = False
             self._lease_thread = threading.Thread(target=renew, name="container-lease", daemon=True)
             self._lease_thread.start()
+
+    def engine_identity(self) -> str:
+        """Which engine this is: its program and the settings that point it at a daemon or a store (two
+        dockerds differ by DOCKER_HOST, two podman stores by their configuration)."""
+        assert self.engine
+        chosen = {name: os.environ[name] for name in ENGINE_SETTINGS if name in os.environ}
+        return json.dumps([self.engine_name, os.path.realpath(self.engine), chosen], sort_keys=True)
+
+    def _record_engine(self) -> None:
+        assert self.state_dir is not None
+        record = self.state_dir / ENGINE_RECORD
+        fresh = record.with_suffix(".new")
+        fresh.write_text(json.dumps({"engine": self.engine_identity(), "lease_limit": self.lease_limit()}))
+        fresh.replace(record)
+
+    def _provably_dead(self, folder: Path) -> bool:
+        """Whether the folder here of a container this engine does not list belongs to a box that is over:
+        its record names this engine, and its lease has not moved for its limit and STATE_SWEEP_SECONDS more.
+        A folder without a record (or with another engine's) is never said to be dead."""
+        try:
+            record = json.loads((folder / ENGINE_RECORD).read_text())
+            renewed = (folder / "lease").stat().st_mtime
+        except (OSError, ValueError, RecursionError):
+            return False
+        if not isinstance(record, dict) or record.get("engine") != self.engine_identity():
+            return False
+        limit = record.get("lease_limit")
+        limit = float(limit) if isinstance(limit, (int, float)) and limit >= 0 else self.lease_limit()
+        return time.time() - renewed > limit + STATE_SWEEP_SECONDS
 
     def _stop_lease(self) -> None:
         thread, self._lease_thread = self._lease_thread, None
@@ -433,11 +481,7 @@ class ContainerProvider(GuardedWorkspace, ExecProvider):
                 self._remove(name)
         assert self.state_dir is not None
         for folder in self.state_dir.parent.glob(f"owsandbox-{self.uid}-*"):
-            try:
-                old = time.time() - folder.stat().st_mtime > STATE_SWEEP_SECONDS
-            except OSError:
-                continue
-            if old and folder.name not in found and folder.name != self.container:
+            if folder.name not in found and folder.name != self.container and self._provably_dead(folder):
                 shutil.rmtree(folder, ignore_errors=True)
 
     def _check_image(self) -> None:
@@ -542,6 +586,7 @@ class ContainerProvider(GuardedWorkspace, ExecProvider):
             self.state_dir.mkdir(mode=0o700, exist_ok=True)
             try:
                 self._renew_lease()
+                self._record_engine()
                 self._make_or_find()
                 try:
                     self._start()

@@ -20,7 +20,7 @@ from typing import Any
 from ..display import box_text
 from .budget import OutputBudget, Withheld
 from .notes import is_note, note_content
-from .pacing import FloodTail, StreamPacer, message_size
+from .pacing import FloodTail, StreamPacer, message_size, pieces
 from .terminal_text import shown_text
 
 log = logging.getLogger(__name__)
@@ -45,9 +45,12 @@ class Outbox:
         self._watchers.append(watcher)
 
     def _send(self, parent: dict[str, Any], msg_type: str, content: dict[str, Any]) -> None:
-        if msg_type == "stream" and not self._paced(parent, str(content.get("text", ""))):
+        if msg_type != "stream":
+            self._out(parent, msg_type, content)
             return
-        self._out(parent, msg_type, content)
+        for piece in pieces(str(content.get("text", ""))):  # a long text: its head streams, the rest may be a tail
+            if self._paced(parent, piece):
+                self._out(parent, msg_type, {**content, "text": piece})
 
     def _out(self, parent: dict[str, Any], msg_type: str, content: dict[str, Any]) -> None:
         self._wire(parent, msg_type, content)

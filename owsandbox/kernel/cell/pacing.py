@@ -27,6 +27,7 @@ MESSAGE_OVERHEAD = 600  # bytes of a stream message besides its text (header, pa
 TAIL_LINES = 30  # lines the live tail shows
 TAIL_CHARS = 4_000  # characters it keeps at most (a line longer than that shows its end)
 UPDATE_SECONDS = 0.5  # the live tail is redrawn at most this often
+CHUNK_CHARS = 256 * 1024  # a longer stream text is paced in pieces this long (at line ends where it can)
 
 
 class StreamPacer:
@@ -60,9 +61,9 @@ class StreamPacer:
         now = self._clock()
         self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
         self._at = now
-        if size > self._tokens:
+        if size > self._tokens and self._tokens < self.burst:
             return False
-        self._tokens -= size
+        self._tokens -= size  # a message larger than the burst goes when the bucket is full, into debt
         return True
 
 
@@ -80,6 +81,16 @@ def pacer_from_env(env: Mapping[str, str]) -> StreamPacer:
     pacer = StreamPacer()
     pacer.set_rate(rate)
     return pacer
+
+
+def pieces(text: str, size: int = CHUNK_CHARS) -> list[str]:
+    """`text` in pieces of at most about `size` characters, cut after a line break where one is near."""
+    found: list[str] = []
+    while len(text) > size:
+        cut = text.rfind("\n", size // 2, size) + 1 or size
+        found.append(text[:cut])
+        text = text[cut:]
+    return [*found, text] if text else found
 
 
 def message_size(text: str) -> int:

@@ -58,6 +58,7 @@ class MagicContext(Protocol):
     def clear(self) -> None: ...
     def page(self, text: str, withheld: Withheld | None = None) -> None: ...
     def subshell_shells(self) -> dict[str, str]: ...  # shell name → the kernel subshell whose cells run on it
+    def usage(self) -> dict[str, Any]: ...  # what the sandbox uses now, as the Kernel Usage panel gets it
 
 
 @dataclass

@@ -85,4 +85,31 @@ def _network(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
 
 
 # The magics of this module, for the kernel's table (`table.all_magics`).
-SANDBOX_MAGICS = (_sandbox, _network)
+def _size(value: Any) -> str:
+    size = float(value) if isinstance(value, (int, float)) else 0.0
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"
+
+
+@magic("usage", "line", "What the sandbox uses now, beside its limits: memory, CPU, processes (what JupyterLab's "
+       "Kernel Usage panel shows).")
+def _usage(ctx: MagicContext, _args: argparse.Namespace, _body: str) -> None:
+    try:
+        reply = ctx.usage()
+    except (P.RunnerError, TimeoutError, RuntimeError) as exc:
+        raise CellError("SandboxUnavailable", f"the sandbox cannot say what it uses: {exc}") from None
+    box = reply["sandbox"]
+    limit = box.get("memory_limit")
+    memory = _size(box["memory_bytes"]) + (f" of {_size(limit)} ({reply['host_virtual_memory']['percent']:g}%)"
+                                           if limit else " (no memory limit)")
+    cpu = f"{reply['kernel_cpu']:g}% of one CPU since the last %usage (CPU time so far {box['cpu_seconds']:g} s)"
+    cpus = f"{box['cpu_limit']:g}" if box.get("cpu_limit") else f"{reply['cpu_count']} (all it may run on)"
+    show_rows(ctx, [("Memory", memory), ("CPU", cpu), ("CPUs", cpus), ("Processes", str(box["processes"])),
+                    ("Sandbox", str(box["provider"]))],
+              "the box's own figures: its daemon and everything below it")
+
+
+SANDBOX_MAGICS = (_sandbox, _network, _usage)
