@@ -216,3 +216,28 @@ def test_a_notebook_in_tmp_itself_works_and_hides_the_hosts_sockets(attacker_fac
     finally:
         service.close()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_program_the_box_planted_on_the_kernels_path_is_never_run_by_the_host(attacker_factory, project: Path,
+                                                                                marker: Path, owner):
+    """A user activated an environment the box made (it stays writable, on purpose), so its `bin/` is first
+    on the kernel's PATH. The box plants `bwrap`, `git`, `ip` and `nsenter` there, each leaving a mark and
+    then doing the real program's work; the next sandbox's start (bubblewrap looked up, a repository's
+    hooksPath read) must run none of them: this machine's programs are never looked up in the workspace."""
+    planted_bin = project / "boxenv" / "bin"
+    first = attacker_factory()
+    first.start(project)
+    plant = "; ".join(
+        f"printf '#!/bin/sh\\necho {name} >> {marker}\\nexec /usr/bin/{name} \"$@\"\\n' > boxenv/bin/{name}; "
+        f"chmod +x boxenv/bin/{name}" for name in ("bwrap", "git", "ip", "nsenter"))
+    made = first.run(f"python3 -m venv --without-pip boxenv && {plant} && mkdir -p repo/.git && "
+                     "printf '[core]\\n\\thooksPath = hooks\\n' > repo/.git/config && echo planted")
+    assert made["output"].strip().endswith("planted"), made
+    first.step(close=True)
+    activated = {"PATH": f"{planted_bin}:/usr/local/bin:/usr/bin:/bin", "VIRTUAL_ENV": str(project / "boxenv")}
+    second = attacker_factory(**activated)
+    second.start(project)
+    assert second.run("echo in-the-box")["output"] == "in-the-box\n"
+    assert not marker.exists(), f"the host ran what the box planted: {marker.read_text()}"
+    described = second.step(describe=True)
+    assert "boxenv" in described["workspace guard"]["environments the box made (writable)"]

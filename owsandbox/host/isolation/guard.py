@@ -41,7 +41,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import subprocess
 import sys
 from collections import deque
 from collections.abc import Iterable
@@ -407,17 +406,19 @@ def _guard_repository(guard: Guard, git_dir: str, workspace: str, writable: list
 
 def _hooks_path(config: str, work_tree: str) -> str | None:
     """`core.hooksPath` of a repository's own config, as a real path, or None."""
-    if not os.path.isfile(config):
-        return None
+    from .gitquarantine import CONFIG_BYTES, ConfigSyntaxError, parse_config  # it imports this module
+
+    # Read as git reads it, never by running a `git` (which PATH could find in the workspace).
     try:
-        done = subprocess.run(["git", "config", "--file", config, "--get", "core.hooksPath"], capture_output=True,
-                              text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
+        with open(config, encoding="utf-8", errors="replace") as f:
+            text = f.read(CONFIG_BYTES + 1)
+        entries = parse_config(text) if len(text) <= CONFIG_BYTES else []
+    except (OSError, ConfigSyntaxError):
         return None
-    value = done.stdout.strip()
-    if done.returncode != 0 or not value:
+    values = [entry.value for entry in entries if entry.name == "core.hookspath" and entry.value]
+    if not values:
         return None
-    return os.path.realpath(os.path.join(work_tree, os.path.expanduser(value)))
+    return os.path.realpath(os.path.join(work_tree, os.path.expanduser(values[-1])))  # the last one, as git
 
 
 class GuardedWorkspace:

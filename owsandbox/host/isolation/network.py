@@ -34,13 +34,14 @@ import ipaddress
 import json
 import os
 import select
-import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 from ...box.procstat import start_time
+from ..programs import host_program
 
 NS_GET_USERNS = 0xB701  # ioctl on a namespace file: the user namespace that owns it (linux/nsfs.h)
 STOP_SECONDS = 5.0
@@ -119,19 +120,19 @@ def refusing_routes(addresses: list[str], ipv6: bool = True) -> str:
     return "".join(f"route replace unreachable {prefix}\n" for prefix in prefixes)
 
 
-def _ip_program() -> str:
-    for candidate in (shutil.which("ip"), "/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip"):
+def _ip_program(avoid: Iterable[str] = ()) -> str:
+    for candidate in (host_program("ip", avoid), "/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip"):
         if candidate and os.access(candidate, os.X_OK):
             return candidate
     raise NetworkError("outbound network needs ip (Debian package iproute2) to keep this machine's own addresses "
                        "out of the sandbox's reach: apt-get install iproute2")
 
 
-def _refuse_host_addresses(net: int, owner: int | None) -> None:
+def _refuse_host_addresses(net: int, owner: int | None, avoid: Iterable[str] = ()) -> None:
     """Refusing routes to this machine's addresses in the box's network namespace (`net`, entered through
     the user namespace `owner` that holds it, for a plain user), before pasta gives it a way out."""
-    program = _ip_program()
-    nsenter = shutil.which("nsenter") or "/usr/bin/nsenter"
+    program = _ip_program(avoid)
+    nsenter = host_program("nsenter", avoid) or "/usr/bin/nsenter"
     try:
         listed = subprocess.run([program, "-json", "address", "show"], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.SubprocessError) as exc:
@@ -184,7 +185,8 @@ class Pasta:
                 self.watcher.wait()
 
 
-def attach(pasta_argv: list[str], init_pid: int, init_start: str | None, state_dir: str) -> Pasta:
+def attach(pasta_argv: list[str], init_pid: int, init_start: str | None, state_dir: str,
+           avoid: Iterable[str] = ()) -> Pasta:
     """Give the box whose PID namespace's init is `init_pid` (started at `init_start`) outbound network:
     pasta (`pasta_argv`: the program and its options) joins its network namespace, and returns once the
     namespace is configured. Watched, so that it ends with the box."""
@@ -210,7 +212,7 @@ def attach(pasta_argv: list[str], init_pid: int, init_start: str | None, state_d
                     from None
             held.append(owner)
             argv += ["--userns", f"/proc/self/fd/{owner}"]
-        _refuse_host_addresses(net, owner)
+        _refuse_host_addresses(net, owner, avoid)
         argv += ["--netns", f"/proc/self/fd/{net}"]
         try:
             done = subprocess.run(argv, pass_fds=held, stdin=subprocess.DEVNULL, capture_output=True, timeout=20)

@@ -66,6 +66,7 @@ from ..isolation.resources import (
 from ..isolation.seccomp import UnsupportedArchitecture, box_policy, compile_filter, native_arch, refused_syscalls
 from ..logpump import LogPump
 from ..privatedir import runtime_root
+from ..programs import host_program, mark_box_writable
 from .local import _LAUNCHER, LocalProvider
 
 BOX_RUN = "/run/owsandbox"  # where the daemon keeps its own files, inside the box
@@ -81,10 +82,13 @@ PROGRAM_FOLDERS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt
 SYSTEM_INDEXES = ("/var/cache/man",)
 
 
-@lru_cache(maxsize=1)
 def bwrap_options() -> frozenset[str]:
     """The options this bubblewrap knows (`--disable-userns` came in 0.8, `--size` in 0.6)."""
-    binary = shutil.which("bwrap")
+    return _options_of(host_program("bwrap"))
+
+
+@lru_cache(maxsize=4)
+def _options_of(binary: str | None) -> frozenset[str]:
     if binary is None:
         return frozenset()
     try:
@@ -112,10 +116,14 @@ def supported(args: list[str]) -> list[str]:
     return kept
 
 
-@lru_cache(maxsize=1)
 def bwrap_problem() -> str | None:
-    """None when bubblewrap can make a sandbox here (with the options this provider needs), else why not."""
-    binary = shutil.which("bwrap")
+    """None when bubblewrap can make a sandbox here (with the options this provider needs), else why not.
+    The bubblewrap is found on PATH outside every folder a box may write (programs.py)."""
+    return _problem_of(host_program("bwrap"))
+
+
+@lru_cache(maxsize=4)
+def _problem_of(binary: str | None) -> str | None:
     if binary is None:
         return "bubblewrap (bwrap) is not installed"
     try:
@@ -210,6 +218,7 @@ class BwrapProvider(GuardedWorkspace, LocalProvider):
     def __init__(self, cwd: str | os.PathLike[str] | None = None, network: bool | None = None,
                  limits: Limits | list[str] | str | None = None, **options: Any) -> None:
         super().__init__(cwd, **options)
+        mark_box_writable(self.cwd)  # this machine's programs are never looked up in it
         self.network = network if network is not None else os.environ.get(NETWORK_ENV, "") in ("1", "true", "yes")
         self.limits = limits if isinstance(limits, Limits) else Limits.parse(
             limits if limits is not None else os.environ.get(LIMITS_ENV))
@@ -417,6 +426,11 @@ class BwrapProvider(GuardedWorkspace, LocalProvider):
         argv = [*wrapper, *box, *filtered, "--info-fd", str(info_write), "--", os.path.realpath(self.python), "-S",
                 BOX_RUNNER, *serve]
         argv, arguments = _arguments_from_fd(argv)
+        program = host_program("bwrap", avoid=[self.cwd])
+        if program is None:
+            raise RuntimeError("bubblewrap (bwrap) is not installed outside the workspace's folders (a program there "
+                               "is the box's to change, so this machine never runs it)")
+        argv[argv.index("bwrap")] = program  # its place on this machine, never a PATH lookup at exec time
         try:
             # bwrap's own environment is the box's too: its --clearenv only clears what its child gets, and
             # the box's pid 1 (bwrap's init, never exec'd) would show the kernel's in /proc/1/environ.
@@ -527,7 +541,7 @@ class BwrapProvider(GuardedWorkspace, LocalProvider):
         """The command run around bwrap to give the box a network: [] now, for root and plain users alike.
         bubblewrap makes the network namespace and pasta joins it once it exists (`_attach_network`), as
         `%network on` does later, so that `%network off` can end it without ending the box."""
-        pasta = self._pasta = shutil.which("pasta") if self.network else None
+        pasta = self._pasta = host_program("pasta", avoid=[self.cwd]) if self.network else None
         self.network_mode = "pasta" if pasta else ("unavailable" if self.network else "none")
         return []
 
@@ -541,7 +555,8 @@ class BwrapProvider(GuardedWorkspace, LocalProvider):
         is configured, and ends with the box."""
         assert self.state_dir and self.daemon_pid
         assert self.network_mode == "pasta" and self._pasta
-        self._pasta_run = attach(self._pasta_argv(self._pasta), self.daemon_pid, self._init_start, self.state_dir)
+        self._pasta_run = attach(self._pasta_argv(self._pasta), self.daemon_pid, self._init_start, self.state_dir,
+                                 avoid=[self.cwd])
         self._pasta_pid, self._pasta_start = self._pasta_run.pid, self._pasta_run.started
 
     def _end_pasta(self) -> None:
@@ -558,7 +573,7 @@ class BwrapProvider(GuardedWorkspace, LocalProvider):
             if self.daemon_pid is None or not _same_process(self.daemon_pid, self._init_start):
                 raise NetworkError("the sandbox is not running: run a cell first, then %network again")
             if on and self.network_mode != "pasta":
-                pasta = shutil.which("pasta")
+                pasta = host_program("pasta", avoid=[self.cwd])
                 if pasta is None:
                     raise NetworkError("outbound network needs pasta, which is not installed here (Debian package "
                                        "passt: apt-get install passt)")
@@ -669,6 +684,7 @@ class BwrapProvider(GuardedWorkspace, LocalProvider):
 
 def auto_provider(cwd: str | os.PathLike[str] | None = None, **options: Any) -> LocalProvider:
     """`bwrap` where it works here; else `local`, saying plainly that nothing is isolated."""
+    mark_box_writable(os.fspath(cwd or os.getcwd()))  # before bubblewrap is looked up
     problem = bwrap_problem()
     if problem is None:
         return BwrapProvider(cwd, **options)

@@ -49,7 +49,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -60,6 +60,7 @@ from ..isolation.guard import Guard, GuardedWorkspace, inside
 from ..isolation.policy import LIMITS_ENV, NETWORK_ENV, SYSTEM_FOLDERS, WorkspaceRefused, passed_env_names
 from ..isolation.resources import CGROUP_ROOT, CgroupEnforcement, LimitReport, Limits, human_size
 from ..privatedir import runtime_root
+from ..programs import host_program, mark_box_writable
 from .boxed import BoxError
 from .exec import ExecProvider, stdin_program
 
@@ -118,14 +119,14 @@ while True:
 """
 
 
-def find_engine(name: str | None = None) -> tuple[str, str]:
+def find_engine(name: str | None = None, avoid: Iterable[str] = ()) -> tuple[str, str]:
     """(engine name, its path): `name`, else OWSANDBOX_ENGINE, else podman or docker, whichever is on
     PATH first. BoxError naming what to install when there is none."""
     wanted = name or os.environ.get(ENGINE_ENV, "").strip()
     if wanted and os.path.basename(wanted) not in ENGINES:
         raise ValueError(f"{ENGINE_ENV}={wanted!r}: the container engine must be podman or docker")
     for candidate in ([wanted] if wanted else list(ENGINES)):
-        path = shutil.which(candidate)
+        path = host_program(candidate, avoid)
         if path:
             return os.path.basename(candidate), path
     if wanted and os.path.basename(wanted) == "docker":
@@ -199,6 +200,7 @@ class ContainerProvider(GuardedWorkspace, ExecProvider):
                          box_cwd=workspace_in_box, timeout=timeout)
         self.runtime_dir = RUNTIME
         self.host_cwd = os.path.realpath(self.local_cwd)
+        mark_box_writable(self.host_cwd)  # this machine's programs (the engine) are never looked up in it
         self.network = network if network is not None else os.environ.get(NETWORK_ENV, "").lower() in _TRUE
         self.limits = limits if isinstance(limits, Limits) else Limits.parse(
             limits if limits is not None else os.environ.get(LIMITS_ENV))
@@ -247,7 +249,8 @@ class ContainerProvider(GuardedWorkspace, ExecProvider):
 
     def _use_engine(self) -> None:
         if not self.engine:
-            self.engine_name, self.engine = find_engine(None if self.engine_name == "auto" else self.engine_name)
+            self.engine_name, self.engine = find_engine(None if self.engine_name == "auto" else self.engine_name,
+                                                        avoid=[self.host_cwd])
             self.prefix = [self.engine, "exec", "-i", self.container]
 
     # -- what the container is made of -------------------------------------------------------
