@@ -6,7 +6,8 @@ stderr apart and in the order written, batched for a few milliseconds; the recor
 the live view missed. A command that waits for input (`shell.input_wanted`) is answered through
 Jupyter's stdin channel when the client allows it (`stdin.py`), and gets end-of-input otherwise.
 Stop (an `interrupt_request`, or SIGINT from a client that signals) becomes `shell.interrupt`: the
-command ends (and its open prompt with it), the shell and its variables stay. A non-zero exit status
+command ends (and its open prompt with it), the shell and its variables stay; a Stop that comes
+before the cell's command has started ends it all the same (`stops.py`). A non-zero exit status
 is an error reply with exactly one `error` output, so a notebook run stops at a failing cell (the
 errors, by name, are in `errors.py`). Magics live in `magics/`, found through the kernel's table
 (`magics/table.py`); a cell magic below the first line is refused (`magics/placement.py`); output handling
@@ -25,6 +26,7 @@ import re
 import signal
 import threading
 import time
+from datetime import datetime, timezone
 from typing import Any
 
 from ipykernel.kernelbase import Kernel
@@ -53,6 +55,7 @@ from .magics.shells import terminal_settings
 from .magics.table import MagicTable, all_magics
 from .magics.terminal_open import terminal_open
 from .sandbox import Sandbox, SandboxUnavailable
+from .stops import CellStops
 from .teaching.recording import Recorder, session_stem
 
 log = logging.getLogger(__name__)
@@ -85,8 +88,7 @@ class OwSandboxKernel(Kernel):
         self.recorder = Recorder(lambda: self.sandbox.host_cwd, self._terminal_size, session_stem())  # %record
         self.outbox.watch(self.recorder.saw)
         self.magics: MagicTable = all_magics()
-        self._running: dict[str, str] = {}  # shell → the call id of the cell running on it
-        self._running_lock = threading.Lock()
+        self.stops = CellStops()  # what a Stop ends: the cell's runs, and what it has not started yet
         self._displays: set[str] = set()
         self.history = CellHistory()
         self.attach = AttachManager(self._attach_display, self._runner_call, self._execd_endpoint,
@@ -184,9 +186,11 @@ class OwSandboxKernel(Kernel):
             self._note(parent, said)
         if not silent:  # a client's own silent requests are not the session's cells
             self.recorder.cell_started(parent, self.execution_count, code)
+        self.stops.cell_began(_sent_at(parent))
         try:
             reply = await self._execute(parent, code, store_history, allow_stdin)
         finally:
+            self.stops.cell_ended()
             self.outbox.end_cell(parent)
             self.recorder.cell_ended(parent, reply)
         return box_text.clean("execute_reply", reply)
@@ -204,15 +208,11 @@ class OwSandboxKernel(Kernel):
                                   "terminal": False, "stderr": "apart", "stdin": False, "output_limit": 1_000_000}
         if self.settings["timeout"] is not None:
             params["timeout_s"] = self.settings["timeout"]
-        call = SandboxAPI.over(client).start_run(params)
-        with self._running_lock:
-            self._running[shell] = call.request_id
+        call = self._start_run(client, shell, params)
         try:
             result = client.wait(call)
         finally:
-            with self._running_lock:
-                if self._running.get(shell) == call.request_id:
-                    del self._running[shell]
+            self.stops.ended(shell, call.request_id)
         self.sandbox.remember_folder(shell, result.get("cwd"))
         return result
 
@@ -223,6 +223,8 @@ class OwSandboxKernel(Kernel):
         if store_history:
             self.history.add(self.execution_count, code)
         try:
+            if self.stops.before_start:  # a Stop sent after this cell came before it (stops.py)
+                raise CellError("Interrupted", "interrupted by user before it started: nothing ran")
             await self._say_where_once(parent)
             parsed = parse_cell(code)
             if parsed is None or parsed.cell is None:
@@ -320,10 +322,8 @@ class OwSandboxKernel(Kernel):
             params["timeout_s"] = self.settings["timeout"]
         provider = workspace.provider
         counted = provider.limit_counters()
-        call = SandboxAPI.over(client).start_run(params, on_notification=on_frame,
-                                                 on_done=lambda: loop.call_soon_threadsafe(wake.set))
-        with self._running_lock:
-            self._running[shell] = call.request_id
+        call = self._start_run(client, shell, params, on_notification=on_frame,
+                               on_done=lambda: loop.call_soon_threadsafe(wake.set))
         try:
             while True:
                 await self._news(wake, output)
@@ -335,9 +335,7 @@ class OwSandboxKernel(Kernel):
                 await asyncio.sleep(BATCH_SECONDS)
         finally:
             prompts.close()  # the command has ended (or the cell was cancelled): its open prompt too
-            with self._running_lock:
-                if self._running.get(shell) == call.request_id:
-                    del self._running[shell]
+            self.stops.ended(shell, call.request_id)
         if call.error is not None:
             raise call.error
         result = call.value
@@ -432,7 +430,7 @@ class OwSandboxKernel(Kernel):
 
     async def interrupt_request(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
         """Message-mode interrupts stop the running commands instead of signalling the kernel."""
-        self._interrupt_running()
+        self._interrupt_running(_sent_at(parent))
         self.session.send(stream, "interrupt_reply", {"status": "ok"}, parent, ident=ident)
 
     def pre_handler_hook(self) -> None:
@@ -447,20 +445,31 @@ class OwSandboxKernel(Kernel):
     def _on_sigint(self, _signum: int, _frame: Any) -> None:
         self._interrupt_running()
 
-    def _interrupt_running(self) -> None:
-        """Send `shell.interrupt` for every running cell and return at once (nothing waits for it:
-        the cell's own reply says how it ended)."""
+    def _interrupt_running(self, sent: datetime | None = None) -> None:
+        """Stop the cell (stops.py): send `shell.interrupt` for each of its runs and return at once
+        (nothing waits for it: the cell's own reply says how it ended); what it has not started yet
+        never starts. `sent`: when the Stop was sent (its message's date), else now."""
         self.attach.cancel_waits()
-        with self._running_lock:
-            shells = list(self._running)
-        if not shells or not self.sandbox.ready:
-            return
-        client = self.sandbox.client
-        for shell in shells:
+        runs = self.stops.stop(sent or datetime.now(timezone.utc))
+        if runs and self.sandbox.ready:
+            self._interrupt_runs(self.sandbox.client, runs)
+
+    def _interrupt_runs(self, client: Any, runs: list[tuple[str, str]]) -> None:
+        for shell, request_id in runs:
             try:
-                SandboxAPI.over(client).interrupt(shell)
+                SandboxAPI.over(client).interrupt(shell, request_id)
             except P.RunnerError as exc:
                 log.warning("could not stop the command on shell %s: %s", shell, exc)
+
+    def _start_run(self, client: Any, shell: str, params: dict[str, Any], **handlers: Any) -> Any:
+        """`shell.run` for the cell, unless a Stop came for it first (CellError "Interrupted"); a Stop
+        that comes while it is being sent is carried to it here."""
+        if self.stops.before_start:
+            raise CellError("Interrupted", "interrupted by user before it started: nothing ran")
+        call = SandboxAPI.over(client).start_run(params, **handlers)
+        if self.stops.started(shell, call.request_id):
+            self._interrupt_runs(client, [(shell, call.request_id)])
+        return call
 
     # -- is_complete, complete, inspect -----------------------------------------------------
 
@@ -621,3 +630,14 @@ class _Context:
                 .removeprefix("terminal "),
                 "cell time limit": "off" if timeout is None else f"{timeout:g} s",
                 "output limit": f"{self.settings['output_limit']:,} characters"}
+
+
+def _sent_at(message: dict[str, Any]) -> datetime | None:
+    """When the client sent `message` (its header's date, which jupyter_client parses), if it says."""
+    date = message.get("header", {}).get("date")
+    if isinstance(date, str):
+        try:
+            date = datetime.fromisoformat(date)
+        except ValueError:
+            return None
+    return date if isinstance(date, datetime) else None
