@@ -1,14 +1,15 @@
 """The daemon's methods: which handler answers each, with its params checked, and how it is answered.
 
 Control requests (hello, resume, interrupt, list) are answered at once on the connection's thread,
-straight to that connection and never kept, so Stop never waits behind work. A Stop is never lost: a
-`shell.run` is tracked from the moment its request is read, so a `shell.interrupt` that comes while
-the run still waits for its shell (a new bash starting, a thread to run on) marks it, and the run is
-then answered as interrupted without being given to bash. Work requests run on
+straight to that connection and never kept, so Stop never waits behind work. Work requests run on
 threads of their own (at most `MAX_WORKERS` at once) and every answer goes through the records: it
 gets a `seq`, is kept until acknowledged and is replayed on `session.resume`; a request id seen twice
 runs once. A `shell.run` on a shell that is already up starts without a thread hop. Notifications
 (`session.ack`, `$/ping`) are never answered.
+
+A Stop is never lost: a `shell.run` is tracked from the moment its request is read, so a
+`shell.interrupt` that comes while the run still waits for its shell (a new bash starting, a thread
+to run on) marks it, and the run is then answered as interrupted without being given to bash.
 """
 
 from __future__ import annotations
@@ -235,15 +236,18 @@ class Dispatcher:
         name = params.get(p, "shell", str, "main")
         request_id = p.get("id")
         with self._runs_lock:
-            runs = [(key, run) for key, run in self._runs.items()
-                    if (key == _run_key(request_id) if request_id is not None else run.shell_name == name)]
+            if request_id is not None:
+                found = self._runs.get(_run_key(request_id))
+                runs = [found] if found is not None else []
+            else:
+                runs = [run for run in self._runs.values() if run.shell_name == name]
         if request_id is not None and not runs:
             state = "ended" if self.records.state(request_id) == ANSWERED else "unknown"
             return {"shell": name, "interrupted": False, "state": state}
         if not runs:
             self.shells.named(name)  # UNKNOWN_SHELL for a shell that is not up
             return {"shell": name, "interrupted": False, "state": "idle"}
-        run = next((run for _, run in runs if run.command is not None), runs[-1][1])
+        run = next((run for run in runs if run.command is not None), runs[-1])
         with run.lock:
             shell, command = run.shell, run.command
             if command is None:
