@@ -88,6 +88,7 @@ INPUT_CHECK_SECONDS = 0.02  # how often a running command's terminal is checked 
 _STREAM_OF = {"stdout": "stdout", "stderr": "stderr", "tty-out": "stdout", "tty-err": "stderr"}
 _TTY_CHANNELS = ("tty-out", "tty-err")  # in the order they are read when both have news
 STDOUT_GRACE_SECONDS = 0.001
+BEGIN_WAIT_SECONDS = 1.0  # how long a Stop waits for a command's start mark before it signals anyway
 DEFAULT_OUTPUT_LIMIT = 1024 * 1024  # characters kept in memory per command, unless the request asks
 MAX_OUTPUT_LIMIT = 16 * 1024 * 1024  # the most a request may ask for
 PROGRESS_SECONDS = 5.0  # a command silent this long sends `shell.progress`
@@ -172,6 +173,7 @@ class Command:
         self.state = CommandState.RUNNING
         self.stop_reason: str | None = None  # "interrupt" or "timeout", set with the move to STOPPING
         self.begun = False  # bash printed the command line's start mark: it runs the line (`lines.command_line`)
+        self.signalled = False  # its stop has begun: SIGINT sent, the escalation under way
         self.finished = threading.Event()  # set once its result is handed over
         self.frames_sent = 0
         self.last_news = self.started  # when the client last heard of this command (output or progress)
@@ -416,9 +418,18 @@ class Shell:
             begun = cmd.begun  # read under the lock under which the reader sets it
         if begun:
             self._start_stopping(cmd)
+        else:  # should the start mark never come (bash stuck before the line), stop it all the same
+            timer = threading.Timer(BEGIN_WAIT_SECONDS, self._start_stopping, args=(cmd,))
+            timer.daemon = True
+            timer.start()
         return True
 
     def _start_stopping(self, cmd: Command) -> None:
+        """SIGINT, and the escalation: once per command, and only while it is the shell's command."""
+        with self._lock:
+            if self._current is not cmd or cmd.signalled:
+                return
+            cmd.signalled = True
         self._signal_group(signal.SIGINT)  # at once; the thread repeats and escalates if need be
         threading.Thread(target=self._escalate, args=(cmd,), daemon=True).start()
 
