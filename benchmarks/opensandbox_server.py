@@ -131,8 +131,7 @@ def main() -> None:
     args = parser.parse_args()
     program = server_program()
     if program is None:
-        sys.exit("opensandbox-server is not installed: python3 -m venv .venv-opensandbox-server && "
-                 ".venv-opensandbox-server/bin/pip install opensandbox-server==1.1.1")
+        sys.exit("opensandbox-server is not installed: python3 tests/prepare.py opensandbox-server")
     with tempfile.TemporaryDirectory(prefix="owsbx-osb-bench-") as tmp:
         root = Path(tmp)
         (root / "podman").mkdir()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -90,6 +91,55 @@ def _unit_purity(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
     if refused and not request.node.stash.get(_FAILED, False):
         pytest.fail(refused[0], pytrace=False)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Install what the selected tests need (`needs` marks, tests/prepare.py) and is missing, before the
+    first test: an install never counts against a test's timeout. .ci/run makes them beforehand."""
+    from . import prepare
+
+    if session.config.option.collectonly:
+        return
+    needed = sorted({name for item in session.items for mark in item.iter_markers("needs") for name in mark.args})
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    say = reporter.write_line if reporter is not None else print
+    for name in needed:
+        made, make = prepare.NEEDS[name]
+        if made():
+            continue
+        say(f"tests/prepare.py: installing {prepare.what(name)} before the tests (.ci/run makes it beforehand)")
+        try:
+            make()
+        except RuntimeError as exc:  # the tests that need it fail with the command that makes it
+            say(f"tests/prepare.py: {exc}")
+    if any(IMAGE_FIXTURES & set(getattr(item, "fixturenames", ())) for item in session.items):
+        _build_test_images(any(item.get_closest_marker("needs_owsandbox_image") for item in session.items), say)
+
+
+# Fixtures whose tests run containers of the test images (tests/containers.py).
+IMAGE_FIXTURES = {"podman", "debian_image", "debian_container", "docker"}
+
+
+def _build_test_images(owsandbox: bool, say: Any) -> None:
+    """Build the container images the selected tests use (debootstrap, about a minute; the owsandbox
+    image stages its dependencies with pip) before the first test, when they are missing and this
+    machine can build them; else the fixtures skip or fail as they say."""
+    from .containers import Podman, _tool
+
+    if os.geteuid() != 0 or any(_tool(tool) is None for tool in ("podman", "runc", "debootstrap")):
+        return
+    with tempfile.TemporaryDirectory(prefix="owsandbox-images-") as folder:
+        podman = Podman(Path(folder))
+        if podman.has_images(owsandbox):
+            return
+        say("tests/conftest.py: building the test images before the tests (podman, debootstrap"
+            + (", and owsandbox's with its dependencies" if owsandbox else "") + ")")
+        try:
+            podman.image()
+            if owsandbox:
+                podman.owsandbox_image()
+        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:  # the fixtures say it again
+            say(f"tests/conftest.py: the test images could not be built: {exc}")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -318,7 +368,12 @@ def default_kernel(tmp_path: Path):
 
 def pytest_configure(config: pytest.Config) -> None:
     """A kernelspec for the kernel under test, found through JUPYTER_PATH by every Jupyter client
-    that the tests start (jupyter_client, jupyter_kernel_test, nbclient, jupyter console)."""
+    that the tests start (jupyter_client, jupyter_kernel_test, nbclient, jupyter console); and the
+    `needs` mark."""
+    config.addinivalue_line("markers", "needs(name, ...): a program from tests/prepare.py that the session installs "
+                                       "before its first test when it is missing (outside every test's timeout)")
+    config.addinivalue_line("markers", "needs_owsandbox_image: the session builds tests/containers.py's owsandbox "
+                                       "image before its first test when it is missing")
     import json
     import os
     import sys

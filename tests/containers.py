@@ -200,16 +200,25 @@ class Podman:
                     self.run("rm", "--force", name, check=False)
         return image
 
+    def has_images(self, owsandbox: bool = False) -> bool:
+        """Whether `image()` (and `owsandbox_image()`) are built already."""
+        return self.has_image(IMAGE) and (not owsandbox or all(map(self.has_image, self._owsandbox_names())))
+
+    @staticmethod
+    def _owsandbox_names() -> tuple[str, str]:
+        """The names of the owsandbox image's two layers: its dependencies, and itself."""
+        deps = f"{OWSANDBOX_DEPS_IMAGE}:{RECIPE}.{OWSANDBOX_RECIPE}-{_digest([PROJECT / 'pyproject.toml'])}"
+        files = sorted(path for path in (PROJECT / "owsandbox").rglob("*")
+                       if path.is_file() and "__pycache__" not in path.parts)
+        return deps, f"{OWSANDBOX_IMAGE}:{RECIPE}.{OWSANDBOX_RECIPE}-{_digest(files)}"
+
     def owsandbox_image(self) -> str:
         """The Debian image with bubblewrap and owsandbox installed (see the module's docstring)."""
-        deps = f"{OWSANDBOX_DEPS_IMAGE}:{RECIPE}.{OWSANDBOX_RECIPE}-{_digest([PROJECT / 'pyproject.toml'])}"
+        deps, name = self._owsandbox_names()
         base = self.image()
         with self._build_lock():
             if not self.has_image(deps):
                 self._build_deps(base, deps)
-        files = sorted(path for path in (PROJECT / "owsandbox").rglob("*")
-                       if path.is_file() and "__pycache__" not in path.parts)
-        name = f"{OWSANDBOX_IMAGE}:{RECIPE}.{OWSANDBOX_RECIPE}-{_digest(files)}"
         with self._build_lock():
             if not self.has_image(name):
                 with tempfile.TemporaryDirectory(prefix="owsandbox-image-") as temp:

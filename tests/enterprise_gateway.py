@@ -1,12 +1,14 @@
 """Jupyter Enterprise Gateway for the tests and the benchmark: its own virtual environment and a server.
 
 The gateway pins jupyter-client < 7 and jupyter-server < 2, which owsandbox's own environment cannot
-hold, so it lives in a virtual environment of its own (`.venv-eg` beside the project, made once and
-kept: CI makes it in .ci/run). It runs in the network namespace `gw` of tests/gateway_hosts.py, on
-that namespace's loopback, with HOME a folder holding the ssh key and the hosts' keys (paramiko reads
-`~/.ssh`), and finds the kernelspec that `owsandbox install --enterprise-gateway ssh` wrote through
-JUPYTER_PATH. For the Docker kernels (tests/test_enterprise_gateway_docker.py) it runs in the network
-namespace of the tests' dockerd instead, with its response address on that dockerd's bridge.
+hold, so it lives in a virtual environment of its own (`.venv-eg` beside the project, pinned in
+tests/requirements/enterprise-gateway.txt and made before the tests by tests/prepare.py: .ci/run, or
+the test session when it is missing; never inside a test's timeout). It runs in the network
+namespace `gw` of tests/gateway_hosts.py, on that namespace's loopback, with HOME a folder holding
+the ssh key and the hosts' keys (paramiko reads `~/.ssh`), and finds the kernelspec that `owsandbox
+install --enterprise-gateway ssh` wrote through JUPYTER_PATH. For the Docker kernels
+(tests/test_enterprise_gateway_docker.py) it runs in the network namespace of the tests' dockerd
+instead, with its response address on that dockerd's bridge.
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from .containers import Docker, Podman, docker_tools
 from .gateway_hosts import GATEWAY_ADDRESSES, GatewayNetwork, socket_in
 from .kernel_ws import KernelWebSocket
+from .prepare import ENVIRONMENTS, what
 
-EG_VERSION = "3.3.0"
-EG_VENV = Path(__file__).resolve().parents[1] / ".venv-eg"
+EG = ENVIRONMENTS["enterprise-gateway"]
 PORT = 8888  # on the gateway namespace's own loopback
 START_SECONDS = 90
 KERNEL_NAME = "owsandbox-eg"
@@ -38,13 +42,10 @@ BRIDGE = "203.0.113.1/24"  # TEST-NET-3: the bridge's address in the namespace o
 
 
 def gateway_venv() -> Path:
-    """The gateway's virtual environment, made the first time (pip from PyPI) and kept."""
-    program = EG_VENV / "bin" / "jupyter-enterprisegateway"
-    if not program.exists():
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(EG_VENV)], check=True)
-        subprocess.run([str(EG_VENV / "bin" / "pip"), "install", "-q", f"jupyter_enterprise_gateway=={EG_VERSION}"],
-                       check=True)
-    return program
+    """The gateway's program in its virtual environment, which tests/prepare.py made before the tests."""
+    if not EG.made():
+        pytest.fail(f"Enterprise Gateway is not installed ({what(EG.name)}): run `{EG.command}`", pytrace=False)
+    return EG.program
 
 
 def install_spec(prefix: Path, hosts: list[str]) -> Path:

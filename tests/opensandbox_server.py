@@ -29,8 +29,10 @@ the tests' own requests) run or connect there. That dockerd stands in for a host
 tests' plain dockerd (`--bridge=none`) the server still makes the sandbox, with nothing behind its
 endpoint.
 
-The server itself runs from a virtual environment of its own (its pins are not ours): the one that
-`.ci/run` makes (`.venv-opensandbox-server`), or the program `OWSANDBOX_TEST_OPENSANDBOX_SERVER` names.
+The server itself runs from a virtual environment of its own (its pins are not ours):
+`.venv-opensandbox-server`, pinned in tests/requirements/opensandbox-server.txt and made by
+tests/prepare.py (`.ci/run`, or the test session before its first test), or the program
+`OWSANDBOX_TEST_OPENSANDBOX_SERVER` names.
 """
 
 from __future__ import annotations
@@ -60,11 +62,11 @@ from owsandbox.host.bundle import zipapp_bytes
 
 from .gateway_hosts import socket_in
 from .ports import free_port
+from .prepare import ENVIRONMENTS, what
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER_ENV = "OWSANDBOX_TEST_OPENSANDBOX_SERVER"
-SERVER_VENV = ROOT / ".venv-opensandbox-server"
-SERVER_VERSION = "1.1.1"
+SERVER = ENVIRONMENTS["opensandbox-server"]
 EXECD_PORT = 44772
 API_KEY = "owsandbox-test-key"
 #: The released execd whose behaviour the image's execd plays (tests/released_execd.py RELEASE_QUIRKS).
@@ -110,16 +112,14 @@ def server_program() -> str | None:
     named = os.environ.get(SERVER_ENV)
     if named:
         return named
-    found = SERVER_VENV / "bin" / "opensandbox-server"
-    return str(found) if found.exists() else None
+    return str(SERVER.program) if SERVER.made() else None
 
 
 def require_server() -> str:
     """The server's program; a skip where it is not installed, a failure so in CI."""
     program = server_program()
     if program is None:
-        why = (f"opensandbox-server is not installed (python3 -m venv {SERVER_VENV.name} && "
-               f"{SERVER_VENV.name}/bin/pip install opensandbox-server=={SERVER_VERSION}, or set {SERVER_ENV})")
+        why = f"opensandbox-server is not installed ({what(SERVER.name)}: run `{SERVER.command}`, or set {SERVER_ENV})"
         if os.environ.get("CI"):
             pytest.fail(f"CI must run OpenSandbox's server: {why}")
         pytest.skip(why)

@@ -12,9 +12,11 @@ import http.client
 import json
 import os
 import re
+import shlex
 import shutil
 import socket
 import stat
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -441,6 +443,49 @@ def test_resuming_from_since_never_loses_or_repeats_a_byte(box: Endpoint):
         assert expected.startswith(bytes(received)), f"diverged after {len(received)} bytes, hop {hops}"
     assert bytes(received) == expected
     assert hops > 3
+
+
+# Numbered JSON lines on stdout, each one write, with a line on stderr after every 13th; once all are
+# written, "done" into the FIFO named by argv[1]. It starts on a line of stdin.
+WHOLE_LINES = r'''
+import os, sys
+sys.stdin.readline()
+for n in range(1, 1501):
+    os.write(1, b'{"n":%d,"pad":"%s"}\n' % (n, b"x" * (n % 23)))
+    if n % 13 == 0:
+        os.write(2, b"warn %d\n" % n)
+with open(sys.argv[1], "w") as fifo:
+    fifo.write("done")
+'''
+
+
+def test_a_pump_that_fell_behind_keeps_each_line_whole_in_the_ring(box: Endpoint, tmp_path: Path):
+    """In pipe mode stdout and stderr share the ring, and a replay cannot tell them apart: a line must
+    reach it whole, never with the other stream's bytes in the middle. A pump that a busy machine left
+    behind finds both pipes full, and a stdout read of CHUNK_BYTES ends inside a line; the stderr read
+    that came next cut the line in two in the ring, and a client resuming from that line's start lost
+    the record (found by tests/faults/test_attach_cuts.py under load). Here the pump is held back by
+    holding its session's lock while the program writes ~54 kB of lines and a stderr line after every 13th."""
+    fifo = tmp_path / "written"
+    os.mkfifo(fifo)
+    session_id = box.create(shlex.join(["exec", sys.executable, "-c", WHOLE_LINES, str(fifo)]))
+    with box.attach(session_id) as client:
+        assert control(client.recv(timeout=10))["type"] == "connected"
+        session = box.server.sessions.get(session_id)
+        assert session is not None
+        with session.lock:  # the pump stops at its first output, as a busy machine would leave it
+            client.send(b"\x00go\n")
+            assert fifo.read_text() == "done"  # opening blocks until the program has written everything
+        messages, _, _ = read_to_close(client)
+    assert exits(messages) == [0]
+    with box.attach(session_id, "pty=0&since=0") as client:
+        replay = client.recv(timeout=10)
+    assert replay[0] == REPLAY and int.from_bytes(replay[1:9], "big") == 0
+    lines = replay[9:].decode().splitlines()
+    cut = [line for line in lines if not re.fullmatch(r'\{"n":\d+,"pad":"x*"\}|warn \d+', line)]
+    assert not cut, f"lines cut in the ring: {cut[:4]}"
+    assert [json.loads(line)["n"] for line in lines if line.startswith("{")] == list(range(1, 1501))
+    assert [line for line in lines if line.startswith("warn")] == [f"warn {n}" for n in range(13, 1501, 13)]
 
 
 def test_an_offset_older_than_the_ring_gets_a_replay_that_shows_the_gap(box: Endpoint):

@@ -23,7 +23,7 @@ from .gateway_hosts import GatewayNetwork, Host, gateway_network
 from .processes import PinnedProcesses, command_line, descendants, pid_alive, wait_gone
 from .waiting import wait_until
 
-pytestmark = pytest.mark.system
+pytestmark = [pytest.mark.system, pytest.mark.needs("enterprise-gateway")]
 
 USER = {"KERNEL_USERNAME": "student"}  # the gateway refuses to start kernels for root (its unauthorized_users)
 

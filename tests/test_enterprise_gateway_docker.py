@@ -26,7 +26,7 @@ from .enterprise_gateway import DOCKER_KERNEL_NAME as KERNEL
 from .enterprise_gateway import DOCKER_LOCAL_KERNEL_NAME as LOCAL_KERNEL
 from .waiting import wait_until
 
-pytestmark = pytest.mark.system
+pytestmark = [pytest.mark.system, pytest.mark.needs("enterprise-gateway"), pytest.mark.needs_owsandbox_image]
 
 USER = {"KERNEL_USERNAME": "student"}
 

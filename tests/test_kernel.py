@@ -158,6 +158,24 @@ def test_stop_by_message_ends_the_command_and_keeps_the_shell(kernel):
     assert kernel.run('echo $KEEP; [ "$PWD" = "$FOLDER_BEFORE" ] && echo same-folder').text() == "kept\nsame-folder\n"
 
 
+def test_a_stop_sent_right_after_the_cell_ends_it_whenever_it_lands(kernel):
+    """interrupt_request right after execute_request: it may reach the kernel before the cell does
+    (control and shell are two channels), while the cell waits to start its command, or while the box
+    starts it; every time the cell ends as interrupted at once, and the shell stays as it was."""
+    kernel.run("export KEEP=kept")
+    said: dict[str, int] = {}
+    for _ in range(10):
+        msg_id = kernel.send("sleep 30")
+        kernel.km.interrupt_kernel()  # at once: an interrupt_request on control
+        run = kernel.collect(msg_id, timeout=20)  # the command would take 30 s
+        assert run.status == "error" and run.reply["content"]["ename"] == "Interrupted", run.reply["content"]
+        evalue = run.reply["content"]["evalue"]
+        said[evalue] = said.get(evalue, 0) + 1
+    assert set(said) <= {"interrupted by user", "interrupted by user before it started: nothing ran"}, said
+    assert kernel.run("echo $KEEP").text() == "kept\n"
+    print(f"[stop] through the kernel: {said}")
+
+
 def test_stop_by_signal_ends_the_command_too(kernel):
     kernel.run("export STILL=yes")
     msg_id = kernel.send("echo started; while true; do :; done")

@@ -21,7 +21,7 @@ from .mcp_servers import everything_command, mcp_server_time
 from .test_kernel_attach import wait_for_display
 from .test_kernel_jsonrpc import INITIALIZED, tool
 
-pytestmark = pytest.mark.system
+pytestmark = [pytest.mark.system, pytest.mark.needs("npm", "mcp-server-time")]
 
 
 @pytest.fixture(scope="module")

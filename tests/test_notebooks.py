@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from owsandbox.kernel.cell.notes import is_note
 
 from .conftest import KERNEL_NAME
 from .processes import command_line
+from .waiting import wait_until
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 RECORD_LINE = re.compile(r"^\s*(\d+) ← (\{.*\})$", re.M)  # a received line of %records: offset, ←, record
@@ -56,7 +58,10 @@ def processes_in(folder: Path) -> list[str]:
     return found
 
 
-def run_notebook(name: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[NotebookNode, Path]:
+def run_notebook(name: str, tmp_path_factory: pytest.TempPathFactory,
+                 before_cell: Callable[[NotebookNode, NotebookNode], None] | None = None) -> tuple[NotebookNode, Path]:
+    """Run notebook `name` in a folder of its own; `before_cell(nb, cell)` is called before each code
+    cell runs (to wait for what a cell that follows at once would race against)."""
     folder = tmp_path_factory.mktemp(name)
     shutil.copy(NOTEBOOKS / f"{name}.ipynb", folder)
     if name == "debugging":
@@ -64,7 +69,9 @@ def run_notebook(name: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[N
     nb = nbformat.read(folder / f"{name}.ipynb", as_version=4)
     assert all(not cell.get("outputs") for cell in nb.cells if cell.cell_type == "code"), "stored outputs"
     assert nb.metadata.kernelspec == {"name": "owsandbox", "display_name": "Sandbox (bash)", "language": "bash"}
-    client = NotebookClient(nb, kernel_name=KERNEL_NAME, timeout=120, resources={"metadata": {"path": str(folder)}})
+    hook = (lambda cell, cell_index: before_cell(nb, cell)) if before_cell is not None else None
+    client = NotebookClient(nb, kernel_name=KERNEL_NAME, timeout=120, resources={"metadata": {"path": str(folder)}},
+                            on_cell_execute=hook)
     client.execute()  # raises CellExecutionError at a failing cell not tagged raises-exception
     deadline = time.monotonic() + 10
     while (left := processes_in(folder)) and time.monotonic() < deadline:
@@ -78,9 +85,21 @@ def tour(tmp_path_factory: pytest.TempPathFactory) -> tuple[NotebookNode, Path]:
     return run_notebook("tour", tmp_path_factory)
 
 
+def background_job_started(nb: NotebookNode, listing: NotebookNode) -> None:
+    """Before the cell that lists the background job: wait until the job is `sleep 300`. Run All sends
+    that cell at once, and `ps` may still find the job as the `bash` that forked to exec sleep (a
+    person reading the lesson is never that quick)."""
+    if not listing.source.startswith("jobs\nps --ppid"):
+        return
+    found = re.search(r"^\[1\] (\d+)$", notes(cell(nb, "sleep 300 &")), re.M)
+    assert found, "the background job's notice is missing"
+    pid = int(found.group(1))
+    wait_until(lambda: command_line(pid).split() == ["sleep", "300"], 10, f"process {pid} to be sleep 300")
+
+
 @pytest.fixture(scope="module")
 def teaching(tmp_path_factory: pytest.TempPathFactory) -> tuple[NotebookNode, Path]:
-    return run_notebook("teaching", tmp_path_factory)
+    return run_notebook("teaching", tmp_path_factory, before_cell=background_job_started)
 
 
 @pytest.fixture(scope="module")

@@ -51,7 +51,7 @@ from .containers import MARKER
 from .kernel_session import KernelSession
 from .opensandbox_server import BOOTSTRAP, EXECD_PORT, OpenSandboxServer, build_execd_image, require_server
 
-pytestmark = pytest.mark.system
+pytestmark = [pytest.mark.system, pytest.mark.needs("opensandbox-server")]
 
 ENGINE = Path(__file__).resolve().parents[1] / "notebooks" / "engines" / "echo_engine.py"
 SETTINGS = ("OWSANDBOX_EXECD_URL", "OWSANDBOX_EXECD_TOKEN", "OWSANDBOX_EXECD_HEADERS", "OWSANDBOX_IMAGE",

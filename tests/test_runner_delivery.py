@@ -282,7 +282,7 @@ def test_interrupt_is_answered_while_the_shell_is_busy(box):
     wait_until_busy(client)
     started = time.monotonic()
     answer = client.call("shell.interrupt", {"shell": "main"}, timeout=5)
-    assert answer == {"shell": "main", "interrupted": True}
+    assert answer == {"shell": "main", "interrupted": True, "state": "running"}
     assert time.monotonic() - started < 1
     worker.join(10)
     assert not worker.is_alive()

@@ -6,6 +6,10 @@ threads of their own (at most `MAX_WORKERS` at once) and every answer goes throu
 gets a `seq`, is kept until acknowledged and is replayed on `session.resume`; a request id seen twice
 runs once. A `shell.run` on a shell that is already up starts without a thread hop. Notifications
 (`session.ack`, `$/ping`) are never answered.
+
+A Stop is never lost: a `shell.run` is tracked from the moment its request is read, so a
+`shell.interrupt` that comes while the run still waits for its shell (a new bash starting, a thread
+to run on) marks it, and the run is then answered as interrupted without being given to bash.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from .files import search as searchchild
 from .outbox import ANSWERED, NEW, Records
 from .server import Connection
 from .shell import complete
-from .shell.bash import Shell
+from .shell.bash import Command, Shell
 from .shell.registry import ShellRegistry
 from .shell.terminal import DEFAULT_COLS, DEFAULT_ROWS
 
@@ -49,6 +53,22 @@ DEFERRED = object()  # a work handler's value when the answer comes later (a she
 
 ControlHandler = Callable[[Connection, dict[str, Any]], Any]
 WorkHandler = Callable[[Any, dict[str, Any]], Any]
+NOT_STARTED_ERROR = "interrupted by user before it started: nothing ran"
+
+
+class _Run:
+    """A `shell.run` read and not yet answered: its shell's name, and once given to the shell, the
+    shell and its command; or, when a Stop came first, `stopped`. Its lock orders the two: a run is
+    given to its shell under it, and a Stop marks or stops it under it."""
+
+    __slots__ = ("shell_name", "lock", "shell", "command", "stopped")
+
+    def __init__(self, shell_name: str) -> None:
+        self.shell_name = shell_name
+        self.lock = threading.Lock()
+        self.shell: Shell | None = None
+        self.command: Command | None = None
+        self.stopped = False
 
 
 class Dispatcher:
@@ -65,6 +85,8 @@ class Dispatcher:
         self._describe = describe
         self.instance_id = instance_id
         self._workers = threading.BoundedSemaphore(MAX_WORKERS)
+        self._runs: dict[Any, _Run] = {}  # shell.run requests not yet answered, by request id
+        self._runs_lock = threading.Lock()
         self._control: dict[str, ControlHandler] = {
             HELLO: lambda _conn, p: self._hello(p),
             SESSION_RESUME: self._resume,
@@ -98,6 +120,7 @@ class Dispatcher:
             error = P.error(request_id, P.INTERNAL_ERROR, f"the sandbox's daemon failed on this request: "
                                                           f"{type(exc).__name__}: {exc}")
             state, frame = self.records.answer_unanswered(request_id, error)
+            self._forget_run(request_id)
             if frame is not None:
                 self._send_live(frame)
             elif state is None:  # not work (a control request): answered where it came from
@@ -136,8 +159,10 @@ class Dispatcher:
         if handler is None:
             self._answer(request_id, err=P.RunnerError(P.METHOD_NOT_FOUND, f"unknown method '{method}'"))
             return
-        if method == SHELL_RUN and self._try_run_inline(request_id, raw_params):
-            return
+        if method == SHELL_RUN:
+            self._track_run(request_id, raw_params)
+            if self._try_run_inline(request_id, raw_params):
+                return
         try:
             threading.Thread(target=self._run_handler, args=(request_id, handler, raw_params), daemon=True).start()
         except RuntimeError as exc:  # the connection's reader must live on, and the request be answered
@@ -179,7 +204,9 @@ class Dispatcher:
     def _answer(self, request_id: Any, value: Any = None, err: P.RunnerError | None = None) -> None:
         """The answer to work: kept in the records, then sent to whoever is connected now."""
         message = P.error(request_id, err.code, err.message, err.data) if err else P.result(request_id, value)
-        self._send_live(self.records.answer(request_id, message))
+        frame = self.records.answer(request_id, message)
+        self._forget_run(request_id)  # after the records: a Stop that finds neither is told "ended" by them
+        self._send_live(frame)
 
     def _in_folder(self, handler: Callable[[dict[str, Any], str], Any]) -> WorkHandler:
         """A file or process handler, given the folder its relative paths start from."""
@@ -202,8 +229,48 @@ class Dispatcher:
         return {"instance_id": self.instance_id, "replayed": len(frames), "gap": gap}
 
     def _shell_interrupt(self, p: dict[str, Any]) -> dict[str, Any]:
+        """Stop the `shell.run` with request id `id` on `shell`, or without `id` the one running there
+        (else the latest waiting to start). The answer says what happened: `state` "running" (it is
+        being stopped: SIGINT, then escalation), "not started" (it never runs; its own answer says
+        so), "ended" (it had ended already), "unknown" (no such request), "idle" (no `id`, nothing
+        running or waiting on the shell); `interrupted` is true for the first two."""
         name = params.get(p, "shell", str, "main")
-        return {"shell": name, "interrupted": self.shells.named(name).interrupt()}
+        request_id = p.get("id")
+        with self._runs_lock:
+            if request_id is not None:
+                found = self._runs.get(_run_key(request_id))
+                runs = [found] if found is not None else []
+            else:
+                runs = [run for run in self._runs.values() if run.shell_name == name]
+        if request_id is not None and not runs:
+            state = "ended" if self.records.state(request_id) == ANSWERED else "unknown"
+            return {"shell": name, "interrupted": False, "state": state}
+        if not runs:
+            self.shells.named(name)  # UNKNOWN_SHELL for a shell that is not up
+            return {"shell": name, "interrupted": False, "state": "idle"}
+        run = next((run for run in runs if run.command is not None), runs[-1])
+        with run.lock:
+            shell, command = run.shell, run.command
+            if command is None:
+                run.stopped = True
+                return {"shell": name, "interrupted": True, "state": "not started"}
+        assert shell is not None
+        if shell.interrupt(command):
+            return {"shell": name, "interrupted": True, "state": "running"}
+        return {"shell": name, "interrupted": False, "state": "ended"}
+
+    def _track_run(self, request_id: Any, p: dict[str, Any]) -> None:
+        name = p.get("shell", "main")
+        key = _run_key(request_id)
+        if isinstance(name, str) and key is not None:
+            with self._runs_lock:
+                self._runs[key] = _Run(name)
+
+    def _forget_run(self, request_id: Any) -> None:
+        key = _run_key(request_id)
+        if key is not None:
+            with self._runs_lock:
+                self._runs.pop(key, None)
 
     # -- work -------------------------------------------------------------------------------
 
@@ -279,7 +346,18 @@ class Dispatcher:
             self.shells.remember(shell)
             self._answer(request_id, result)
 
-        shell.run(command, on_done, on_live, **options)
+        key = _run_key(request_id)
+        with self._runs_lock:
+            run = self._runs.get(key) if key is not None else None
+        if run is None:
+            shell.run(command, on_done, on_live, **options)
+            return
+        with run.lock:
+            if run.stopped:
+                on_done(shell.not_run(command, NOT_STARTED_ERROR))
+                return
+            run.command = shell.run(command, on_done, on_live, **options)
+            run.shell = shell
 
     def _shell_input(self, p: dict[str, Any]) -> dict[str, Any]:
         name = params.get(p, "shell", str, "main")
@@ -308,3 +386,9 @@ class Dispatcher:
             return shell.definitions_path
 
         return answer(p, cwd, definitions)
+
+
+def _run_key(request_id: Any) -> Any:
+    """A request id as a key of the runs (as the ledger keys it: 1 and "1" differ); None for one
+    that cannot be a key."""
+    return (type(request_id).__name__, request_id) if isinstance(request_id, (str, int)) else None

@@ -127,6 +127,11 @@ class Records:
             state, seq = self.ledger.begin(request_id)
             return state, self.outbox.frame_for(seq) if state == ANSWERED and seq is not None else None
 
+    def state(self, request_id: Any) -> str | None:
+        """RUNNING or ANSWERED for a request id seen, None for one never seen (or forgotten)."""
+        with self._lock:
+            return self.ledger.state(request_id)
+
     def answer(self, request_id: Any, message: dict[str, Any]) -> bytes:
         """Keep `message` (a result or an error) under the next seq; the frame to send."""
         with self._lock:

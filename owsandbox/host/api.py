@@ -61,13 +61,19 @@ class SandboxAPI:
     def run(self, params: M.RunParams, timeout: float) -> M.RunResult:
         return self._call(SHELL_RUN, dict(params), timeout=timeout)
 
-    def interrupt(self, shell: str) -> Call:
-        """Stop the command running on `shell` (Stop); not waited for: its `shell.run` says how it ended."""
-        return self._starter()(SHELL_INTERRUPT, {"shell": shell})
+    def interrupt(self, shell: str, request_id: str | None = None) -> Call:
+        """Stop the `shell.run` of `request_id` on `shell` (else the command running there), even one
+        that has not started yet; not waited for: its `shell.run` says how it ended."""
+        return self._starter()(SHELL_INTERRUPT, _interrupt_params(shell, request_id))
 
     def interrupt_and_wait(self, shell: str, timeout: float = 10.0) -> bool:
         """Stop the command running on `shell`; whether one was running."""
-        return bool(self._call(SHELL_INTERRUPT, {"shell": shell}, timeout=timeout).get("interrupted"))
+        return bool(self.stop(shell, timeout=timeout).get("interrupted"))
+
+    def stop(self, shell: str, request_id: str | None = None, timeout: float = 10.0) -> dict[str, Any]:
+        """`interrupt`, waited for: `{shell, interrupted, state}`, where `state` says what happened
+        ("running": being stopped; "not started": it will not run; "ended", "unknown", "idle")."""
+        return self._call(SHELL_INTERRUPT, _interrupt_params(shell, request_id), timeout=timeout)
 
     def give_input(self, params: M.InputParams, timeout: float = 10.0) -> dict[str, Any]:
         """Type an answer (or end of input) into the command waiting on its terminal."""
@@ -106,3 +112,7 @@ class SandboxAPI:
 
     def search(self, params: dict[str, Any], timeout: float = 60.0) -> M.SearchResult:
         return self._call(FS_SEARCH, params, timeout=timeout)
+
+
+def _interrupt_params(shell: str, request_id: str | None) -> dict[str, Any]:
+    return {"shell": shell} if request_id is None else {"shell": shell, "id": request_id}

@@ -6,7 +6,8 @@ stderr apart and in the order written, batched for a few milliseconds; the recor
 the live view missed. A command that waits for input (`shell.input_wanted`) is answered through
 Jupyter's stdin channel when the client allows it (`stdin.py`), and gets end-of-input otherwise.
 Stop (an `interrupt_request`, or SIGINT from a client that signals) becomes `shell.interrupt`: the
-command ends (and its open prompt with it), the shell and its variables stay. A non-zero exit status
+command ends (and its open prompt with it), the shell and its variables stay; a Stop that comes
+before the cell's command has started ends it all the same (`stops.py`). A non-zero exit status
 is an error reply with exactly one `error` output, so a notebook run stops at a failing cell (the
 errors, by name, are in `errors.py`). Magics live in `magics/`, found through the kernel's table
 (`magics/table.py`); a cell magic below the first line is refused (`magics/placement.py`); output handling
@@ -25,6 +26,7 @@ import re
 import signal
 import threading
 import time
+from datetime import datetime, timezone
 from typing import Any
 
 from ipykernel.kernelbase import Kernel
@@ -54,6 +56,7 @@ from .magics.shells import terminal_settings
 from .magics.table import MagicTable, all_magics
 from .magics.terminal_open import terminal_open
 from .sandbox import Sandbox, SandboxUnavailable
+from .stops import CellStops
 from .teaching.recording import Recorder, session_stem
 from .usage import UsageMeter
 
@@ -91,8 +94,8 @@ class OwSandboxKernel(Kernel):
         self.recorder = Recorder(lambda: self.sandbox.host_cwd, self._terminal_size, session_stem())  # %record
         self.outbox.watch(self.recorder.saw)
         self.magics: MagicTable = all_magics()
-        self._running: dict[str, str] = {}  # shell → the call id of the cell running on it
-        self._running_lock = threading.Lock()
+        self._stops = {"": CellStops()}  # what a Stop ends, per lane: the main shell's cells, and each subshell's
+        self._stops_lock = threading.Lock()
         self._displays = BoxDisplayIds()  # the ids `owdisplay --id` gave, in a namespace of their own
         self.history = CellHistory()
         self.attach = AttachManager(self._attach_display, self._runner_call, self._execd_endpoint,
@@ -145,6 +148,14 @@ class OwSandboxKernel(Kernel):
                                                      "subshell_id": subshell}
             return found
 
+    def _lane(self, subshell: str) -> CellStops:
+        with self._stops_lock:
+            return self._stops.setdefault(subshell, CellStops())
+
+    def stops_for(self, parent: dict[str, Any] | None) -> CellStops:
+        """What a Stop ends for the cells of `parent`'s lane: the main shell's, or its kernel subshell's."""
+        return self._lane(str(((parent or {}).get("header") or {}).get("subshell_id") or ""))
+
     def subshell_shells(self) -> dict[str, str]:
         """The named shell of each kernel subshell that has run a request, by shell name → subshell id."""
         with self._subshells_lock:
@@ -156,6 +167,9 @@ class OwSandboxKernel(Kernel):
         await super().delete_subshell_request(socket, ident, parent)
         with self._subshells_lock:
             settings = self._subshells.pop(subshell, None)
+        if subshell:
+            with self._stops_lock:
+                self._stops.pop(subshell, None)
         if settings is not None and self.sandbox.ready:
             try:
                 await asyncio.get_running_loop().run_in_executor(None, self.box.close_shell, settings["shell"])
@@ -252,9 +266,11 @@ class OwSandboxKernel(Kernel):
             self._note(parent, said)
         if not silent:  # a client's own silent requests are not the session's cells
             self.recorder.cell_started(parent, self.execution_count, code)
+        self.stops_for(parent).cell_began(_sent_at(parent))
         try:
             reply = await self._execute(parent, code, store_history, allow_stdin)
         finally:
+            self.stops_for(parent).cell_ended()
             await self._after_cell(parent)
             self.outbox.end_cell(parent)
             self.recorder.cell_ended(parent, reply)
@@ -277,24 +293,21 @@ class OwSandboxKernel(Kernel):
         setup = terminal_settings(self.settings, self.settings["shell"])
         return setup.cols, setup.rows
 
-    def run_quietly(self, shell: str, code: str) -> dict[str, Any]:
+    def run_quietly(self, shell: str, code: str, parent: dict[str, Any] | None = None) -> dict[str, Any]:
         """Run `code` on `shell` and return its result, showing none of its output (`%%check`'s tests, whose
         report the kernel reads): on pipes, with no prompt answered, and stopped by Stop and the cell time
-        limit as a cell is. Called from a magic's worker thread."""
+        limit as the cell of `parent` is. Called from a magic's worker thread."""
         client = self.sandbox.client
+        stops = self.stops_for(parent)
         params: dict[str, Any] = {"shell": shell, "command": code, "cwd": self.sandbox.folder_of(shell),
                                   "terminal": False, "stderr": "apart", "stdin": False, "output_limit": 1_000_000}
         if self.settings["timeout"] is not None:
             params["timeout_s"] = self.settings["timeout"]
-        call = SandboxAPI.over(client).start_run(params)
-        with self._running_lock:
-            self._running[shell] = call.request_id
+        call = self._start_run(client, shell, params, stops)
         try:
             result = client.wait(call)
         finally:
-            with self._running_lock:
-                if self._running.get(shell) == call.request_id:
-                    del self._running[shell]
+            stops.ended(shell, call.request_id)
         self.sandbox.remember_folder(shell, result.get("cwd"))
         return result
 
@@ -305,6 +318,8 @@ class OwSandboxKernel(Kernel):
         if store_history:
             self.history.add(self.execution_count, code)
         try:
+            if self.stops_for(parent).before_start:  # a Stop sent after this cell came before it (stops.py)
+                raise CellError("Interrupted", "interrupted by user before it started: nothing ran")
             await self._say_where_once(parent)
             parsed = parse_cell(code)
             if parsed is None or parsed.cell is None:
@@ -403,10 +418,9 @@ class OwSandboxKernel(Kernel):
             params["timeout_s"] = settings["timeout"]
         provider = workspace.provider
         counted = provider.limit_counters()
-        call = SandboxAPI.over(client).start_run(params, on_notification=on_frame,
-                                                 on_done=lambda: loop.call_soon_threadsafe(wake.set))
-        with self._running_lock:
-            self._running[shell] = call.request_id
+        stops = self.stops_for(parent)
+        call = self._start_run(client, shell, params, stops, on_notification=on_frame,
+                               on_done=lambda: loop.call_soon_threadsafe(wake.set))
         try:
             while True:
                 await self._news(wake, output)
@@ -418,9 +432,7 @@ class OwSandboxKernel(Kernel):
                 await asyncio.sleep(BATCH_SECONDS)
         finally:
             prompts.close()  # the command has ended (or the cell was cancelled): its open prompt too
-            with self._running_lock:
-                if self._running.get(shell) == call.request_id:
-                    del self._running[shell]
+            stops.ended(shell, call.request_id)
         if call.error is not None:
             raise call.error
         result = call.value
@@ -523,9 +535,9 @@ class OwSandboxKernel(Kernel):
 
     async def interrupt_request(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
         """Message-mode interrupts stop the running commands instead of signalling the kernel: from a
-        kernel subshell (its id in the request's header), only the command on that subshell's shell."""
+        kernel subshell (its id in the request's header), only that subshell's cell."""
         subshell = (parent.get("header") or {}).get("subshell_id")
-        self._interrupt_running(self.settings_for(parent)["shell"] if subshell else None)
+        self._interrupt_running(_sent_at(parent), str(subshell) if subshell else None)
         self.session.send(stream, "interrupt_reply", {"status": "ok"}, parent, ident=ident)
 
     def pre_handler_hook(self) -> None:
@@ -540,21 +552,38 @@ class OwSandboxKernel(Kernel):
     def _on_sigint(self, _signum: int, _frame: Any) -> None:
         self._interrupt_running()
 
-    def _interrupt_running(self, only: str | None = None) -> None:
-        """Send `shell.interrupt` for every running cell (or the one on shell `only`) and return at once
-        (nothing waits for it: the cell's own reply says how it ended)."""
-        if only is None:
+    def _interrupt_running(self, sent: datetime | None = None, subshell: str | None = None) -> None:
+        """Stop the executing cells (stops.py), or the one of kernel subshell `subshell`: send
+        `shell.interrupt` for each of their runs and return at once (nothing waits for it: each cell's own
+        reply says how it ended); what they have not started yet never starts. `sent`: when the Stop was
+        sent (its message's date), else now."""
+        when = sent or datetime.now(timezone.utc)
+        if subshell is None:
             self.attach.cancel_waits()
-        with self._running_lock:
-            shells = [shell for shell in self._running if only is None or shell == only]
-        if not shells or not self.sandbox.ready:
-            return
-        client = self.sandbox.client
-        for shell in shells:
+            with self._stops_lock:
+                lanes = list(self._stops.values())
+        else:
+            lanes = [self._lane(subshell)]
+        runs = [run for lane in lanes for run in lane.stop(when)]
+        if runs and self.sandbox.ready:
+            self._interrupt_runs(self.sandbox.client, runs)
+
+    def _interrupt_runs(self, client: Any, runs: list[tuple[str, str]]) -> None:
+        for shell, request_id in runs:
             try:
-                SandboxAPI.over(client).interrupt(shell)
+                SandboxAPI.over(client).interrupt(shell, request_id)
             except P.RunnerError as exc:
                 log.warning("could not stop the command on shell %s: %s", shell, exc)
+
+    def _start_run(self, client: Any, shell: str, params: dict[str, Any], stops: CellStops, **handlers: Any) -> Any:
+        """`shell.run` for the cell, unless a Stop came for it first (CellError "Interrupted"); a Stop
+        that comes while it is being sent is carried to it here."""
+        if stops.before_start:
+            raise CellError("Interrupted", "interrupted by user before it started: nothing ran")
+        call = SandboxAPI.over(client).start_run(params, **handlers)
+        if stops.started(shell, call.request_id):
+            self._interrupt_runs(client, [(shell, call.request_id)])
+        return call
 
     # -- is_complete, complete, inspect -----------------------------------------------------
 
@@ -681,7 +710,7 @@ class _Context:
 
     def run_quietly(self, shell: str, code: str) -> dict[str, Any]:
         """`%%check`'s tests on `shell`, their output kept from the notebook (see OwSandboxKernel.run_quietly)."""
-        return self.kernel.run_quietly(shell, code)
+        return self.kernel.run_quietly(shell, code, self.parent)
 
     def shell_folder(self) -> str:
         return self.kernel.shell_folder(self.settings["shell"])
@@ -724,3 +753,14 @@ class _Context:
                 .removeprefix("terminal "),
                 "cell time limit": "off" if timeout is None else f"{timeout:g} s",
                 "output limit": f"{self.settings['output_limit']:,} characters"}
+
+
+def _sent_at(message: dict[str, Any]) -> datetime | None:
+    """When the client sent `message` (its header's date, which jupyter_client parses), if it says."""
+    date = message.get("header", {}).get("date")
+    if isinstance(date, str):
+        try:
+            date = datetime.fromisoformat(date)
+        except ValueError:
+            return None
+    return date if isinstance(date, datetime) else None

@@ -84,7 +84,7 @@ def test_a_catastrophic_search_blocks_neither_other_shells_nor_the_listing_nor_s
     shells = {shell["name"]: shell for shell in listing["shells"]}
     assert shells["busy"]["busy"] is True and shells["other"]["busy"] is False
     stopped, stop_s = answered(client, "shell.interrupt", {"shell": "busy"})
-    assert stopped == {"shell": "busy", "interrupted": True}
+    assert stopped == {"shell": "busy", "interrupted": True, "state": "running"}
     assert client.wait(busy, ANSWER_BOUND_S)["error"].startswith("interrupted")
 
     assert searching, "fs.search did not start a process of its own: it runs inside the daemon"

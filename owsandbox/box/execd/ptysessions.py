@@ -6,7 +6,14 @@ the output `since` a byte offset. So every output byte, watched or not, goes int
 resume cursor has to count both), and a pump thread drains the process all the time: a detached
 process never blocks on output. While a client is attached, the pump hands it each chunk under the
 session lock, the same lock under which a new client takes its replay and attaches, so nothing is
-lost or doubled between the replay and the live frames. Standard library only.
+lost or doubled between the replay and the live frames.
+
+In pipe mode a line that the program wrote whole reaches the ring whole: a read that ends inside a
+line goes on reading that pipe while it has bytes ready, before the other pipe is read. A replay has
+nothing that tells stdout from stderr, so the other stream's bytes in the middle of a line would cut
+it in two there, and a client resuming from that line's start would read neither half as a record.
+(A pump that a busy machine left behind finds a pipe holding more than CHUNK_BYTES, and its read of
+CHUNK_BYTES ends wherever it ends.) Standard library only.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from ..procstat import session_members
 
 RING_BYTES = 1024 * 1024
 CHUNK_BYTES = 32 * 1024  # the most data in one STDOUT/STDERR frame
+LINE_FOLLOW_BYTES = RING_BYTES  # how far a read follows an unfinished line before the other pipe may be read
 KIND_STDIN = 0x00
 KIND_STDOUT = 0x01
 KIND_STDERR = 0x02
@@ -37,6 +45,25 @@ SIGNALS = {name: getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGKIL
 DEFAULT_COLS, DEFAULT_ROWS = 80, 24
 _EXIT_POLL_S = 0.5  # how often the pump looks whether bash exited while something else holds its output
 _AFTER_EXIT_S = 1.0  # how long output that is ready is still taken once bash has exited
+
+
+def _rest_of_line(fd: int, data: bytes) -> bytes:
+    """What pipe `fd` holds right now of the line `data` ends inside (b"" when `data` ends a line): read
+    until a read ends at a line's end, the pipe is empty, or LINE_FOLLOW_BYTES were taken. A line the
+    program wrote in one write of up to PIPE_BUF bytes is in the pipe whole, so it is never cut."""
+    more: list[bytes] = []
+    taken = 0
+    last = data
+    while not last.endswith(b"\n") and taken < LINE_FOLLOW_BYTES:
+        try:
+            last = os.read(fd, CHUNK_BYTES)
+        except OSError:  # empty for now (BlockingIOError), or gone: the selector says which next
+            break
+        if not last:
+            break
+        more.append(last)
+        taken += len(last)
+    return b"".join(more)
 
 
 class ReplayRing:
@@ -209,8 +236,9 @@ class PtySession:
             selector.register(self._master_fd, selectors.EVENT_READ, KIND_STDOUT)
         else:
             assert proc.stdout is not None and proc.stderr is not None
-            selector.register(proc.stdout.fileno(), selectors.EVENT_READ, KIND_STDOUT)
-            selector.register(proc.stderr.fileno(), selectors.EVENT_READ, KIND_STDERR)
+            for stream, kind in ((proc.stdout, KIND_STDOUT), (proc.stderr, KIND_STDERR)):
+                os.set_blocking(stream.fileno(), False)  # our end only: `_rest_of_line` reads what is there
+                selector.register(stream.fileno(), selectors.EVENT_READ, kind)
         try:
             self._drain(selector, proc)
         finally:
@@ -232,8 +260,12 @@ class PtySession:
             for key, _ in events:
                 try:
                     data = os.read(key.fd, CHUNK_BYTES)
+                except (BlockingIOError, InterruptedError):
+                    continue
                 except OSError:  # EIO: the terminal's other side is closed
                     data = b""
+                if data and self._master_fd is None:
+                    data += _rest_of_line(key.fd, data)
                 if data:
                     self._output(key.data, data)
                 else:
@@ -244,7 +276,8 @@ class PtySession:
             self.ring.append(data)
             client = self.client
             if client is not None:
-                client.send_output(kind, data)
+                for start in range(0, len(data), CHUNK_BYTES):
+                    client.send_output(kind, data[start:start + CHUNK_BYTES])
         if client is not None:
             client.wait_drained()
 

@@ -60,9 +60,11 @@ from ..procstat import session_members
 from .capture import LiveBatcher, MarkerScanner, OutputRecord, ShellChatter, StreamDecoder, WholeLines
 from .lines import (
     DISPLAY_START,
+    LEAD,
     MARK_ERR_FD,
     MARK_OUT_FD,
     SHELL_INIT,
+    START_MARK,
     TTY_ERR_FD,
     TTY_OUT_FD,
     channel_fds,
@@ -86,6 +88,7 @@ INPUT_CHECK_SECONDS = 0.02  # how often a running command's terminal is checked 
 _STREAM_OF = {"stdout": "stdout", "stderr": "stderr", "tty-out": "stdout", "tty-err": "stderr"}
 _TTY_CHANNELS = ("tty-out", "tty-err")  # in the order they are read when both have news
 STDOUT_GRACE_SECONDS = 0.001
+BEGIN_WAIT_SECONDS = 1.0  # how long a Stop waits for a command's start mark before it signals anyway
 DEFAULT_OUTPUT_LIMIT = 1024 * 1024  # characters kept in memory per command, unless the request asks
 MAX_OUTPUT_LIMIT = 16 * 1024 * 1024  # the most a request may ask for
 PROGRESS_SECONDS = 5.0  # a command silent this long sends `shell.progress`
@@ -169,6 +172,8 @@ class Command:
         self.err_done = False
         self.state = CommandState.RUNNING
         self.stop_reason: str | None = None  # "interrupt" or "timeout", set with the move to STOPPING
+        self.begun = False  # bash printed the command line's start mark: it runs the line (`lines.command_line`)
+        self.signalled = False  # its stop has begun: SIGINT sent, the escalation under way
         self.finished = threading.Event()  # set once its result is handed over
         self.frames_sent = 0
         self.last_news = self.started  # when the client last heard of this command (output or progress)
@@ -301,7 +306,8 @@ class Shell:
     def run(self, command: str, on_done: Callable[[dict[str, Any]], None],
             on_live: Callable[[dict[str, Any]], None] | None = None, timeout_s: float | None = None,
             output_limit: int | None = None, terminal: bool = False, merge: bool = False, stdin: bool = False,
-            cols: int = DEFAULT_COLS, rows: int = DEFAULT_ROWS) -> None:
+            cols: int = DEFAULT_COLS, rows: int = DEFAULT_ROWS) -> Command:
+        """Give bash `command` and return at once with it (`interrupt` takes it); `on_done` gets its result."""
         limit = self.output_limit if output_limit is None else min(output_limit, MAX_OUTPUT_LIMIT)
         cmd = Command(command, secrets.token_hex(8), OutputRecord(limit, self._open_log),
                       LiveBatcher(self.live_delay), on_live, on_done, timeout_s)
@@ -333,12 +339,12 @@ class Shell:
             self._tty_err.resize(cols, rows)
             self._tty.reset()
             if (str(cols), str(rows)) != self._env_size:
-                lines += f"export COLUMNS={cols} LINES={rows}\n"
+                lines += f"{LEAD}export COLUMNS={cols} LINES={rows}\n"
                 self._env_size = (str(cols), str(rows))
         cmd.marker_fds = channel_fds(terminal)
         cmd.notice_channel = notice_channel(terminal, merge)
         stdin = f"&{TTY_OUT_FD}" if terminal else "/dev/null"
-        lines += command_line(command, self._last_status, stdin) + marker_lines(cmd.token, *cmd.marker_fds)
+        lines += command_line(command, self._last_status, stdin, cmd.token) + marker_lines(cmd.token, *cmd.marker_fds)
         # Written under the lock `_exited` takes to mark the shell gone before it closes the pipes:
         # bash may read the line, end (`set -e; false`) and be reaped while this thread is still in
         # the pipe's flush, and a pipe closed under a writer raises ValueError, not OSError.
@@ -349,6 +355,14 @@ class Shell:
                 except OSError:
                     pass  # the reader sees the shell go and finishes the command
         self._wake()
+        return cmd
+
+    def not_run(self, command: str, error: str) -> dict[str, Any]:
+        """The result of a command that was stopped before it was given to bash: nothing ran, so there
+        is no exit status, and `$?` and the folder stay as they were."""
+        return {"command": command, "cwd": self.cwd, "exit_code": None, "outcome": P.OUTCOME_INTERRUPT,
+                "output": "", "timed_out": False, "truncated": False, "error": error, "duration_ms": 0.0,
+                "output_bytes": 0, "output_chars": 0}
 
     def write_definitions(self, timeout: float = 1.0) -> bool:
         """Have the shell write its functions, aliases and PATH to `definitions_path`, if it is idle;
@@ -384,18 +398,38 @@ class Shell:
                 except OSError:
                     pass
 
-    def interrupt(self) -> bool:
-        """Stop the running command (as Ctrl-C would); False when nothing was running."""
-        cmd = self._current
+    def interrupt(self, cmd: Command | None = None) -> bool:
+        """Stop `cmd` (`run` returned it), or else the running command, as Ctrl-C would; whether it is
+        being stopped now (False when it has ended, or nothing runs)."""
+        cmd = cmd or self._current
         if cmd is None or cmd is self._starting:
             return False
-        self._stop(cmd, "interrupt")
+        return self._stop(cmd, "interrupt")
+
+    def _stop(self, cmd: Command, reason: str) -> bool:
+        """Stop `cmd` for `reason`; whether it is being stopped (by this call or an earlier one). A
+        command that bash has not begun yet is signalled when it begins (`_on_marker`): a SIGINT
+        while bash reads its input would cost the shell."""
+        with self._lock:
+            if self._current is not cmd:
+                return False
+            if not cmd.advance("stop", reason):
+                return cmd.state is CommandState.STOPPING
+            begun = cmd.begun  # read under the lock under which the reader sets it
+        if begun:
+            self._start_stopping(cmd)
+        else:  # should the start mark never come (bash stuck before the line), stop it all the same
+            timer = threading.Timer(BEGIN_WAIT_SECONDS, self._start_stopping, args=(cmd,))
+            timer.daemon = True
+            timer.start()
         return True
 
-    def _stop(self, cmd: Command, reason: str) -> None:
+    def _start_stopping(self, cmd: Command) -> None:
+        """SIGINT, and the escalation: once per command, and only while it is the shell's command."""
         with self._lock:
-            if self._current is not cmd or not cmd.advance("stop", reason):
+            if self._current is not cmd or cmd.signalled:
                 return
+            cmd.signalled = True
         self._signal_group(signal.SIGINT)  # at once; the thread repeats and escalates if need be
         threading.Thread(target=self._escalate, args=(cmd,), daemon=True).start()
 
@@ -407,16 +441,18 @@ class Shell:
 
     def _escalate(self, cmd: Command) -> None:
         """SIGINT, repeated (one that lands while bash is between reading the line and starting the
-        program is lost); then the end marker again (in case an abort ate it); then TERM and KILL
-        for everything in the shell's session but bash itself; last, the shell."""
+        program is lost), each time with the end markers again (status 130): a SIGINT that bash
+        takes while it reads the marker line throws that line away. Markers given once too often
+        name a command that has ended, and are dropped. Then TERM and KILL for everything in the shell's
+        session but bash itself; last, the shell."""
         for wait in (0.1, 0.2, 0.3, 0.4):
             if cmd.finished.wait(wait):
                 return
             self._signal_group(signal.SIGINT)
-        try:
-            self._write(marker_lines(cmd.token, *cmd.marker_fds))
-        except OSError:
-            pass
+            try:  # if these are the ones that count, the command's own status went with the lost line
+                self._write(marker_lines(cmd.token, *cmd.marker_fds, status="130"))
+            except OSError:
+                pass
         if cmd.finished.wait(0.5):
             return
         for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -782,6 +818,13 @@ class Shell:
         written = self._definitions_wanted.get(parts[0])
         if written is not None:
             written.set()
+            return
+        if cmd is not None and parts[0] == START_MARK and parts[1:] == [cmd.token] and stream == "stdout":
+            with self._lock:  # `_stop` reads it under this lock: a Stop before this moment waited for it
+                cmd.begun = True
+                stopping = cmd.stopping
+            if stopping:
+                self._start_stopping(cmd)
             return
         if cmd is None or parts[0] != cmd.token:
             return  # a stale marker, printed again after an abort: drop it

@@ -39,13 +39,30 @@ def ansi_c_quote(text: str) -> str:
     return "$'" + text.encode("utf-8", "surrogateescape").decode("latin-1").translate(ANSI_C_ESCAPES) + "'"
 
 
-def command_line(command: str, last_status: int, stdin: str = "/dev/null") -> str:
+# Every line the host writes starts with a space that bash may lose: a SIGINT that bash takes while
+# it runs builtins stays pending until it reads its next line, and bash checks for it after reading
+# each character (parse.y, shell_getc), so it throws away the first character of that line. Losing
+# the `{` of an end marker line made it a syntax error, and the shell never said the command ended.
+LEAD = " "
+START_MARK = "go"  # the first field of the mark a command's line prints when bash starts to run it
+
+
+def command_line(command: str, last_status: int, stdin: str = "/dev/null", token: str | None = None) -> str:
     """The line that runs `command` with `$?` as the previous command left it (the marker line after
     a command succeeds, so 0 needs nothing). A failed status is given back by a function on the left
     of `||`, where `set -e` does not act on it. `stdin` is a file, or `&FD` for the terminal.
+
+    With `token`, the line first prints the start mark `go:TOKEN` on the shell's own stdout: bash
+    has then read the whole line and runs it, so a SIGINT aborts the command. Before that moment a
+    SIGINT would land while bash reads its input, where it throws away what it has read so far, or
+    ends the shell (builtins only, hidden from `set -x`, `$_` kept as it was).
     """
+    start = ""
+    if token is not None:
+        start = (f"{{ __ows_u=$_; printf '\\037\\036OWS:{START_MARK}:%s\\n' {token} >&{MARK_OUT_FD}; "
+                 f": \"$__ows_u\"; }} 2>/dev/null; ")
     restore = "" if last_status == 0 else f"__ows_status {last_status} || "
-    return f"{restore}eval {ansi_c_quote(command)} <{stdin}\n"
+    return f"{LEAD}{start}{restore}eval {ansi_c_quote(command)} <{stdin}\n"
 
 
 def definitions_line(path: str, token: str | None = None) -> str:
@@ -54,14 +71,15 @@ def definitions_line(path: str, token: str | None = None) -> str:
     they were (as after an end marker), and nothing that can fail under `set -e`."""
     dump = "builtin declare -f; builtin alias -p; builtin declare -p PATH"
     marker = f"builtin printf '\\037\\036OWS:%s\\n' {token} >&{MARK_OUT_FD}; " if token else ""
-    return f"{{ __ows_u=$_; {{ {dump}; }} >|{ansi_c_quote(path)} || :; {marker}: \"$__ows_u\"; }} 2>/dev/null\n"
+    return f"{LEAD}{{ __ows_u=$_; {{ {dump}; }} >|{ansi_c_quote(path)} || :; {marker}: \"$__ows_u\"; }} 2>/dev/null\n"
 
 
-def marker_lines(token: str, out_fd: int = MARK_OUT_FD, err_fd: int = MARK_ERR_FD) -> str:
+def marker_lines(token: str, out_fd: int = MARK_OUT_FD, err_fd: int = MARK_ERR_FD, status: str = "$?") -> str:
     """The end markers, on the channels the command's output took: after all of it, in order (hidden
-    from `set -x`: a trace of them would be the runner's chatter in the command's stderr)."""
+    from `set -x`: a trace of them would be the runner's chatter in the command's stderr). They
+    report `$?`, or the `status` given."""
     return (
-        f"{{ __ows_s=$?; printf '\\037\\036OWS:%s:%s:%s\\n' {token} \"$__ows_s\" \"$PWD\" >&{out_fd}; "
+        f"{LEAD}{{ __ows_s={status}; printf '\\037\\036OWS:%s:%s:%s\\n' {token} \"$__ows_s\" \"$PWD\" >&{out_fd}; "
         f"printf '\\037\\036OWS:%s\\n' {token} >&{err_fd}; }} 2>/dev/null\n"
     )
 
@@ -79,4 +97,4 @@ def channel_fds(terminal: bool) -> tuple[int, int]:
 def output_mode_line(terminal: bool, merge: bool) -> str:
     """Points the shell's stdout and stderr, for this command and the ones after, at a channel."""
     out, err = channel_fds(terminal)
-    return f"exec 1>&{out} 2>&{out if merge else err}\n"
+    return f"{LEAD}exec 1>&{out} 2>&{out if merge else err}\n"
