@@ -358,13 +358,13 @@ def test_owdisplay_shows_a_file_and_updates_it_by_id(kernel, module_workspace):
     assert first.text() == "before\nafter\n"
     shown = first.of_type("display_data")[0]
     assert base64.b64decode(shown["data"]["image/png"]) == png_bytes(2, 2)
-    assert shown["transient"]["display_id"] == "fig"
+    assert shown["transient"]["display_id"] == "owsandbox-box-fig"  # the box's ids: a namespace of their own
     kinds = [m["msg_type"] for m in first.outputs if m["msg_type"] in ("stream", "display_data")]
     assert kinds.index("display_data") > 0  # shown in order, after "before"
     second = kernel.run("owdisplay plot2.png --id fig")
     update = second.of_type("update_display_data")[0]
     assert base64.b64decode(update["data"]["image/png"]) == png_bytes(3, 3)
-    assert update["transient"]["display_id"] == "fig"
+    assert update["transient"]["display_id"] == "owsandbox-box-fig"
     svg = kernel.run("echo '<svg xmlns=\"http://www.w3.org/2000/svg\"/>' > s.svg; owdisplay s.svg")
     assert "image/svg+xml" in svg.of_type("display_data")[0]["data"]
     assert kernel.run("owdisplay missing.png").status == "error"

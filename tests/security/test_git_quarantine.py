@@ -126,10 +126,8 @@ def _user_repository(who: str, owner, home: Path, repo: Path, *config: str) -> N
 
 
 CASES = {
-    # an existing repository's .git replaced: only config, hooks and info were read-only mounts
-    "replaced .git": ("cd proj && (mv .git .git-old && mkdir .git && cp -r .git-old/HEAD .git-old/objects "
-                      ".git-old/refs .git/ || true) && printf '[core]\\n\\tfsmonitor = TOUCH; false\\n' >> .git/config",
-                      "proj"),
+    # (an existing repository's .git replaced by renaming it: refused, as .git is pinned whole; see
+    # tests/security/test_pinned_paths.py)
     # a .git file pointing at a git folder the box made where the walk does not go
     "gitfile": ("mkdir -p node_modules/x other && git init -q --bare node_modules/x/gd && "
                 "git --git-dir=node_modules/x/gd config core.bare false && "

@@ -77,7 +77,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..privatedir import runtime_root
+from ..privatedir import private_folder, runtime_root
 from .guard import NOT_DESCENDED, SCAN_FOLDERS, Guard, GuardedWorkspace, inside
 
 log = logging.getLogger(__name__)
@@ -488,10 +488,10 @@ def start_checks(owner: GuardedWorkspace, folder: str, guard: Guard) -> None:
     try:
         owner.git_quarantine, report = GitQuarantine.open(folder, guard, runtime_root(avoid=folder),
                                                           str(state) if state else None)
-    except OSError as exc:
-        log.warning("the git check of the workspace could not start: %s", exc)
-        owner.git_quarantine = None
-        return
+    except OSError as exc:  # no record to keep (its folder is not safe): the checks run all the same
+        log.warning("the git check keeps no record of this box (%s): a box killed before its end is checked "
+                    "at the next start if it is killed before its end", exc)
+        owner.git_quarantine, report = GitQuarantine.open(folder, guard, None, str(state) if state else None)
     owner.git_quarantine.pending_note = report.note(folder) if report is not None else None
 
 
@@ -953,6 +953,7 @@ class _locked:
         self.path = record.with_suffix(".lock")
 
     def __enter__(self) -> None:
+        private_folder(self.path.parent)  # still this user's own, 0700: not a folder swapped in meanwhile
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         fcntl.flock(self.fd, fcntl.LOCK_EX)
 

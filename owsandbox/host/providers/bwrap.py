@@ -430,11 +430,13 @@ class BwrapProvider(GuardedWorkspace, LocalProvider):
         if program is None:
             raise RuntimeError("bubblewrap (bwrap) is not installed outside the workspace's folders (a program there "
                                "is the box's to change, so this machine never runs it)")
-        argv[argv.index("bwrap")] = program  # its place on this machine, never a PATH lookup at exec time
+        assert argv[0] == "bwrap", argv[:1]  # nothing wraps it: its own name is the box's pid 1's
         try:
             # bwrap's own environment is the box's too: its --clearenv only clears what its child gets, and
             # the box's pid 1 (bwrap's init, never exec'd) would show the kernel's in /proc/1/environ.
-            self.daemon = _LAUNCHER.spawn(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
+            # run from its place on this machine, never a PATH lookup at exec time; named `bwrap` in the box
+            self.daemon = _LAUNCHER.spawn(argv, executable=program, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                          stderr=log,
                                           env=self.box_env(), start_new_session=True,
                                           pass_fds=(listener.fileno(), execd.fileno(), info_write, runner,
                                                     *([seccomp] if seccomp is not None else []),
