@@ -35,6 +35,9 @@ from .sshd_server import SSHD
 CLONE_NEWNET = 0x40000000
 GATEWAY_ADDRESSES = ("198.51.100.1", "198.51.100.5")  # the gateway's end of each host's pair
 HOST_ADDRESSES = ("198.51.100.2", "198.51.100.6")
+# The first host's second address, which the gateway reaches through the first: a host whose `--hosts`
+# address is not the source of its route back to the gateway (that source is its pair's address).
+SECOND_ADDRESS = "198.51.100.9"
 
 
 @dataclass
@@ -43,6 +46,7 @@ class Host:
     address: str
     runtime: Path  # XDG_RUNTIME_DIR and JUPYTER_RUNTIME_DIR of logins on it
     sshd: subprocess.Popen[bytes] | None = None
+    more_addresses: tuple[str, ...] = ()  # addresses of its own besides its pair's, reached through it
 
     def processes(self) -> list[int]:
         """The pids whose network namespace is this host's."""
@@ -109,8 +113,9 @@ def socket_in(namespace: str, address: tuple[str, int], timeout: float = 30) -> 
 
 def _start_sshd(host: Host, folder: Path) -> subprocess.Popen[bytes]:
     config = folder / f"sshd_config-{host.name}"
+    listen = "".join(f"ListenAddress {address}\n" for address in (host.address, *host.more_addresses))
     config.write_text(
-        f"Port 22\nListenAddress {host.address}\nHostKey {folder}/host_key\n"
+        f"Port 22\n{listen}HostKey {folder}/host_key\n"
         f"AuthorizedKeysFile {folder}/authorized_keys\nPermitRootLogin prohibit-password\n"
         "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nUseDNS no\n"
         "MaxStartups 100\n"  # a class whose kernels start at once logs in at once
@@ -163,6 +168,10 @@ def gateway_network() -> Iterator[GatewayNetwork]:
             ip("-n", host.name, "addr", "add", f"{host.address}/30", "dev", far)
             ip("-n", host.name, "link", "set", far, "up")
             ip("-n", host.name, "route", "add", "default", "via", GATEWAY_ADDRESSES[i])
+        first = hosts[0]
+        first.more_addresses = (SECOND_ADDRESS,)
+        ip("-n", first.name, "addr", "add", f"{SECOND_ADDRESS}/32", "dev", "lo")
+        ip("-n", gw, "route", "add", f"{SECOND_ADDRESS}/32", "via", first.address)
         for name in ("host_key", "user_key"):
             subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(folder / name)], check=True)
         (folder / "authorized_keys").write_text((folder / "user_key.pub").read_text())
@@ -170,7 +179,8 @@ def gateway_network() -> Iterator[GatewayNetwork]:
         os.chmod(home / ".ssh" / "id_ed25519", 0o600)
         host_key = (folder / "host_key.pub").read_text().split()[:2]
         (home / ".ssh" / "known_hosts").write_text(
-            "".join(f"{host.address} {' '.join(host_key)}\n" for host in hosts))
+            "".join(f"{address} {' '.join(host_key)}\n" for host in hosts
+                    for address in (host.address, *host.more_addresses)))
         for host in hosts:
             host.sshd = _start_sshd(host, folder)
             daemons.append(host.sshd)

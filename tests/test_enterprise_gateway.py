@@ -19,7 +19,7 @@ import pytest
 
 from .conftest import require_bwrap
 from .enterprise_gateway import EnterpriseGateway, install_spec, stop_keeps_state
-from .gateway_hosts import GatewayNetwork, Host, gateway_network
+from .gateway_hosts import SECOND_ADDRESS, GatewayNetwork, Host, gateway_network
 from .processes import PinnedProcesses, command_line, descendants, pid_alive, wait_gone
 from .waiting import wait_until
 
@@ -195,3 +195,28 @@ def test_an_unpinned_restart_moves_to_the_other_host_and_starts_empty(place: Pla
     assert status == 204
     left = wait_gone(list(new_tree), 20)
     assert not left, f"still running after DELETE: {[new_tree[p] for p in left]}"
+
+
+def test_a_host_reached_at_another_address_than_its_routes_source_runs_the_kernel(place: Place) -> None:
+    """The gateway logs in to the first host at its second address, while the host's route back to the
+    gateway leaves from its pair's address: the kernel must listen where the gateway connects (where its
+    ssh session came in), or the gateway's connection is refused, it gives the kernel up, and the kernel
+    runs on, orphaned, with its sandbox."""
+    host = place.network.hosts[0]
+    assert SECOND_ADDRESS in host.more_addresses
+    kernel_id = place.gateway.start_kernel({**workspace(place, "second-address"), "KERNEL_REMOTE_HOST": SECOND_ADDRESS})
+    on, pid = kernel_on(place, kernel_id)
+    assert on is host
+    ws = place.gateway.websocket(kernel_id)
+    try:
+        cell = ws.run("echo reached", 60)
+        assert cell.status == "ok" and cell.text() == "reached\n", cell.outputs
+    finally:
+        ws.close()
+    connection = next((host.runtime / "jupyter").glob(f"kernel-{kernel_id}*.json"))
+    assert SECOND_ADDRESS in connection.read_text()  # where it listens: the address the gateway named
+    tree = pin(place, pid)
+    status, _ = place.gateway.request("DELETE", f"/api/kernels/{kernel_id}")
+    assert status == 204
+    assert not wait_gone(list(tree), 20)
+    assert not list((host.runtime / "jupyter").glob(f"kernel-{kernel_id}*.json"))
