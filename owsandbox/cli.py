@@ -38,9 +38,15 @@ def _run(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     import os
 
-    from .host.workspace import DEFAULT_PROVIDER, PROVIDER_ENV, RunnerWorkspace, open_workspace
+    from .host.workspace import DEFAULT_PROVIDER, RunnerWorkspace, open_workspace
+    from .settings import Settings, SettingsError
 
-    name = args.provider or os.environ.get(PROVIDER_ENV) or DEFAULT_PROVIDER
+    try:
+        settings = Settings.from_env(os.environ)
+    except SettingsError as exc:
+        print(f"owsandbox run: {exc}", file=sys.stderr)
+        return 2
+    name = args.provider or settings.provider or DEFAULT_PROVIDER
     if name == "auto":
         from .host.providers import bwrap_problem
 
@@ -51,7 +57,7 @@ def _run(argv: list[str]) -> int:
             return 2
     status = 0
     try:
-        workspace = open_workspace(args.cwd, name)
+        workspace = open_workspace(args.cwd, name, settings)
     except (ValueError, RuntimeError, OSError) as exc:  # a setting or a sandbox refused: said, no traceback
         print(f"owsandbox run: no sandbox: {exc}", file=sys.stderr)
         return 2
@@ -111,14 +117,19 @@ def _settings(argv: list[str]) -> int:
     parser.parse_args(argv)
     import os
 
-    from .settings import describe
+    from .settings import describe, problems
 
+    wrong = {error.name: error for error in problems(os.environ)}
     for setting in describe():
         value = os.environ.get(setting.name)
-        if value is not None and setting.name.endswith(("_KEY", "_TOKEN", "_HEADERS")):
+        if value is not None and setting.secret:
             value = "(set, not shown)"
         print(f"{setting.name}={'' if value is None else value}\n    {setting.meaning}")
-    return 0
+        if setting.name in wrong:
+            print(f"    INVALID: {setting.name} takes {setting.takes}")
+    for error in wrong.values():
+        print(f"owsandbox settings: {error}", file=sys.stderr)
+    return 1 if wrong else 0
 
 
 def _gateway_kernel(argv: list[str]) -> int:

@@ -9,8 +9,6 @@ says what it is, so that a change here changes all of them.
 
 from __future__ import annotations
 
-import os
-
 from ... import settings
 
 NETWORK_ENV = settings.NETWORK
@@ -23,9 +21,9 @@ SYSTEM_FOLDERS = ("/", "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/proc
                   "/var")
 
 
-def passed_env_names() -> list[str]:
+def passed_env_names(given: settings.Settings | None = None) -> list[str]:
     """The names the kernelspec or the user pass into the box on purpose (`OWSANDBOX_ENV=A,B`)."""
-    return [n.strip() for n in os.environ.get(PASS_ENV, "").split(",") if n.strip()]
+    return list(settings.settings_of(given).env)
 
 
 class WorkspaceRefused(ValueError):
