@@ -14,7 +14,6 @@ import sys
 
 from . import settings
 
-LOG_ENV = settings.LOG
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 

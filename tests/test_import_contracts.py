@@ -254,7 +254,7 @@ def test_settings_are_read_from_the_environment_only_by_the_settings_module() ->
                         if source != PACKAGE / "settings.py" and not source.is_relative_to(PACKAGE / "box")]
     texts = {source: source.read_text(encoding="utf-8") for source in outside_settings}
     aliases = setting_aliases(list(texts.values()))
-    assert {"NETWORK_ENV", "LIMITS_ENV", "PROVIDER_ENV"} <= set(aliases)  # the resolver sees the aliases
+    assert {"EXEC_ENV", "IMAGE_ENV", "PROVIDER_ENV"} <= set(aliases)  # the resolver sees the aliases
     wrong = [read for source, text in texts.items() for read in setting_reads(text, aliases, name_of(source))]
     assert not wrong, wrong
 

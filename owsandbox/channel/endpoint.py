@@ -19,7 +19,6 @@ from .errors import ExecdError
 
 TOKEN_HEADER = "X-EXECD-ACCESS-TOKEN"
 ENV_URL = settings.EXECD_URL
-ENV_TOKEN = settings.EXECD_TOKEN
 ENV_HEADERS = settings.EXECD_HEADERS
 
 # The Host name used for requests over a Unix socket, where there is no host to name.

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from .. import protocol as P
-from .. import settings
 from ..host.api import SandboxAPI
 from ..host.client import RunnerClient
 from ..host.isolation.resources import LimitTooSmall
@@ -25,7 +24,6 @@ from ..settings import Settings, SettingsError
 
 log = logging.getLogger(__name__)
 
-WORKSPACE_ENV = settings.WORKSPACE
 
 
 class SandboxUnavailable(Exception):

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 from ... import settings
 
-NETWORK_ENV = settings.NETWORK
-LIMITS_ENV = settings.LIMITS
-PASS_ENV = settings.ENV
 #: The host's variables a box sees without being told: what a shell and its programs need to run.
 ALLOWED_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "COLORTERM", "USER", "LOGNAME")
 #: Folders that are never a workspace: writable, they would hand the box the system itself.

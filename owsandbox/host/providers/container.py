@@ -67,10 +67,6 @@ from .exec import ExecProvider, stdin_program
 
 IMAGE_ENV = settings.IMAGE
 ENGINE_ENV = settings.ENGINE
-LINGER_ENV = settings.LINGER
-USER_ENV = settings.CONTAINER_USER
-OPTIONS_ENV = settings.CONTAINER_OPTIONS
-WRITABLE_ROOT_ENV = settings.WRITABLE_ROOT
 ENGINES = ("podman", "docker")
 WORKSPACE = "/workspace"  # the workspace in the box, and the folder commands start in
 RUNTIME = "/run/owsandbox"  # the runner's private runtime folder in the box (a tmpfs of its own)

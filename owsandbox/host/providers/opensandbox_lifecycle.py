@@ -67,7 +67,6 @@ API_KEY_ENV = settings.OPENSANDBOX_API_KEY
 SDK_KEY_ENV = "OPEN_SANDBOX_API_KEY"  # the SDK's own, used when ours is not set
 TIMEOUT_ENV = settings.OPENSANDBOX_TIMEOUT
 READY_ENV = settings.OPENSANDBOX_READY_TIMEOUT
-SERVER_PROXY_ENV = settings.OPENSANDBOX_SERVER_PROXY
 EXECD_PORT = 44772  # where OpenSandbox's execd listens in every sandbox
 KEY_LABEL = "owsandbox.key"
 SPEC_LABEL = "owsandbox.spec"
