@@ -113,6 +113,7 @@ def kernel_dict(
 
         Limits.parse(limits)  # a wrong limit fails here, at install, not at the first cell
         kernel_env[settings.LIMITS] = ",".join(limits)
+    settings.Settings.from_env(kernel_env)  # and so does a wrong setting (--env): a SettingsError naming it
     spec: dict[str, Any] = {
         "argv": kernel_argv(executable),
         "display_name": display_name or DISPLAY_NAME,
