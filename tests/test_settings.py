@@ -166,3 +166,15 @@ def test_owsandbox_settings_names_an_invalid_setting_and_fails(capsys: pytest.Ca
     assert f"{settings.NETWORK}=perhaps\n" in captured.out and f"{settings.IMAGE}=debian\n" in captured.out
     assert "INVALID: OWSANDBOX_NETWORK takes 1 (yes, true, on) or 0" in captured.out
     assert "OWSANDBOX_NETWORK='perhaps' is neither 1" in captured.err
+
+
+def test_the_kernels_sandbox_says_an_invalid_setting_to_every_cell_instead_of_starting(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from owsandbox.kernel.sandbox import Sandbox, SandboxUnavailable
+
+    monkeypatch.setenv(settings.NETWORK, "maybe")
+    sandbox = Sandbox(provider="local")
+    for _ in range(2):
+        with pytest.raises(SandboxUnavailable, match="cannot start: OWSANDBOX_NETWORK='maybe' is neither 1"):
+            sandbox.wait(0.1)
+    assert sandbox.settings == settings.Settings()  # the kernel's other parts run on the defaults meanwhile
