@@ -6,7 +6,8 @@ and read only here (tests/test_import_contracts.py holds both): `Settings.from_e
 one once, each with the grammar of its kind (a switch, a number, a size, a list, text), and an
 invalid value is a `SettingsError` naming the variable, the value and what it takes. The process
 makes its `Settings` where it starts (the kernel, a CLI command, a launcher) and hands it to what it
-opens; a caller given none reads the environment as it is then (`settings_of`), so one process may
+opens; a caller given none reads the environment as it is then (`settings_of`: an invalid value is
+an error where that setting is read, so an argument given instead still wins), so one process may
 still open several sandboxes with different settings. `owsandbox settings` lists them (`describe`)
 from the same definitions. Standard library only, and it imports nothing of the package: the
 channel and the kernelspec use it too.
