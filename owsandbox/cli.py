@@ -117,17 +117,15 @@ def _settings(argv: list[str]) -> int:
     parser.parse_args(argv)
     import os
 
-    from .settings import describe, problems
+    from .settings import shown
 
-    wrong = {error.name: error for error in problems(os.environ)}
-    for setting in describe():
-        value = os.environ.get(setting.name)
-        if value is not None and setting.secret:
-            value = "(set, not shown)"
+    wrong = []
+    for setting, value, error in shown(os.environ):
         print(f"{setting.name}={'' if value is None else value}\n    {setting.meaning}")
-        if setting.name in wrong:
+        if error is not None:
             print(f"    INVALID: {setting.name} takes {setting.takes}")
-    for error in wrong.values():
+            wrong.append(error)
+    for error in wrong:
         print(f"owsandbox settings: {error}", file=sys.stderr)
     return 1 if wrong else 0
 

@@ -276,6 +276,22 @@ def _parse(env: Mapping[str, str]) -> tuple[dict[str, Any], list[SettingsError]]
     return values, errors
 
 
+def shown(env: Mapping[str, str]) -> list[tuple[Setting, str | None, SettingsError | None]]:
+    """What `owsandbox settings` prints: each setting, its text in `env` (None: not set; a secret's is
+    never shown) and its error if the text is invalid."""
+    found = []
+    for setting in _ALL:
+        raw = env.get(setting.name)
+        error = None
+        if raw is not None:
+            try:
+                setting.parse(raw)
+            except SettingsError as exc:
+                error = exc
+        found.append((setting, "(set, not shown)" if raw is not None and setting.secret else raw, error))
+    return found
+
+
 def problems(env: Mapping[str, str]) -> list[SettingsError]:
     """Each invalid setting of `env`, one error each (what `owsandbox settings` reports)."""
     return _parse(env)[1]
