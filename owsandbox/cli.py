@@ -38,9 +38,15 @@ def _run(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     import os
 
-    from .host.workspace import DEFAULT_PROVIDER, PROVIDER_ENV, RunnerWorkspace, open_workspace
+    from .host.workspace import DEFAULT_PROVIDER, RunnerWorkspace, open_workspace
+    from .settings import Settings, SettingsError
 
-    name = args.provider or os.environ.get(PROVIDER_ENV) or DEFAULT_PROVIDER
+    try:
+        settings = Settings.from_env(os.environ)
+    except SettingsError as exc:
+        print(f"owsandbox run: {exc}", file=sys.stderr)
+        return 2
+    name = args.provider or settings.provider or DEFAULT_PROVIDER
     if name == "auto":
         from .host.providers import bwrap_problem
 
@@ -51,7 +57,7 @@ def _run(argv: list[str]) -> int:
             return 2
     status = 0
     try:
-        workspace = open_workspace(args.cwd, name)
+        workspace = open_workspace(args.cwd, name, settings)
     except (ValueError, RuntimeError, OSError) as exc:  # a setting or a sandbox refused: said, no traceback
         print(f"owsandbox run: no sandbox: {exc}", file=sys.stderr)
         return 2
@@ -111,14 +117,17 @@ def _settings(argv: list[str]) -> int:
     parser.parse_args(argv)
     import os
 
-    from .settings import describe
+    from .settings import shown
 
-    for setting in describe():
-        value = os.environ.get(setting.name)
-        if value is not None and setting.name.endswith(("_KEY", "_TOKEN", "_HEADERS")):
-            value = "(set, not shown)"
+    wrong = []
+    for setting, value, error in shown(os.environ):
         print(f"{setting.name}={'' if value is None else value}\n    {setting.meaning}")
-    return 0
+        if error is not None:
+            print(f"    INVALID: {setting.name} takes {setting.takes}")
+            wrong.append(error)
+    for error in wrong:
+        print(f"owsandbox settings: {error}", file=sys.stderr)
+    return 1 if wrong else 0
 
 
 def _gateway_kernel(argv: list[str]) -> int:

@@ -10,25 +10,23 @@ it the same level, since a sandbox's environment is cleared.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 
 from . import settings
 
-LOG_ENV = settings.LOG
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
-def level_name() -> str:
+def level_name(given: settings.Settings | None = None) -> str:
     """The level asked for in `OWSANDBOX_LOG`, lower case; `warning` when unset or not a level."""
-    name = os.environ.get(LOG_ENV, "").strip().lower()
+    name = settings.settings_of(given).log.lower()
     return name if name in LEVELS else "warning"
 
 
-def log_level_args() -> list[str]:
+def log_level_args(given: settings.Settings | None = None) -> list[str]:
     """Called by providers as they build the daemon's `serve` arguments: the box's log level, which
     cannot come through the sandbox's cleared environment ([] at the default)."""
-    name = level_name()
+    name = level_name(given)
     return [] if name == "warning" else ["--log-level", name]
 
 

@@ -180,3 +180,90 @@ def test_the_kernel_asks_the_box_through_the_sandbox_api_only() -> None:
             wrong[name_of(source)] = sorted(names)
     assert not wrong, wrong
     assert methods.REQUESTS >= {methods.SHELL_RUN, methods.FS_READ}
+
+
+# -- settings are read in one place -------------------------------------------------------------------
+
+def _setting_constants() -> dict[str, str]:
+    from owsandbox import settings
+
+    return {name: value for name, value in vars(settings).items()
+            if name.isupper() and isinstance(value, str) and value.startswith("OWSANDBOX_")}
+
+
+def _is_settings_module(module: str | None) -> bool:
+    return bool(module) and (module == "settings" or module.endswith(".settings") or module == "owsandbox.settings")
+
+
+def setting_reads(text: str, aliases: dict[str, str], where: str = "") -> list[str]:
+    """The places in `text` (a module's source) that read an `OWSANDBOX_*` variable out of a mapping:
+    `X.get(NAME)`, `X.pop(NAME)`, `X[NAME]`, `NAME in X`, `os.getenv(NAME)`, where NAME is the settings
+    module's constant (`settings.NETWORK`, `from ..settings import NETWORK`) or a module's alias of one
+    (`NETWORK_ENV = settings.NETWORK`, imported from its module or not). Writing one for a child
+    (`os.environ[NAME] = "1"`, `setdefault`) is not a read."""
+    constants = _setting_constants()
+    tree = ast.parse(text)
+    bound: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if (alias.name in constants and _is_settings_module(node.module)) or alias.name in aliases:
+                    bound.add(alias.asname or alias.name)
+    bound |= {name for name in aliases if any(isinstance(node, ast.Assign) and any(
+        isinstance(target, ast.Name) and target.id == name for target in node.targets) for node in tree.body)}
+
+    def named(node: ast.AST) -> bool:
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "settings":
+            return node.attr in constants
+        return isinstance(node, ast.Name) and node.id in bound
+
+    found = []
+    for node in ast.walk(tree):
+        read = False
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+            read = node.func.attr in ("get", "pop", "getenv") and named(node.args[0])
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+            read = named(node.slice)
+        elif isinstance(node, ast.Compare):
+            read = any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops) and named(node.left)
+        if read:
+            found.append(f"{where}:{node.lineno} {ast.unparse(node)}")
+    return found
+
+
+def setting_aliases(texts: list[str]) -> dict[str, str]:
+    """Module-level names bound to a settings constant (`LIMITS_ENV = settings.LIMITS`), package-wide."""
+    constants = _setting_constants()
+    aliases: dict[str, str] = {}
+    for text in texts:
+        for node in ast.parse(text).body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                value = node.value
+                if (isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name)
+                        and value.value.id == "settings" and value.attr in constants):
+                    aliases[node.targets[0].id] = constants[value.attr]
+                elif isinstance(value, ast.Name) and value.id in constants:
+                    aliases[node.targets[0].id] = constants[value.id]
+    return aliases
+
+
+def test_settings_are_read_from_the_environment_only_by_the_settings_module() -> None:
+    """`Settings.from_env` reads every `OWSANDBOX_*` variable, with one grammar for each kind; nothing
+    else in the package looks one up in `os.environ` (or in a mapping handed to it) by itself."""
+    outside_settings = [source for source in sources("")
+                        if source != PACKAGE / "settings.py" and not source.is_relative_to(PACKAGE / "box")]
+    texts = {source: source.read_text(encoding="utf-8") for source in outside_settings}
+    aliases = setting_aliases(list(texts.values()))
+    assert {"EXEC_ENV", "IMAGE_ENV", "PROVIDER_ENV"} <= set(aliases)  # the resolver sees the aliases
+    wrong = [read for source, text in texts.items() for read in setting_reads(text, aliases, name_of(source))]
+    assert not wrong, wrong
+
+
+def test_the_settings_read_finder_finds_every_spelling_of_a_read() -> None:
+    reads = setting_reads(
+        "import os\nfrom .. import settings\nfrom ..settings import NETWORK\nfrom .policy import NETWORK_ENV\n"
+        "a = os.environ.get(settings.NETWORK, '')\nb = env.get(NETWORK_ENV)\nc = os.environ[NETWORK]\n"
+        "d = NETWORK_ENV in os.environ\ne = os.getenv(settings.LIMITS)\n"
+        "os.environ[settings.LAB_TERMINALS] = '1'\nf = os.environ.get('PATH')\n",
+        {"NETWORK_ENV": "OWSANDBOX_NETWORK"})
+    assert [read.split(" ", 1)[0] for read in reads] == [":5", ":6", ":7", ":8", ":9"], reads

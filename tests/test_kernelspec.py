@@ -130,6 +130,14 @@ def test_limits_are_checked_at_install_and_kept_in_the_spec(jupyter_dirs: dict[s
 
 
 @pytest.mark.unit
+def test_a_setting_the_kernel_would_refuse_is_refused_at_install(jupyter_dirs: dict[str, Path], capsys) -> None:
+    prefix = str(jupyter_dirs["prefix"])
+    assert kernelspec.main(["install", "--prefix", prefix, "--name", "bad", "--env", "OWSANDBOX_NETWORK=maybe"]) == 2
+    assert "OWSANDBOX_NETWORK='maybe' is neither 1 (yes, true, on) nor 0" in capsys.readouterr().err
+    assert not (Path(prefix) / "share" / "jupyter" / "kernels" / "bad").exists()
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize("bad", ["NOEQUALS", "=value"])
 def test_bad_env_is_an_argparse_error(jupyter_dirs: dict[str, Path], capsys: pytest.CaptureFixture[str],
                                       bad: str) -> None:

@@ -10,7 +10,6 @@ decided once, here.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -20,7 +19,6 @@ from .errors import ExecdError
 
 TOKEN_HEADER = "X-EXECD-ACCESS-TOKEN"
 ENV_URL = settings.EXECD_URL
-ENV_TOKEN = settings.EXECD_TOKEN
 ENV_HEADERS = settings.EXECD_HEADERS
 
 # The Host name used for requests over a Unix socket, where there is no host to name.
@@ -70,18 +68,19 @@ class ExecdEndpoint:
         object.__setattr__(self, "headers", dict(self.headers))
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> ExecdEndpoint:
+    def from_env(cls, environ: settings.Settings | Mapping[str, str] | None = None) -> ExecdEndpoint:
         """The endpoint named by OWSANDBOX_EXECD_URL (`http://host:port[/prefix]`, `host:port[/prefix]`
         as OpenSandbox's lifecycle API gives it, or `unix:/path/to/socket`), with the headers of
         OWSANDBOX_EXECD_HEADERS (a JSON object: the routing headers the lifecycle API hands out with
         the endpoint, `OPEN-SANDBOX-API-KEY` through the server's proxy, ...) and OWSANDBOX_EXECD_TOKEN,
-        if set, sent as X-EXECD-ACCESS-TOKEN."""
-        env = os.environ if environ is None else environ
-        url = env.get(ENV_URL, "").strip()
+        if set, sent as X-EXECD-ACCESS-TOKEN. `environ`: the settings, or the variables to read them from
+        (None: this process's)."""
+        given = settings.settings_of(environ)
+        url = given.execd_url
         if not url:
             raise ExecdError(f"{ENV_URL} is not set (http://host:port, or unix:/path/to/socket)")
-        headers = headers_from_json(env.get(ENV_HEADERS, ""))
-        token = env.get(ENV_TOKEN, "")
+        headers = headers_from_json(given.execd_headers)
+        token = given.execd_token
         if token:
             headers = {k: v for k, v in headers.items() if k.lower() != TOKEN_HEADER.lower()}
             headers[TOKEN_HEADER] = token

@@ -34,7 +34,7 @@ def _inside(path: str, folder: str) -> bool:
 def box_writable_roots(extra: Iterable[str] = ()) -> list[str]:
     """Folders a box may write into, as this machine sees them: the kernel's folder, the workspace
     setting, the workspaces providers marked, and `extra`; `/` never counts (a refused workspace)."""
-    found = [os.getcwd(), os.environ.get(settings.WORKSPACE, ""), *_MARKED, *extra]
+    found = [os.getcwd(), settings.read(settings.WORKSPACE), *_MARKED, *extra]
     return [os.path.realpath(folder) for folder in found if folder and os.path.realpath(folder) != "/"]
 
 

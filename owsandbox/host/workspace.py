@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import settings
+from ..settings import Settings, settings_of
 from .client import RunnerClient
 from .executor import DirectExecutor, RunnerExecutor
 from .providers import Provider, resolve
@@ -66,10 +67,12 @@ class RunnerWorkspace:
 
 
 def open_workspace(cwd: str | os.PathLike[str] | None = None, provider: str | None = None,
-                   **options: Any) -> DirectWorkspace | RunnerWorkspace:
-    name = provider or os.environ.get(PROVIDER_ENV) or DEFAULT_PROVIDER
+                   settings: Settings | None = None, **options: Any) -> DirectWorkspace | RunnerWorkspace:
+    """`settings`: the caller's (None: this process's environment now)."""
+    given = settings_of(settings)
+    name = provider or given.provider or DEFAULT_PROVIDER
     folder = str(Path(cwd or os.getcwd()).resolve())
     factory = resolve(name, direct=True)
     if factory is None:
         return DirectWorkspace(folder)
-    return RunnerWorkspace(factory(cwd=folder, **options), folder)
+    return RunnerWorkspace(factory(cwd=folder, settings=given, **options), folder)

@@ -85,13 +85,15 @@ class OwSandboxKernel(Kernel):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.sandbox = Sandbox(key=self._kernel_key())
+        self.sandbox = Sandbox(key=self._kernel_key())  # reads the settings: an invalid one is said to every cell
         self.sandbox.start_in_background()
-        pacer = pacer_from_env(os.environ)  # one for the kernel, subshells included (%output rate)
+        configured = self.sandbox.settings
+        pacer = pacer_from_env(configured)  # one for the kernel, subshells included (%output rate)
         self.settings: dict[str, Any] = {"shell": "main", "timeout": None, "output_limit": DEFAULT_OUTPUT_LIMIT,
                                          "pacer": pacer}
         self.outbox = Outbox(lambda *message: self._send_raw(*message), lambda: self.settings["output_limit"], pacer)
-        self.recorder = Recorder(lambda: self.sandbox.host_cwd, self._terminal_size, session_stem())  # %record
+        self.recorder = Recorder(lambda: self.sandbox.host_cwd, self._terminal_size, session_stem(),
+                                 settings=configured)  # %record
         self.outbox.watch(self.recorder.saw)
         self.magics: MagicTable = all_magics()
         self._stops = {"": CellStops()}  # what a Stop ends, per lane: the main shell's cells, and each subshell's
@@ -99,7 +101,7 @@ class OwSandboxKernel(Kernel):
         self._displays = BoxDisplayIds()  # the ids `owdisplay --id` gave, in a namespace of their own
         self.history = CellHistory()
         self.attach = AttachManager(self._attach_display, self._runner_call, self._execd_endpoint,
-                                    self._attach_registry)
+                                    self._attach_registry, configured)
         self._said_where = False
         self.stdin = StdinChannel(self.session, lambda: self.stdin_socket, self.log)
         self._subshells: dict[str, dict[str, Any]] = {}  # kernel subshell id → its settings, its own shell's name
@@ -743,7 +745,7 @@ class _Context:
     def terminal_open(self) -> dict[str, Any]:
         """`%terminal open`: the command (and in JupyterLab the button) that opens a terminal in this sandbox."""
         return terminal_open(getattr(self.kernel.parent, "connection_file", "") or None,
-                             self.kernel.sandbox.wait().provider.name)
+                             self.kernel.sandbox.wait().provider.name, self.kernel.sandbox.settings)
 
     def describe_sandbox(self) -> dict[str, Any]:
         timeout = self.settings["timeout"]

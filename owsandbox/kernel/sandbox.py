@@ -15,16 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from .. import protocol as P
-from .. import settings
 from ..host.api import SandboxAPI
 from ..host.client import RunnerClient
 from ..host.isolation.resources import LimitTooSmall
 from ..host.providers import bwrap_problem, enforcement_of, resolve
 from ..host.workspace import DEFAULT_PROVIDER, PROVIDER_ENV, RunnerWorkspace
+from ..settings import Settings, SettingsError
 
 log = logging.getLogger(__name__)
 
-WORKSPACE_ENV = settings.WORKSPACE
 
 
 class SandboxUnavailable(Exception):
@@ -32,20 +31,33 @@ class SandboxUnavailable(Exception):
 
 
 class Sandbox:
-    def __init__(self, cwd: str | None = None, provider: str | None = None, key: str | None = None) -> None:
+    def __init__(self, cwd: str | None = None, provider: str | None = None, key: str | None = None,
+                 settings: Settings | None = None) -> None:
+        """`settings`: the kernel's (None: this process's environment now). An invalid setting is this
+        sandbox's error, said to every cell, as a sandbox that could not start is."""
         self.key = key
+        problem: str | None = None
+        if settings is None:
+            try:
+                settings = Settings.from_env(os.environ)
+            except SettingsError as exc:
+                settings, problem = Settings(), f"the sandbox cannot start: {exc}"
+        self.settings = settings
         # The notebook's folder on this machine, and the folder commands start in, in the box: the same
         # until a box that does not share the host's files says where it started (see `_start`).
-        self.host_cwd = str(Path(cwd or os.environ.get(WORKSPACE_ENV) or os.getcwd()).resolve())
+        self.host_cwd = str(Path(cwd or settings.workspace or os.getcwd()).resolve())
         self.cwd = self.host_cwd
         self.shell_folders: dict[str, str] = {}  # each shell's folder after its last cell (see folder_of)
-        self.provider_name = provider or os.environ.get(PROVIDER_ENV) or DEFAULT_PROVIDER
+        self.provider_name = provider or settings.provider or DEFAULT_PROVIDER
         self.enforcement = enforcement_of(self.provider_name)
         self._workspace: RunnerWorkspace | None = None
-        self._error: str | None = None
+        self._error: str | None = problem
         self._ready = threading.Event()
         self._closed = False
         self.started_at = time.time()
+        if problem is not None:
+            self._ready.set()
+            return
         try:
             self._factory = resolve(self.provider_name, source=PROVIDER_ENV)
         except ValueError as exc:
@@ -67,6 +79,7 @@ class Sandbox:
 
     def _start(self) -> None:
         options: dict[str, Any] = {"key": self.key} if self.key else {}
+        options["settings"] = self.settings
         try:
             workspace = RunnerWorkspace(self._factory(cwd=self.host_cwd, **options), self.host_cwd)
             if workspace.provider.reused:

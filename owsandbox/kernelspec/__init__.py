@@ -106,13 +106,14 @@ def kernel_dict(
     # environment by name. The kernel's own settings (OWSANDBOX_*) stay with the kernel.
     passed = [n for n in kernel_env if not n.startswith("OWSANDBOX_")]
     if passed:
-        earlier = [n for n in kernel_env.get(settings.ENV, "").split(",") if n]
+        earlier = list(settings.settings_of(kernel_env).env)
         kernel_env[settings.ENV] = ",".join(dict.fromkeys(earlier + passed))
     if limits:
         from ..host.isolation.resources import Limits
 
         Limits.parse(limits)  # a wrong limit fails here, at install, not at the first cell
         kernel_env[settings.LIMITS] = ",".join(limits)
+    settings.Settings.from_env(kernel_env)  # and so does a wrong setting (--env): a SettingsError naming it
     spec: dict[str, Any] = {
         "argv": kernel_argv(executable),
         "display_name": display_name or DISPLAY_NAME,
@@ -122,7 +123,7 @@ def kernel_dict(
     if kernel_env:
         spec["env"] = kernel_env
     spec["metadata"] = {
-        "owsandbox": {"provider": kernel_env.get(settings.PROVIDER) or "auto"},
+        "owsandbox": {"provider": settings.settings_of(kernel_env).provider or "auto"},
         "debugger": False,
     }
     if gateway:

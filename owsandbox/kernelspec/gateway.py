@@ -96,7 +96,7 @@ def docker_spec(spec: dict[str, Any], image: str | None, docker: str | None, exe
     from .. import settings
 
     env = dict(spec.get("env") or {})
-    provider = env.setdefault(settings.PROVIDER, "bwrap")
+    provider = env[settings.PROVIDER] = settings.settings_of(env).provider or "bwrap"
     if provider not in DOCKER_PROVIDERS:
         raise ValueError(f"--enterprise-gateway docker: --provider {provider!r} cannot run inside the kernel's "
                          "container; choose bwrap (bubblewrap nested in it, the default) or local (the "

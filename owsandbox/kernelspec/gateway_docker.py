@@ -134,7 +134,7 @@ def run_argv(args: argparse.Namespace, gateway_args: list[str], env: dict[str, s
         argv += ["--label", label]
     argv += ["--network", network, "--user", f"{uid}:{gid}", "--cap-drop", "ALL",
              "--security-opt", "no-new-privileges"]
-    provider = env.get(settings.PROVIDER, "auto")
+    provider = settings.settings_of(env).provider or "auto"
     if provider == "local":
         print("owsandbox gateway-docker: provider local: the container itself is the kernel's sandbox (Docker's "
               "default seccomp profile, no capabilities)", file=sys.stderr, flush=True)

@@ -305,13 +305,13 @@ def check_place(environ: dict[str, str] | None = None) -> None:
     """Refuse what a gateway's host must not do quietly: make `/` the workspace (a login or a container
     whose working folder is the root), or run cells unisolated because bubblewrap does not work there
     (`auto` would fall back to `local`; a spec that wants that says `--provider local`)."""
-    env = os.environ if environ is None else environ
-    workspace = Path(env.get(settings.WORKSPACE) or os.getcwd()).resolve()
+    given = settings.settings_of(environ)
+    workspace = Path(given.workspace or os.getcwd()).resolve()
     if workspace == Path("/"):
         raise LaunchError("the workspace would be / (the folder the kernel starts in): give the kernel its "
                           "folder with KERNEL_WORKING_DIR in the request's env, or OWSANDBOX_WORKSPACE in the spec")
-    provider = env.get(settings.PROVIDER, "auto")
-    if provider in ("", "auto", "bwrap"):
+    provider = given.provider or "auto"
+    if provider in ("auto", "bwrap"):
         from ..host.providers import bwrap_problem
 
         problem = bwrap_problem()

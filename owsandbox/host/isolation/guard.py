@@ -43,7 +43,7 @@ import os
 import stat
 import sys
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -223,18 +223,19 @@ class Guard:
 
 
 def guard_workspace(workspace: str, home: str, private_folders: Iterable[str] = (),
-                    box_made: Iterable[str] = (), env: dict[str, str] | None = None) -> Guard:
+                    box_made: Iterable[str] = (), env: settings.Settings | Mapping[str, str] | None = None) -> Guard:
     """What the box must not change or see in `workspace`, for a user whose home is `home`.
     `private_folders` are this user's own state folders (the host runs what is in them);
-    `box_made` the environments the host noted as made in an earlier sandbox."""
-    env = os.environ if env is None else env
+    `box_made` the environments the host noted as made in an earlier sandbox; `env` the settings (or the
+    variables to read them from; None: this process's)."""
+    given = settings.settings_of(env)
     guard = Guard(workspace)
-    writable = [p if os.path.isabs(p) else os.path.join(workspace, p) for p in _names(env.get(WRITABLE_ENV))]
+    writable = [p if os.path.isabs(p) else os.path.join(workspace, p) for p in given.writable]
     for folder in private_folders:
         if inside(folder, workspace) and folder != workspace and os.path.lexists(folder):
             guard.hide(folder, "this machine's private state folder")
     if inside(home, workspace):
-        visible = set(_names(env.get(HOME_VISIBLE_ENV)))
+        visible = set(given.home_visible)
         try:
             names = sorted(os.listdir(home))
         except OSError:
@@ -438,7 +439,8 @@ class GuardedWorkspace:
         if self.guard is None:
             folder = self.guarded_folder()
             self.guard = guard_workspace(folder, self.home, [str(p) for p in runtime_candidates()],
-                                         box_made_environments(runtime_root(avoid=folder), folder))
+                                         box_made_environments(runtime_root(avoid=folder), folder),
+                                         env=getattr(self, "settings", None))
             from .gitquarantine import start_checks
 
             start_checks(self, folder, self.guard)  # from the box's start: git settings it writes, moved aside

@@ -9,13 +9,8 @@ says what it is, so that a change here changes all of them.
 
 from __future__ import annotations
 
-import os
-
 from ... import settings
 
-NETWORK_ENV = settings.NETWORK
-LIMITS_ENV = settings.LIMITS
-PASS_ENV = settings.ENV
 #: The host's variables a box sees without being told: what a shell and its programs need to run.
 ALLOWED_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "COLORTERM", "USER", "LOGNAME")
 #: Folders that are never a workspace: writable, they would hand the box the system itself.
@@ -23,9 +18,9 @@ SYSTEM_FOLDERS = ("/", "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/proc
                   "/var")
 
 
-def passed_env_names() -> list[str]:
+def passed_env_names(given: settings.Settings | None = None) -> list[str]:
     """The names the kernelspec or the user pass into the box on purpose (`OWSANDBOX_ENV=A,B`)."""
-    return [n.strip() for n in os.environ.get(PASS_ENV, "").split(",") if n.strip()]
+    return list(settings.settings_of(given).env)
 
 
 class WorkspaceRefused(ValueError):

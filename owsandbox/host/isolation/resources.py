@@ -13,24 +13,24 @@ those files are outside every mount of the box, so nothing inside can forge them
 from __future__ import annotations
 
 import os
-import re
 import resource
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...settings import size_bytes
+
 LIMIT_NAMES = ("memory", "pids", "tmp", "shm", "cpu")
-_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
 def parse_size(text: str, what: str) -> int:
     """`2G`, `512M`, `1048576` as bytes; a clear error naming `what` otherwise."""
-    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
-    if not found:
+    size = size_bytes(text)
+    if size is None:
         raise ValueError(f"limit {what}={text!r} is not a size (examples: 512M, 2G, 1073741824)")
-    return int(float(found.group(1)) * _UNITS[found.group(2).upper()])
+    return size
 
 
 def human_size(size: int) -> str:

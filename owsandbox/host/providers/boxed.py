@@ -30,9 +30,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from ... import settings
 from ...box import bootstrap
 from ...logs import log_level_args
+from ...settings import Settings, settings_of
 from ..bundle import box_stdlib_modules, zipapp_bytes
 from .base import Provider
 
@@ -74,13 +74,14 @@ class ProgramBoxProvider(Provider):
 
     def __init__(self, cwd: str | os.PathLike[str] | None, *, python: str, key: str | None, linger_seconds: float,
                  relay_silence_seconds: float, box_cwd: str | None, timeout: float,
-                 runtime_dir: str | None = None) -> None:
+                 runtime_dir: str | None = None, settings: Settings | None = None) -> None:
+        self.settings = settings_of(settings)
         self.python = python
         self.key = key or f"k-{uuid.uuid4().hex[:16]}"
         self.linger_seconds = linger_seconds
         self.relay_silence_seconds = relay_silence_seconds
         # The folder in the box: OWSANDBOX_BOX_CWD, else the given one (a box rarely has our paths: "" = home).
-        self.cwd = box_cwd if box_cwd is not None else os.environ.get(settings.BOX_CWD, "")
+        self.cwd = box_cwd if box_cwd is not None else self.settings.box_cwd
         self.local_cwd = str(cwd or os.getcwd())
         self.runtime_dir = runtime_dir  # None: the box's $XDG_RUNTIME_DIR, else /tmp
         self.timeout = timeout
@@ -116,7 +117,7 @@ class ProgramBoxProvider(Provider):
         name, data = self._zipapp()
         return {"action": action, "key": self.key, "runner_name": name, "sha256": hashlib.sha256(data).hexdigest(),
                 "cwd": self.cwd, "linger": self.linger_seconds, "runtime_dir": self.runtime_dir,
-                "start_timeout": 20, "serve_args": log_level_args(), **extra}
+                "start_timeout": 20, "serve_args": log_level_args(self.settings), **extra}
 
     def _upload(self) -> bytes:
         """What the bootstrap reads when it asks for the zipapp: `<length>\\n` and the zipapp in base64."""
@@ -133,8 +134,8 @@ class ProgramBoxProvider(Provider):
         """The relay (`attach`) to the daemon, run in the box by `python`; a daemon that died meanwhile
         (nobody else in the box would notice) is started again, in its folder."""
         assert self.runner_path, "create() first"
-        start = ["--start", "--cwd", self.box_folder, "--linger", f"{self.linger_seconds:g}", *log_level_args()] \
-            if self.box_folder else []
+        start = ["--start", "--cwd", self.box_folder, "--linger", f"{self.linger_seconds:g}",
+                 *log_level_args(self.settings)] if self.box_folder else []
         return [python, "-S", self.runner_path, "attach", "--socket", self.socket_path,
                 "--silence-seconds", f"{self.relay_silence_seconds:g}", *start]
 

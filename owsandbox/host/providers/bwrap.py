@@ -46,8 +46,6 @@ from ..isolation.guard import Guard, GuardedWorkspace
 from ..isolation.network import NetworkError, Pasta, attach
 from ..isolation.policy import (
     ALLOWED_ENV,
-    LIMITS_ENV,
-    NETWORK_ENV,
     SYSTEM_FOLDERS,
     WorkspaceRefused,
     passed_env_names,
@@ -219,11 +217,11 @@ class BwrapProvider(GuardedWorkspace, LocalProvider):
                  limits: Limits | list[str] | str | None = None, **options: Any) -> None:
         super().__init__(cwd, **options)
         mark_box_writable(self.cwd)  # this machine's programs are never looked up in it
-        self.network = network if network is not None else os.environ.get(NETWORK_ENV, "") in ("1", "true", "yes")
+        self.network = network if network is not None else self.settings.network
         self.limits = limits if isinstance(limits, Limits) else Limits.parse(
-            limits if limits is not None else os.environ.get(LIMITS_ENV))
+            limits if limits is not None else list(self.settings.limits))
         self.home = os.path.realpath(os.path.expanduser("~"))
-        self.env_names = passed_env_names()
+        self.env_names = passed_env_names(self.settings)
         self.enforcer: Enforcement | None = None
         self.guard: Guard | None = None
         self.network_mode = "none"

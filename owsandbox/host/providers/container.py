@@ -55,9 +55,10 @@ from pathlib import Path
 from typing import Any
 
 from ... import settings
+from ...settings import Settings, settings_of
 from ..isolation.container_seccomp import default_profile_path, extend_profile
 from ..isolation.guard import Guard, GuardedWorkspace, inside
-from ..isolation.policy import LIMITS_ENV, NETWORK_ENV, SYSTEM_FOLDERS, WorkspaceRefused, passed_env_names
+from ..isolation.policy import SYSTEM_FOLDERS, WorkspaceRefused, passed_env_names
 from ..isolation.resources import CGROUP_ROOT, CgroupEnforcement, LimitReport, Limits, human_size
 from ..privatedir import runtime_root
 from ..programs import host_program, mark_box_writable
@@ -66,10 +67,6 @@ from .exec import ExecProvider, stdin_program
 
 IMAGE_ENV = settings.IMAGE
 ENGINE_ENV = settings.ENGINE
-LINGER_ENV = settings.LINGER
-USER_ENV = settings.CONTAINER_USER
-OPTIONS_ENV = settings.CONTAINER_OPTIONS
-WRITABLE_ROOT_ENV = settings.WRITABLE_ROOT
 ENGINES = ("podman", "docker")
 WORKSPACE = "/workspace"  # the workspace in the box, and the folder commands start in
 RUNTIME = "/run/owsandbox"  # the runner's private runtime folder in the box (a tmpfs of its own)
@@ -84,7 +81,6 @@ ENGINE_SETTINGS = ("CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF", "CONTAINERS_REG
                    "CONTAINER_CONNECTION", "DOCKER_HOST", "DOCKER_CONFIG", "DOCKER_CONTEXT", "DOCKER_CERT_PATH",
                    "DOCKER_TLS_VERIFY")
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
-_TRUE = ("1", "true", "yes")
 
 #: The container's first process: it reaps orphans (it is the PID namespace's init) and ends the
 #: container once the lease (argv[1]) has not changed for argv[2] seconds, timed by its own monotonic
@@ -119,10 +115,11 @@ while True:
 """
 
 
-def find_engine(name: str | None = None, avoid: Iterable[str] = ()) -> tuple[str, str]:
+def find_engine(name: str | None = None, avoid: Iterable[str] = (),
+                settings: Settings | None = None) -> tuple[str, str]:
     """(engine name, its path): `name`, else OWSANDBOX_ENGINE, else podman or docker, whichever is on
     PATH first. BoxError naming what to install when there is none."""
-    wanted = name or os.environ.get(ENGINE_ENV, "").strip()
+    wanted = name or settings_of(settings).engine
     if wanted and os.path.basename(wanted) not in ENGINES:
         raise ValueError(f"{ENGINE_ENV}={wanted!r}: the container engine must be podman or docker")
     for candidate in ([wanted] if wanted else list(ENGINES)):
@@ -181,38 +178,38 @@ class ContainerProvider(GuardedWorkspace, ExecProvider):
                  limits: Limits | list[str] | str | None = None, key: str | None = None,
                  linger_seconds: float | None = None, relay_silence_seconds: float = 60.0, python: str = "python3",
                  user: str | None = None, writable_root: bool | None = None, options: list[str] | str | None = None,
-                 timeout: float = 120.0, workspace_in_box: str = WORKSPACE) -> None:
-        self.image = image or os.environ.get(IMAGE_ENV, "").strip()
+                 timeout: float = 120.0, workspace_in_box: str = WORKSPACE, settings: Settings | None = None) -> None:
+        settings = settings_of(settings)
+        self.image = image or settings.image
         if not self.image:
             raise ValueError(f"the container provider needs an image: set {IMAGE_ENV} (or owsandbox install "
                              "--provider container --image IMAGE)")
         self.uid = os.getuid()
         key = key or f"k-{os.urandom(8).hex()}"
         self.container = container_name(self.uid, key)
-        self.engine_name, self.engine = (engine or os.environ.get(ENGINE_ENV, "").strip() or "auto"), ""
+        self.engine_name, self.engine = (engine or settings.engine or "auto"), ""
         if linger_seconds is None:
-            linger_seconds = float(os.environ.get(LINGER_ENV) or 30.0)
+            linger_seconds = 30.0 if settings.linger is None else settings.linger
         # Where the workspace is in the box: /workspace, or (for tests that reuse other providers' checks
         # with the host's paths) the host's own path.
         self.workspace = workspace_in_box
         super().__init__(cwd, prefix=["ENGINE", "exec", "-i", self.container], python=python, key=key,
                          linger_seconds=linger_seconds, relay_silence_seconds=relay_silence_seconds,
-                         box_cwd=workspace_in_box, timeout=timeout)
+                         box_cwd=workspace_in_box, timeout=timeout, settings=settings)
         self.runtime_dir = RUNTIME
         self.host_cwd = os.path.realpath(self.local_cwd)
         mark_box_writable(self.host_cwd)  # this machine's programs (the engine) are never looked up in it
-        self.network = network if network is not None else os.environ.get(NETWORK_ENV, "").lower() in _TRUE
+        self.network = network if network is not None else settings.network
         self.limits = limits if isinstance(limits, Limits) else Limits.parse(
-            limits if limits is not None else os.environ.get(LIMITS_ENV))
-        self.user = user if user is not None else os.environ.get(USER_ENV, "").strip()
-        self.writable_root = (writable_root if writable_root is not None
-                              else os.environ.get(WRITABLE_ROOT_ENV, "").lower() in _TRUE)
-        options = options if options is not None else os.environ.get(OPTIONS_ENV, "")
+            limits if limits is not None else list(settings.limits))
+        self.user = user if user is not None else settings.container_user
+        self.writable_root = writable_root if writable_root is not None else settings.writable_root
+        options = options if options is not None else settings.container_options
         self.options = shlex.split(options) if isinstance(options, str) else list(options)
         self.home = os.path.realpath(os.path.expanduser("~"))
         self.guard: Guard | None = None
         # The engine's own settings, given to the kernel (`install --env CONTAINERS_CONF=...`), are not the box's.
-        self.env_names = [name for name in passed_env_names() if name not in ENGINE_SETTINGS]
+        self.env_names = [name for name in passed_env_names(settings) if name not in ENGINE_SETTINGS]
         self.container_id = ""
         self.image_id = ""
         self.image_user = ""
@@ -250,7 +247,7 @@ class ContainerProvider(GuardedWorkspace, ExecProvider):
     def _use_engine(self) -> None:
         if not self.engine:
             self.engine_name, self.engine = find_engine(None if self.engine_name == "auto" else self.engine_name,
-                                                        avoid=[self.host_cwd])
+                                                        avoid=[self.host_cwd], settings=self.settings)
             self.prefix = [self.engine, "exec", "-i", self.container]
 
     # -- what the container is made of -------------------------------------------------------

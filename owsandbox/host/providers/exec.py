@@ -18,6 +18,7 @@ import subprocess
 from typing import Any
 
 from ... import settings
+from ...settings import Settings, settings_of
 from ..forward import ForwardBridge
 from ..transport import PipeTransport
 from .boxed import BoxError, ProgramBoxProvider, bootstrap_argv, bootstrap_source, missing_modules
@@ -41,13 +42,16 @@ class ExecProvider(ProgramBoxProvider):
 
     def __init__(self, cwd: str | os.PathLike[str] | None = None, prefix: list[str] | str | None = None,
                  python: str = "python3", key: str | None = None, linger_seconds: float = 300.0,
-                 relay_silence_seconds: float = 60.0, box_cwd: str | None = None, timeout: float = 60.0) -> None:
-        prefix = prefix if prefix is not None else os.environ.get(EXEC_ENV, "")
+                 relay_silence_seconds: float = 60.0, box_cwd: str | None = None, timeout: float = 60.0,
+                 settings: Settings | None = None) -> None:
+        settings = settings_of(settings)
+        prefix = prefix if prefix is not None else settings.exec
         self.prefix = shlex.split(prefix) if isinstance(prefix, str) else list(prefix)
         if not self.prefix:
             raise ValueError(f"the exec provider needs a command prefix (e.g. 'ssh me@host'); set {EXEC_ENV}")
         super().__init__(cwd, python=python, key=key, linger_seconds=linger_seconds,
-                         relay_silence_seconds=relay_silence_seconds, box_cwd=box_cwd, timeout=timeout)
+                         relay_silence_seconds=relay_silence_seconds, box_cwd=box_cwd, timeout=timeout,
+                         settings=settings)
         self.box_python = python
         self._bridge: ForwardBridge | None = None
         for word in (self.python, self.key):

@@ -27,6 +27,7 @@ from ...box.daemonctl import serving
 from ...box.procstat import descendants, pid_alive, session_members
 from ...box.shell.registry import read_pids
 from ...logs import log_level_args
+from ...settings import Settings, settings_of
 from ..bundle import build_runner_zipapp
 from ..privatedir import runtime_root
 from ..transport import PipeTransport
@@ -101,7 +102,9 @@ class LocalProvider(Provider):
 
     def __init__(self, cwd: str | os.PathLike[str] | None = None, runner_path: str | os.PathLike[str] | None = None,
                  relay_silence_seconds: float = 60.0, python: str | None = None, start_timeout: float = 20.0,
-                 daemon_args: list[str] | None = None, key: str | None = None, linger_seconds: float = 30.0) -> None:
+                 daemon_args: list[str] | None = None, key: str | None = None, linger_seconds: float = 30.0,
+                 settings: Settings | None = None) -> None:
+        self.settings = settings_of(settings)
         self.cwd = str(Path(cwd or os.getcwd()).resolve())
         self.runner_path = str(runner_path) if runner_path else None
         self.relay_silence_seconds = relay_silence_seconds
@@ -160,7 +163,7 @@ class LocalProvider(Provider):
     def _start_daemon(self) -> None:
         assert self.state_dir and self.runner_path
         lifetime = ["--linger", str(self.linger_seconds)] if self.key else ["--exit-with-parent"]
-        serve = ["serve", "--socket", self.socket_path, "--cwd", self.cwd, *lifetime, *log_level_args(),
+        serve = ["serve", "--socket", self.socket_path, "--cwd", self.cwd, *lifetime, *log_level_args(self.settings),
                  *self.daemon_args]
         log = self._open_log()
         try:

@@ -34,16 +34,17 @@ from typing import Any
 
 from ...box.bootstrap import LACKING_MARK
 from ...channel.endpoint import ENV_URL, ExecdEndpoint
+from ...settings import Settings, settings_of
 from ..wstransport import ExecdPipeTransport, ExecdTransportError
 from .boxed import BoxError, ProgramBoxProvider, bootstrap_argv, bootstrap_source, missing_modules
 
 _KEY = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$")
 
 
-def _endpoint(url: str | None, headers: Mapping[str, str] | None) -> ExecdEndpoint:
+def _endpoint(url: str | None, headers: Mapping[str, str] | None, given: Settings) -> ExecdEndpoint:
     """The endpoint from the arguments, else from OWSANDBOX_EXECD_URL (with or without a scheme),
     OWSANDBOX_EXECD_HEADERS (JSON) and OWSANDBOX_EXECD_TOKEN."""
-    endpoint = ExecdEndpoint.from_env(None if url is None else {**os.environ, ENV_URL: url})
+    endpoint = ExecdEndpoint.from_env(given if url is None else dataclasses.replace(given, execd_url=url.strip()))
     if headers is not None:
         endpoint = dataclasses.replace(endpoint, headers=dict(headers))
     return endpoint
@@ -55,8 +56,9 @@ def make_provider(*args: Any, **options: Any) -> OpenSandboxProvider:
     OWSANDBOX_EXECD_URL names. Both at once is a ValueError: they are two different ways to work."""
     from .opensandbox_lifecycle import SERVER_ENV, OpenSandboxLifecycleProvider
 
-    if options.get("server") or os.environ.get(SERVER_ENV, "").strip():
-        if options.get("url") or os.environ.get(ENV_URL, "").strip():
+    given = options["settings"] = settings_of(options.get("settings"))
+    if options.get("server") or given.opensandbox_server:
+        if options.get("url") or given.execd_url:
             raise ValueError(f"{SERVER_ENV} and {ENV_URL} are both set: the first makes a sandbox per kernel, the "
                              "second names the execd of a sandbox that exists already; set only one")
         return OpenSandboxLifecycleProvider(*args, **options)
@@ -72,20 +74,23 @@ class OpenSandboxProvider(ProgramBoxProvider):
     def __init__(self, cwd: str | os.PathLike[str] | None = None, url: str | None = None,
                  headers: Mapping[str, str] | None = None, python: str = "python3", key: str | None = None,
                  linger_seconds: float = 300.0, box_cwd: str | None = None, *,
-                 relay_silence_seconds: float = 60.0, runtime_dir: str | None = None, timeout: float = 60.0) -> None:
+                 relay_silence_seconds: float = 60.0, runtime_dir: str | None = None, timeout: float = 60.0,
+                 settings: Settings | None = None) -> None:
+        settings = settings_of(settings)
         #: The execd this provider talks to: known when it is made here; a subclass that makes the
         #: sandbox sets it once the sandbox runs (`_endpoint_at_start` gives None).
-        self.endpoint: ExecdEndpoint | None = self._endpoint_at_start(url, headers)
+        self.endpoint: ExecdEndpoint | None = self._endpoint_at_start(url, headers, settings)
         super().__init__(cwd, python=python, key=key, linger_seconds=linger_seconds,
                          relay_silence_seconds=relay_silence_seconds, box_cwd=box_cwd, timeout=timeout,
-                         runtime_dir=runtime_dir)
+                         runtime_dir=runtime_dir, settings=settings)
         if not _KEY.match(self.key):
             raise ValueError(f"'{self.key}' cannot name a folder in the box: use letters, digits, '.', '_', '-'")
         self._transports: weakref.WeakSet[ExecdPipeTransport] = weakref.WeakSet()
 
-    def _endpoint_at_start(self, url: str | None, headers: Mapping[str, str] | None) -> ExecdEndpoint | None:
-        """The execd endpoint, when it is known before the box runs: the one given, else the environment's."""
-        return _endpoint(url, headers)
+    def _endpoint_at_start(self, url: str | None, headers: Mapping[str, str] | None,
+                           given: Settings) -> ExecdEndpoint | None:
+        """The execd endpoint, when it is known before the box runs: the one given, else the settings'."""
+        return _endpoint(url, headers, given)
 
     @property
     def execd(self) -> ExecdEndpoint:

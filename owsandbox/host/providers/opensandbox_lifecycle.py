@@ -54,7 +54,7 @@ from ... import settings
 from ...channel.control import ExecdControl
 from ...channel.endpoint import ExecdEndpoint
 from ...channel.errors import ExecdHTTPError, ExecdUnreachable
-from ..isolation.policy import LIMITS_ENV
+from ...settings import Settings, settings_of
 from ..isolation.resources import LimitReport, Limits, human_size
 from .boxed import BoxError
 from .container import IMAGE_ENV
@@ -67,7 +67,6 @@ API_KEY_ENV = settings.OPENSANDBOX_API_KEY
 SDK_KEY_ENV = "OPEN_SANDBOX_API_KEY"  # the SDK's own, used when ours is not set
 TIMEOUT_ENV = settings.OPENSANDBOX_TIMEOUT
 READY_ENV = settings.OPENSANDBOX_READY_TIMEOUT
-SERVER_PROXY_ENV = settings.OPENSANDBOX_SERVER_PROXY
 EXECD_PORT = 44772  # where OpenSandbox's execd listens in every sandbox
 KEY_LABEL = "owsandbox.key"
 SPEC_LABEL = "owsandbox.spec"
@@ -135,26 +134,10 @@ def resource_limits(limits: Limits) -> dict[str, str]:
 
 
 def _seconds(given: float | None, env: str, default: float, least: float) -> float:
-    if given is not None:
-        value = float(given)
-    else:
-        text = os.environ.get(env, "").strip()
-        try:
-            value = float(text) if text else default
-        except ValueError:
-            raise ValueError(f"{env}={text!r} is not a number of seconds") from None
+    value = default if given is None else float(given)
     if value < least:
         raise ValueError(f"{env}={value:g} is under {least:g} seconds")
     return value
-
-
-def _switch(env: str) -> bool:
-    text = os.environ.get(env, "").strip().lower()
-    if text in ("", "0", "no", "false", "off"):
-        return False
-    if text in ("1", "yes", "true", "on"):
-        return True
-    raise ValueError(f"{env}={text!r} is neither 1 (yes) nor 0 (no)")
 
 
 class OpenSandboxLifecycleProvider(OpenSandboxProvider):
@@ -165,23 +148,27 @@ class OpenSandboxLifecycleProvider(OpenSandboxProvider):
                  key: str | None = None, *, sandbox_timeout: float | None = None, ready_timeout: float | None = None,
                  server_proxy: bool | None = None, python: str = "python3", linger_seconds: float = 300.0,
                  box_cwd: str | None = None, relay_silence_seconds: float = 60.0, runtime_dir: str | None = None,
-                 timeout: float = 60.0) -> None:
+                 timeout: float = 60.0, settings: Settings | None = None) -> None:
+        settings = settings_of(settings)
         super().__init__(cwd, python=python, key=key, linger_seconds=linger_seconds, box_cwd=box_cwd,
-                         relay_silence_seconds=relay_silence_seconds, runtime_dir=runtime_dir, timeout=timeout)
-        server = server if server is not None else os.environ.get(SERVER_ENV, "")
+                         relay_silence_seconds=relay_silence_seconds, runtime_dir=runtime_dir, timeout=timeout,
+                         settings=settings)
+        server = server if server is not None else settings.opensandbox_server
         if not server.strip():
             raise ValueError(f"the opensandbox provider needs {SERVER_ENV} to create sandboxes")
         self.server = server_url(server)
-        self.api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV, "")
-        self.image = (image or os.environ.get(IMAGE_ENV, "")).strip()
+        self.api_key = api_key if api_key is not None else settings.opensandbox_api_key
+        self.image = (image or settings.image).strip()
         if not self.image:
             raise ValueError(f"the opensandbox provider needs an image to create a sandbox from: set {IMAGE_ENV}")
         self.limits = limits if isinstance(limits, Limits) else Limits.parse(
-            limits if limits is not None else os.environ.get(LIMITS_ENV))
+            limits if limits is not None else list(settings.limits))
         # A timeout under the API's 60 s minimum goes to the server anyway, which names the rule.
-        self.sandbox_timeout = _seconds(sandbox_timeout, TIMEOUT_ENV, 600.0, 1.0)
-        self.ready_timeout = _seconds(ready_timeout, READY_ENV, 120.0, 0.1)
-        self.server_proxy = server_proxy if server_proxy is not None else _switch(SERVER_PROXY_ENV)
+        self.sandbox_timeout = _seconds(sandbox_timeout if sandbox_timeout is not None
+                                        else settings.opensandbox_timeout, TIMEOUT_ENV, 600.0, 1.0)
+        self.ready_timeout = _seconds(ready_timeout if ready_timeout is not None
+                                      else settings.opensandbox_ready_timeout, READY_ENV, 120.0, 0.1)
+        self.server_proxy = server_proxy if server_proxy is not None else settings.opensandbox_server_proxy
         self.sandbox_id = ""
         self.expires_at: datetime | None = None
         self.created_now = False  # this provider made the sandbox (rather than finding it)
@@ -194,7 +181,8 @@ class OpenSandboxLifecycleProvider(OpenSandboxProvider):
         self._renew_stop = threading.Event()
         self._renewer: threading.Thread | None = None
 
-    def _endpoint_at_start(self, url: str | None, headers: Mapping[str, str] | None) -> ExecdEndpoint | None:
+    def _endpoint_at_start(self, url: str | None, headers: Mapping[str, str] | None,
+                           given: Settings) -> ExecdEndpoint | None:
         return None  # known once the sandbox runs (create)
 
     # -- the lifecycle API ----------------------------------------------------------------------

@@ -15,7 +15,7 @@ name or a folder of this machine (a course's starting files), which is taken int
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -68,15 +68,16 @@ def target_of(provider: Any) -> Target:
     return Target(folder, Scope.of_guard(provider.workspace_guard(), folder), provider.stopped)
 
 
-def baseline_setting(env: dict[str, str] | None = None) -> str | None:
-    value = (os.environ if env is None else env).get(BASELINE_ENV, "").strip()
-    return value or None
+def baseline_setting(env: settings.Settings | Mapping[str, str] | None = None) -> str | None:
+    """OWSANDBOX_BASELINE of the settings, or of the variables given (None: this process's)."""
+    return settings.settings_of(env).baseline or None
 
 
 class SandboxSnapshots:
     """save, restore, list and drop for one running provider's workspace."""
 
-    def __init__(self, provider: Any, limit: int | None = None, env: dict[str, str] | None = None) -> None:
+    def __init__(self, provider: Any, limit: int | None = None,
+                 env: settings.Settings | Mapping[str, str] | None = None) -> None:
         self.target = target_of(provider)
         self.store = SnapshotStore.for_workspace(self.target.workspace, limit, env)
         self.env = env

@@ -44,14 +44,14 @@ import secrets
 import stat
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ... import settings
-from ..isolation.resources import human_size, parse_size
+from ..isolation.resources import human_size
 from ..privatedir import UnsafeFolder, private_folder
 from .hostpaths import locate
 
@@ -95,15 +95,14 @@ def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
-def snapshot_limit(env: dict[str, str] | None = None) -> int:
-    """The store's limit from OWSANDBOX_SNAPSHOT_LIMIT (`8G`, `500M`), else DEFAULT_LIMIT."""
-    text = (os.environ if env is None else env).get(LIMIT_ENV, "").strip()
-    if not text:
-        return DEFAULT_LIMIT
+def snapshot_limit(env: settings.Settings | Mapping[str, str] | None = None) -> int:
+    """The store's limit from OWSANDBOX_SNAPSHOT_LIMIT (`8G`, `500M`), else DEFAULT_LIMIT. `env`: the
+    settings, or the variables to read them from (None: this process's)."""
     try:
-        return parse_size(text, LIMIT_ENV)
-    except ValueError:
-        raise SnapshotError(f"{LIMIT_ENV}={text!r} is not a size (examples: 500M, 8G)") from None
+        limit = settings.settings_of(env).snapshot_limit
+    except settings.SettingsError as exc:
+        raise SnapshotError(str(exc)) from None
+    return DEFAULT_LIMIT if limit is None else limit
 
 
 def check_name(name: str) -> str:
@@ -113,12 +112,14 @@ def check_name(name: str) -> str:
     return name
 
 
-def store_root(workspace: str, env: dict[str, str] | None = None) -> Path:
+def store_root(workspace: str, env: settings.Settings | Mapping[str, str] | None = None) -> Path:
     """This workspace's store: OWSANDBOX_SNAPSHOT_DIR, else `snapshots/` in the private runtime folder,
     then a folder named from the workspace's path. Refused where a box could see it."""
-    env = os.environ if env is None else env
     workspace = os.path.realpath(workspace)
-    configured = env.get(STORE_ENV, "").strip()
+    try:
+        configured = settings.settings_of(env).snapshot_dir
+    except settings.SettingsError as exc:
+        raise SnapshotError(str(exc)) from None
     if configured:
         if not configured.startswith(("/", "~")):
             raise SnapshotError(f"{STORE_ENV}={configured!r} must be an absolute path")
@@ -530,8 +531,8 @@ class SnapshotStore:
 
     @classmethod
     def for_workspace(cls, workspace: str, limit: int | None = None,
-                      env: dict[str, str] | None = None) -> SnapshotStore:
-        return cls(store_root(workspace, env), limit)
+                      env: settings.Settings | Mapping[str, str] | None = None) -> SnapshotStore:
+        return cls(store_root(workspace, env), snapshot_limit(env) if limit is None else limit)
 
     @contextmanager
     def _opened(self, exclusive: bool = True) -> Iterator[_Opened]:

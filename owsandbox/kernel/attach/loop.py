@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -83,19 +82,22 @@ class AttachLoop:
             loop.call_soon_threadsafe(loop.stop)
 
 
-def endpoint_for(url: str | None, headers: dict[str, str], box_endpoint: Callable[[], ExecdEndpoint]) -> ExecdEndpoint:
+def endpoint_for(url: str | None, headers: dict[str, str], box_endpoint: Callable[[], ExecdEndpoint],
+                 given: settings.Settings | None = None) -> ExecdEndpoint:
     """The execd a program runs in: `url` (with OWSANDBOX_EXECD_TOKEN as its token unless `headers`
-    have one), else OWSANDBOX_EXECD_URL's, else the sandbox's own (`box_endpoint`)."""
+    have one), else OWSANDBOX_EXECD_URL's, else the sandbox's own (`box_endpoint`). `given`: the kernel's
+    settings (None: this process's environment now)."""
+    given = settings.settings_of(given)
     if url:
         merged = dict(headers)
-        token = os.environ.get(settings.EXECD_TOKEN)
+        token = given.execd_token
         if token and not any(k.lower() == ch.TOKEN_HEADER.lower() for k in merged):
             merged[ch.TOKEN_HEADER] = token
         if url.startswith("unix:"):
             return ch.ExecdEndpoint(unix_socket=url[5:], headers=merged)
         return ch.ExecdEndpoint(origin=url, headers=merged)
-    if os.environ.get(settings.EXECD_URL):
-        return ch.ExecdEndpoint.from_env()
+    if given.execd_url:
+        return ch.ExecdEndpoint.from_env(given)
     return box_endpoint()
 
 

@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ...channel import ExecdEndpoint, ExecdJsonLineChannel
+    from ...settings import Settings
 
 # A program that exits this soon after %attach started it makes the cell an error; %attach waits this
 # long at most, and returns at the program's first record.
@@ -114,8 +115,9 @@ class AttachManager:
 
     def __init__(self, send_display: Callable[[dict[str, Any], dict[str, Any], str, bool], None],
                  runner_call: Callable[..., Any], box_endpoint: Callable[[], ExecdEndpoint],
-                 registry_path: Callable[[], str]) -> None:
+                 registry_path: Callable[[], str], settings: Settings | None = None) -> None:
         self._box_endpoint = box_endpoint
+        self._settings = settings
         self.programs: dict[int, Program] = {}
         self._numbers = 0
         self._loop = AttachLoop()
@@ -129,7 +131,7 @@ class AttachManager:
               auto_answers: dict[str, AutoAnswer] | None = None) -> Program:
         """Start `command` and attach to it. Its display waits for `show`, so that the cell's line
         saying what was attached comes before it."""
-        endpoint = endpoint_for(url, headers, self._box_endpoint)
+        endpoint = endpoint_for(url, headers, self._box_endpoint, self._settings)
         control = ch.ExecdControl(endpoint)
         try:
             session_id = control.create(cwd=cwd)  # the command goes in as the first stdin line
@@ -169,7 +171,7 @@ class AttachManager:
             if program.session_id == entry["session_id"] and program.attached:
                 raise AttachError(f"{program.describe()} is attached already; %detach {program.number} first")
         url = url or self._url_given_for(entry)
-        endpoint = endpoint_for(url, headers, self._box_endpoint)
+        endpoint = endpoint_for(url, headers, self._box_endpoint, self._settings)
         # Ask before every reattach whether the program still runs. On the box's own endpoint an
         # ended program gets an exit notice right after the connection's `connected`: wait for it,
         # so that attaching to it again is an error that says so. A released execd would start a

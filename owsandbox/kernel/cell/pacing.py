@@ -19,7 +19,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 
-from ...settings import OUTPUT_RATE
+from ...settings import Settings, settings_of
 
 DEFAULT_RATE = 500_000  # bytes a second, sustained: half of a default server's limit
 DEFAULT_BURST = 1_000_000  # bytes at once: with 3 s of DEFAULT_RATE, 2.5 MB in a window of 3 s (the limit: 3 MB)
@@ -67,17 +67,12 @@ class StreamPacer:
         return True
 
 
-def pacer_from_env(env: Mapping[str, str]) -> StreamPacer:
-    """The pacer `OWSANDBOX_OUTPUT_RATE` asks for (bytes a second; 0: none), its burst twice that."""
-    said = env.get(OUTPUT_RATE, "").strip()
-    if not said:
+def pacer_from_env(env: Settings | Mapping[str, str]) -> StreamPacer:
+    """The pacer `OWSANDBOX_OUTPUT_RATE` asks for (bytes a second; 0: none), its burst twice that. `env`:
+    the settings, or the variables to read them from."""
+    rate = settings_of(env).output_rate
+    if rate is None:
         return StreamPacer()
-    try:
-        rate = float(said)
-        if rate < 0:
-            raise ValueError
-    except ValueError:
-        raise ValueError(f"{OUTPUT_RATE}={said!r} is not a number of bytes a second (0: not paced)") from None
     pacer = StreamPacer()
     pacer.set_rate(rate)
     return pacer

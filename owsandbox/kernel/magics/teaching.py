@@ -56,7 +56,7 @@ def _snapshot_options(p: argparse.ArgumentParser) -> None:
 def _snapshots(ctx: TeachingContext) -> SandboxSnapshots:
     provider = ctx.sandbox.wait().provider
     try:
-        return SandboxSnapshots(provider)
+        return SandboxSnapshots(provider, env=ctx.sandbox.settings)
     except SnapshotsRefused as exc:
         raise CellError("SnapshotsRefused", str(exc)) from None
     except SnapshotError as exc:
@@ -169,7 +169,7 @@ def _existing(folder: str, box_workspace: str, host_workspace: str) -> str:
 
 def _list(ctx: TeachingContext, snapshots: SandboxSnapshots) -> None:
     found = snapshots.list()
-    setting = baseline_setting()
+    setting = baseline_setting(ctx.sandbox.settings)
     footer = (f"The store holds {human_size(snapshots.usage())} of its {human_size(snapshots.store.limit)} limit "
               f"(each content once), at {snapshots.store.folder}, outside every box.")
     if setting:

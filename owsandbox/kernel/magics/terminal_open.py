@@ -14,7 +14,8 @@ import json
 import os
 from typing import Any
 
-from ...terminal.launch import LAB_TERMINALS_ENV, lab_terminal_name, shell_command_line
+from ...settings import Settings, settings_of
+from ...terminal.launch import lab_terminal_name, shell_command_line
 from ...terminal.locate import sandbox_key
 from ..display.math_safe import no_math
 from ..errors import CellError
@@ -23,8 +24,9 @@ from ..errors import CellError
 TERMINAL_PROVIDERS = ("bwrap", "local")
 
 
-def terminal_open(connection_file: str | None, provider_name: str) -> dict[str, Any]:
-    """The output of `%terminal open` (text/plain and text/html); CellError naming why there is no terminal."""
+def terminal_open(connection_file: str | None, provider_name: str, settings: Settings | None = None) -> dict[str, Any]:
+    """The output of `%terminal open` (text/plain and text/html); CellError naming why there is no terminal.
+    `settings`: the kernel's (None: this process's environment now)."""
     if not connection_file:
         raise CellError("NoTerminal", "this kernel was started without a connection file, so no terminal can find "
                                       "its sandbox")
@@ -37,7 +39,7 @@ def terminal_open(connection_file: str | None, provider_name: str) -> dict[str, 
             f"shells are not touched). Run in a terminal of this machine:\n\n    {command}\n")
     page = (f"<p>{html.escape(text.split(chr(10))[0])}</p><pre>{html.escape(command)}</pre>")
     name = lab_terminal_name(sandbox_key(connection_file).removeprefix("kernel-"))
-    if name is not None and os.environ.get(LAB_TERMINALS_ENV):
+    if name is not None and settings_of(settings).lab_terminals:
         args = html.escape(json.dumps({"name": name}), quote=True)
         page += (f'<p><button data-commandlinker-command="terminal:open" data-commandlinker-args="{args}">'
                  "Open it as a JupyterLab terminal</button></p>")

@@ -30,13 +30,14 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from ... import settings
 from ...host.snapshots.hostpaths import locate
+from ...settings import Settings, settings_of
 from ..cell.notes import is_note
 from ..cell.terminal_text import shown_text
 
@@ -132,12 +133,13 @@ def text_of(msg_type: str, content: dict[str, Any]) -> tuple[str, bool] | None:
 
 # -- where a recording goes ------------------------------------------------------------------------
 
-def default_folder(env: dict[str, str] | None = None) -> Path:
-    """The course's folder (OWSANDBOX_RECORD), else this user's data folder."""
+def default_folder(env: Mapping[str, str] | None = None, given: settings.Settings | None = None) -> Path:
+    """The course's folder (OWSANDBOX_RECORD of `given`, else of `env`), else this user's data folder.
+    `env`: the variables (None: this process's)."""
     env = os.environ if env is None else env
-    if env.get(RECORD_ENV, "").strip():  # `~` and `$USER` are the student's, as the kernel runs
-        text = re.sub(r"\$(?:\{(\w+)\}|(\w+))", lambda m: env.get(m.group(1) or m.group(2), m.group(0)),
-                      env[RECORD_ENV].strip())
+    record = settings.settings_of(env if given is None else given).record
+    if record:  # `~` and `$USER` are the student's, as the kernel runs
+        text = re.sub(r"\$(?:\{(\w+)\}|(\w+))", lambda m: env.get(m.group(1) or m.group(2), m.group(0)), record)
         return Path(os.path.expanduser(text))
     data = env.get("XDG_DATA_HOME", "").strip() or os.path.join(os.path.expanduser("~"), ".local", "share")
     return Path(data) / "owsandbox" / "recordings"
@@ -207,12 +209,14 @@ class Recorder:
     def __init__(self, workspace: Callable[[], str | None] = lambda: None,
                  size: Callable[[], tuple[int, int]] = lambda: (120, 50), stem: str = "session",
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, settings: Settings | None = None) -> None:
+        """`env`: the variables (None: this process's); `settings`: the kernel's (None: read from `env`)."""
         self._workspace = workspace
         self._size = size
         self._stem = stem
         self._clock, self._wall = clock, wall
         self._env = os.environ if env is None else env
+        self._settings = settings_of(self._env if settings is None else settings)
         self._lock = threading.Lock()
         self._fd: int | None = None
         self._transcript: Transcript | None = None
@@ -221,8 +225,8 @@ class Recorder:
         self.in_workspace = False
         self.written = 0
         self.cells = 0
-        self.limit = _limit(self._env)
-        self._auto = bool(self._env.get(RECORD_ENV, "").strip())  # the course's setting: on at the first cell
+        self.limit = DEFAULT_LIMIT if self._settings.record_limit is None else self._settings.record_limit
+        self._auto = bool(self._settings.record)  # the course's setting: on at the first cell
         self._ended: str | None = None  # why a recording ended by itself, for the next cell to say
 
     @property
@@ -234,7 +238,7 @@ class Recorder:
         with self._lock:
             if self._fd is not None:
                 raise RecordingError(f"already recording to {self.path}: %record off first")
-            folder = default_folder(self._env)
+            folder = default_folder(self._env, self._settings)
             chosen = Path(os.path.expanduser(path)) if path else Path(file_name(self._stem, self._wall()))
             if not chosen.is_absolute():
                 chosen = folder / chosen
@@ -359,18 +363,6 @@ class Recorder:
 
 def _key(parent: dict[str, Any]) -> str:
     return str((parent.get("header") or {}).get("msg_id", ""))
-
-
-def _limit(env: Any) -> int:
-    text = str(env.get(RECORD_LIMIT_ENV, "")).strip()
-    if not text:
-        return DEFAULT_LIMIT
-    from ...host.isolation.resources import parse_size
-
-    try:
-        return parse_size(text, RECORD_LIMIT_ENV)
-    except ValueError:
-        return DEFAULT_LIMIT
 
 
 # -- replay -------------------------------------------------------------------------------------
