@@ -9,6 +9,7 @@ it again with its long-running programs; `destroy()` ends it for good.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import queue
@@ -71,12 +72,33 @@ class _Launcher:
 _LAUNCHER = _Launcher()
 
 
+CLAIM_FILE = "kernel.lock"  # in a keyed state folder: locked (shared) by each kernel that uses it, while it does
+
+
+def claimed(folder: Path) -> bool:
+    """Whether a kernel holds `folder` (its lock on CLAIM_FILE: released by the system when the kernel ends)."""
+    try:
+        fd = os.open(folder / CLAIM_FILE, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return False
+
+
 def sweep_dead_state(root: Path, keep: str) -> None:
     """Remove the folders of keyed daemons that are gone (a kernel that was killed leaves one behind
-    once its daemon stops lingering). Only folders this provider made: they hold daemon.json."""
+    once its daemon stops lingering). Only folders this provider made (they hold daemon.json), and never
+    one a kernel still holds: a box killed under a live kernel is restarted by that kernel, in that folder."""
     for folder in root.iterdir():
         record = folder / "daemon.json"
-        if folder.name == keep or not record.is_file():
+        if folder.name == keep or not record.is_file() or claimed(folder):
             continue
         try:
             info = json.loads(record.read_text())
@@ -132,6 +154,7 @@ class LocalProvider(Provider):
             folder = root / self.key
             folder.mkdir(mode=0o700, exist_ok=True)
             self.state_dir = str(folder)
+            self._claim_state(folder)
         else:
             temporary = os.path.realpath(tempfile.gettempdir())  # not in the workspace (a notebook in /tmp)
             inside = temporary == self.cwd or temporary.startswith(self.cwd.rstrip("/") + "/")
@@ -271,15 +294,29 @@ class LocalProvider(Provider):
             self._stop_daemon()
             self._start_daemon()
 
+    def _claim_state(self, folder: Path) -> None:
+        """Hold the keyed state folder while this kernel uses it (`claimed`), so no other start sweeps it."""
+        if getattr(self, "_claim", None) is None:
+            fd = os.open(folder / CLAIM_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            self._claim: int | None = fd
+
+    def _unclaim_state(self) -> None:
+        fd, self._claim = getattr(self, "_claim", None), None
+        if fd is not None:
+            os.close(fd)
+
     def release(self) -> None:
         """Leave the daemon running (it lingers for a restarting kernel); forget it here."""
         if self.daemon is not None and self.daemon.stdout is not None:
             self.daemon.stdout.close()
         self.daemon = None
+        self._unclaim_state()
 
     def destroy(self) -> None:
         with self._lifecycle:
             self._stop_daemon()
+        self._unclaim_state()
         if self.state_dir:
             shutil.rmtree(self.state_dir, ignore_errors=True)
             self.state_dir = None
