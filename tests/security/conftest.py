@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -142,6 +143,21 @@ def home(owner: pwd.struct_passwd) -> Iterator[Path]:
     os.chmod(folder, 0o700)
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def marker() -> Iterator[Path]:
+    """Where a program the box planted would leave its mark if the host ran it: the host's /tmp, which the
+    box's own /tmp hides, so only a program run outside the box can write it."""
+    path = Path(tempfile.gettempdir()) / f"owsbx-planted-{uuid.uuid4().hex}"
+    yield path
+    path.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def project(home: Path) -> Path:
+    """The workspace in the attacker's home (its owner's)."""
+    return home / "project"
 
 
 @pytest.fixture

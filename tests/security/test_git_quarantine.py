@@ -12,10 +12,7 @@ prefers `core.pager` to it). The program the box named must never run; what the 
 from __future__ import annotations
 
 import subprocess
-import tempfile
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,20 +20,6 @@ import pytest
 from .test_host_never_loads import on_host
 
 QUARANTINE = "config.owsandbox-quarantine"
-
-
-@pytest.fixture
-def marker() -> Iterator[Path]:
-    """Where the box's program would leave its mark: the host's /tmp, which the box's own /tmp hides, so
-    only a program run outside the box can write it."""
-    path = Path(tempfile.gettempdir()) / f"owsbx-git-ran-{uuid.uuid4().hex}"
-    yield path
-    path.unlink(missing_ok=True)
-
-
-@pytest.fixture
-def project(home: Path) -> Path:
-    return home / "project"
 
 
 def host_git(who: str, owner, home: Path, repo: Path) -> dict[str, str]:

@@ -15,24 +15,11 @@ import socket
 import subprocess
 import sys
 import tempfile
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from ..plain_python import as_user
 
 PYTHON = f"python{sys.version_info.major}.{sys.version_info.minor}"
-
-
-@pytest.fixture
-def marker() -> Iterator[Path]:
-    """Where planted code would leave its mark on the host: a path in the host's /tmp, which the box's
-    own /tmp hides, so only code run outside the box can write it."""
-    path = Path(tempfile.gettempdir()) / f"owsbx-planted-{uuid.uuid4().hex}"
-    yield path
-    path.unlink(missing_ok=True)
 
 
 def on_host(who: str, owner: pwd.struct_passwd, home: Path, argv: list[str], cwd: Path | str = "/") -> str:
@@ -101,11 +88,6 @@ def test_the_home_shows_what_the_user_lets_it(attacker_factory, home: Path, owne
     attacker.start(home)
     assert attacker.run("cat ~/.course")["output"] == "lesson\n"
     assert attacker.run("cat ~/.ssh/id_ed25519")["exit_code"] != 0
-
-
-@pytest.fixture
-def project(home: Path, owner: pwd.struct_passwd) -> Path:
-    return home / "project"
 
 
 def test_an_environment_in_the_workspace_is_read_only(attacker_factory, project: Path, home: Path, marker: Path,

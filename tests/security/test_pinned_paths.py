@@ -15,7 +15,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,19 +25,6 @@ from .test_host_never_loads import chown_tree, on_host
 PYTHON = f"python{sys.version_info.major}.{sys.version_info.minor}"
 BUSY = "Device or resource busy"
 PLANT_SH = "printf '#!/bin/sh\\ntouch {marker}\\n' > {path} && chmod +x {path}"
-
-
-@pytest.fixture
-def marker() -> Iterator[Path]:
-    """Where planted code would leave its mark on the host: in the host's /tmp, which the box's own hides."""
-    path = Path(tempfile.gettempdir()) / f"owsbx-planted-{uuid.uuid4().hex}"
-    yield path
-    path.unlink(missing_ok=True)
-
-
-@pytest.fixture
-def project(home: Path) -> Path:
-    return home / "project"
 
 
 @pytest.fixture
