@@ -20,6 +20,8 @@ from owsandbox.host.providers.bwrap import BwrapProvider
 from owsandbox.host.providers.exec import ExecProvider
 from owsandbox.host.providers.local import LocalProvider
 
+from .machine_lock import machine_lock
+
 UNIT_RULE = "a unit test must start no process and open no socket"
 
 
@@ -96,13 +98,22 @@ def _unit_purity(request: pytest.FixtureRequest) -> Iterator[None]:
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Install what the selected tests need (`needs` marks, tests/prepare.py) and is missing, before the
     first test: an install never counts against a test's timeout. .ci/run makes them beforehand."""
-    from . import prepare
-
     if session.config.option.collectonly:
         return
     needed = sorted({name for item in session.items for mark in item.iter_markers("needs") for name in mark.args})
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     say = reporter.write_line if reporter is not None else print
+    images = any(IMAGE_FIXTURES & set(getattr(item, "fixturenames", ())) for item in session.items)
+    if not needed and not images:
+        return
+    with machine_lock("prepare"):  # every worker collects; the first installs, the others find it made
+        _prepare(needed, images and any(item.get_closest_marker("needs_owsandbox_image") for item in session.items),
+                 images, say)
+
+
+def _prepare(needed: list[str], owsandbox_image: bool, images: bool, say: Any) -> None:
+    from . import prepare
+
     for name in needed:
         made, make = prepare.NEEDS[name]
         if made():
@@ -112,8 +123,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             make()
         except RuntimeError as exc:  # the tests that need it fail with the command that makes it
             say(f"tests/prepare.py: {exc}")
-    if any(IMAGE_FIXTURES & set(getattr(item, "fixturenames", ())) for item in session.items):
-        _build_test_images(any(item.get_closest_marker("needs_owsandbox_image") for item in session.items), say)
+    if images:
+        _build_test_images(owsandbox_image, say)
 
 
 # Fixtures whose tests run containers of the test images (tests/containers.py).
@@ -142,10 +153,14 @@ def _build_test_images(owsandbox: bool, say: Any) -> None:
             say(f"tests/conftest.py: the test images could not be built: {exc}")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the xdist_group marks this adds
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    from .scheduling import mark_groups
+
     both = [item.nodeid for item in items if item.get_closest_marker("unit") and item.get_closest_marker("system")]
     if both:
         raise pytest.UsageError(f"marked both unit and system: {', '.join(both)}")
+    mark_groups(items)
 
 
 @pytest.fixture(scope="session")
@@ -392,6 +407,24 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["JUPYTER_PATH"] = str(root) + (os.pathsep + os.environ["JUPYTER_PATH"] if os.environ.get("JUPYTER_PATH")
                                               else "")
     config._owsandbox_kernelspec_root = root  # type: ignore[attr-defined]
+    _record_durations(config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """A module (or an `xdist_group`) at a time, the longest first: tests/scheduling.py."""
+    from .scheduling import ModuleScheduling
+
+    return ModuleScheduling(config, log)
+
+
+def _record_durations(config: pytest.Config) -> None:
+    """In the process that reports (not in a worker): each unit's time, for the next run's order."""
+    if hasattr(config, "workerinput"):
+        return
+    from .scheduling import DurationRecorder
+
+    config.pluginmanager.register(DurationRecorder(config), "owsandbox-durations")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -41,7 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from .kernel_ws import KernelWebSocket
-from .plain_python import PlainPython, _link_tree, ensure_user, make_plain_python
+from .machine_lock import ensure_user
+from .plain_python import PlainPython, _link_tree, make_plain_python
 from .ports import free_port
 from .processes import PinnedProcesses, command_line, descendants, name, stop_watched
 from .waiting import WaitTimeout, wait_until

@@ -10,7 +10,6 @@ site-packages, made with hard links where the file system allows (seconds, no ex
 from __future__ import annotations
 
 import os
-import pwd
 import shutil
 import subprocess
 import sys
@@ -37,15 +36,6 @@ class PlainPython:
     def env(self) -> dict[str, str]:
         return {"PYTHONPATH": str(self.root / "site"), "JUPYTER_PATH": str(self.root / "share" / "jupyter"),
                 "PATH": f"{self.root / 'bin'}:/usr/local/bin:/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"}
-
-
-def ensure_user(name: str) -> pwd.struct_passwd:
-    """A system user with a home, made with useradd when missing (the tests that call this run as root)."""
-    try:
-        return pwd.getpwnam(name)
-    except KeyError:
-        subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", name], check=True)
-        return pwd.getpwnam(name)
 
 
 def as_user(user: str, argv: list[str], env: Mapping[str, str] | None = None, clear_env: bool = False) -> list[str]:

@@ -41,6 +41,7 @@ import pytest
 from nbformat import NotebookNode
 
 from .conftest import require_bwrap
+from .machine_lock import ensure_user
 from .nbgrader_course import (
     ASSIGNMENT,
     POINTS,
@@ -61,7 +62,7 @@ from .nbgrader_course import (
     tree,
     wrong_answers,
 )
-from .plain_python import ensure_user, make_plain_python
+from .plain_python import make_plain_python
 from .processes import command_line
 from .waiting import WaitTimeout, wait_until
 

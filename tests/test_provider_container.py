@@ -39,6 +39,7 @@ from . import test_runner_terminal as terminal
 from .conftest import DEFAULT_KERNEL_NAME, running
 from .containers import IMAGE, MARKER, engine_of
 from .kernel_session import KernelSession
+from .machine_lock import ensure_user, machine_lock
 from .plain_python import as_user
 from .waiting import wait_until
 
@@ -491,7 +492,6 @@ def test_rootless_podman_run_by_a_plain_user(podman, debian_image):
     """A plain user (made with useradd) runs the provider with rootless podman: root in the container
     is that user outside, so what a cell writes in the workspace is theirs. On cgroup v1 rootless podman
     cannot limit, and the sandbox says so instead of showing limits it does not have."""
-    import pwd
     import shutil
     import subprocess
     import tempfile
@@ -502,14 +502,11 @@ def test_rootless_podman_run_by_a_plain_user(podman, debian_image):
         if os.environ.get("CI"):
             pytest.fail("CI must run rootless podman: apt-get install uidmap")
         pytest.skip("rootless podman needs newuidmap (apt-get install uidmap)")
-    try:
-        user = pwd.getpwnam(ROOTLESS_USER)
-    except KeyError:
-        subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", ROOTLESS_USER], check=True)
-        user = pwd.getpwnam(ROOTLESS_USER)
-    if ROOTLESS_USER + ":" not in Path("/etc/subuid").read_text():
-        subprocess.run(["usermod", "--add-subuids", "300000-365535", "--add-subgids", "300000-365535",
-                        ROOTLESS_USER], check=True)
+    user = ensure_user(ROOTLESS_USER)
+    with machine_lock("users"):
+        if ROOTLESS_USER + ":" not in Path("/etc/subuid").read_text():
+            subprocess.run(["usermod", "--add-subuids", "300000-365535", "--add-subgids", "300000-365535",
+                            ROOTLESS_USER], check=True)
     base = Path(tempfile.mkdtemp(prefix="owsbx-rootless-"))  # where the plain user may read (not pytest's 0700 folder)
     try:
         _rootless_run(podman, debian_image, user, base)

@@ -335,7 +335,8 @@ finally:
 def test_a_setuid_program_asking_a_plain_user_for_a_password_is_a_prompt(command):
     """su and sudo run as root while they read a plain user's password: the box may not look into
     them, and still takes their read for a password prompt (the terminal's echo is off)."""
-    from .plain_python import as_user, ensure_user, make_plain_python
+    from .machine_lock import ensure_user
+    from .plain_python import as_user, make_plain_python
 
     program = command.split()[0]
     if not shutil.which(program):

@@ -63,15 +63,22 @@ def cores() -> int:
     return len(os.sched_getaffinity(0))
 
 
+def idle_cores() -> int:
+    """The cores the last minute's load average leaves idle (0 on a machine already busy)."""
+    return max(0, cores() - int(os.getloadavg()[0]))
+
+
 @contextmanager
 def busy_machine(seconds: float, hogs: int | None = None) -> Iterator[list[int]]:
-    """A busy loop on every core (or `hogs` of them), all running when the block starts: a drill
-    under load, as on a developer's machine running several things at once. Each ends by itself
-    after `seconds` at the latest (the bound, should this process die without its cleanup); all are
-    killed and reaped when the block ends, however it ends. Yields their pids."""
+    """A busy loop on every core that is not busy already (or on `hogs` cores), all running when the
+    block starts: a drill under load, as on a developer's machine running several things at once. The
+    suite's other workers may load the machine already, and a hog beside them would only slow them:
+    the load average says how many cores are taken. Each hog ends by itself after `seconds` at the
+    latest (the bound, should this process die without its cleanup); all are killed and reaped when the
+    block ends, however it ends. Yields their pids."""
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        for _ in range(hogs or cores()):
+        for _ in range(hogs if hogs is not None else idle_cores()):
             procs.append(subprocess.Popen([sys.executable, "-S", "-c", _HOG, str(seconds)], stdout=subprocess.PIPE,
                                           stdin=subprocess.DEVNULL))
         for proc in procs:

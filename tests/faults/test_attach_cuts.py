@@ -46,8 +46,9 @@ HOG_SECONDS = 300  # the most a drill's CPU hogs live, should the test die witho
 TOKEN = "faults-token"
 
 # Numbered records; stops when the file STOP exists, after a last record naming the last number.
-# "lines": each record one write, in bursts of 20 with a 2 ms pause (a few hundred kB/s, far inside the
-#   1 MiB replay ring even while nobody is attached), and a stderr line after every 13th record.
+# "lines": each record one write, in bursts of 10 with a 2 ms pause (at most about 200 kB/s: the 1 MiB
+#   replay ring holds five seconds while nobody is attached, which a reconnection on a machine at load
+#   20 could take), and a stderr line after every 13th record.
 # "pieces": each record written in three pieces 1 ms apart, so that cuts often land inside a record
 #   (the decoder holds a partial line, and the cursor must point at its start); no stderr, as the
 #   channel's docs require for records split across writes.
@@ -62,7 +63,7 @@ while True:
         os.write(1, line)
         if n % 13 == 0:
             os.write(2, b"warn %d\n" % n)
-        pause = n % 20 == 0 and 0.002
+        pause = n % 10 == 0 and 0.002
     else:
         third = len(line) // 3
         for piece in (line[:third], line[third:2 * third]):

@@ -26,6 +26,7 @@ import pytest
 from owsandbox.host.bundle import build_runner_zipapp
 
 from ..conftest import require_bwrap
+from ..machine_lock import ensure_user
 from ..plain_python import as_user
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -37,11 +38,7 @@ def plain_user() -> pwd.struct_passwd:
     """A user with no privileges: made here when the tests run as root, else the current user."""
     if os.getuid() != 0:
         return pwd.getpwuid(os.getuid())
-    try:
-        return pwd.getpwnam(PLAIN_USER)
-    except KeyError:
-        subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", PLAIN_USER], check=True)
-        return pwd.getpwnam(PLAIN_USER)
+    return ensure_user(PLAIN_USER)
 
 
 @pytest.fixture(scope="session")

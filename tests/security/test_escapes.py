@@ -218,12 +218,12 @@ def test_a_sandbox_whose_kernel_is_killed_ends_within_the_linger_time(attacker_f
 
 
 def test_a_private_folder_made_first_by_someone_else_is_not_used(attacker_factory, home: Path, owner, who: str):
-    """Another local user makes /tmp/owsandbox-UID first (mode 777): the sandbox still starts, elsewhere."""
-    squat = Path(tempfile.gettempdir()) / f"owsandbox-{owner.pw_uid}"
-    moved = None
-    if squat.exists():
-        moved = squat.with_name(squat.name + f".aside-{os.getpid()}")
-        squat.rename(moved)
+    """Another local user makes the first place tried, TMPDIR/owsandbox-UID, first (mode 777): the sandbox
+    still starts, elsewhere. (A TMPDIR of the test's own: the machine's /tmp/owsandbox-UID holds other
+    kernels' state, which a test run beside this one is using.)"""
+    tmpdir = Path(tempfile.mkdtemp(prefix="ows-sq-"))  # short: the sockets go below the folder chosen
+    os.chmod(tmpdir, 0o755)
+    squat = tmpdir / f"owsandbox-{owner.pw_uid}"
     try:
         squat.mkdir(mode=0o777)
         os.chmod(squat, 0o777)
@@ -233,16 +233,14 @@ def test_a_private_folder_made_first_by_someone_else_is_not_used(attacker_factor
             os.chown(squat, other.pw_uid, other.pw_gid)
         else:
             os.chown(squat, 0, 0)
-        attacker = attacker_factory()
+        attacker = attacker_factory(TMPDIR=str(tmpdir))
         attacker.start(home / "project", key="kernel-squatted", linger_seconds=5)
         state = attacker.step(state=True)["state_dir"]
         assert not state.startswith(str(squat)), state
         assert attacker.run("echo fine")["output"] == "fine\n"
         assert list(squat.iterdir()) == []
     finally:
-        shutil.rmtree(squat, ignore_errors=True)
-        if moved is not None:
-            moved.rename(squat)
+        shutil.rmtree(tmpdir, ignore_errors=True)
 
 
 @pytest.mark.parametrize("signal_name", ["SIGKILL"])

@@ -68,7 +68,7 @@ class Outbox:
             if flood is None and self._pacer.admit(message_size(text)):
                 return True
             if flood is None:
-                flood = self._floods[key] = FloodTail(f"owsandbox-flood-{key}")
+                flood = self._floods[key] = FloodTail(f"owsandbox-flood-{key}", clock=self._pacer.clock)
             flood.add(text)
             draw = flood.due()
             frame = flood.text() if draw else ""

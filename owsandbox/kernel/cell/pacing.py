@@ -39,6 +39,7 @@ class StreamPacer:
             raise ValueError(f"an output rate and burst cannot be negative (rate {rate}, burst {burst})")
         self.rate = rate
         self.burst = burst
+        self.clock = clock  # the flood tails of the same output redraw by it too
         self._clock = clock
         self._tokens = burst
         self._at = clock()

@@ -1,0 +1,38 @@
+"""One test process at a time for what is the machine's, not the test's: a system user, an install.
+
+The suite runs in several worker processes (pytest-xdist), and two test runs may share a machine. What
+they make per process (folders, ports, namespaces named by pid, kernelspecs) never collides; what exists
+once per machine (a user in /etc/passwd, a prepared virtual environment, a container image) is made
+under an exclusive lock on a file in the system's temporary folder, and the second comer finds it made.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pwd
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+@contextmanager
+def machine_lock(name: str) -> Iterator[None]:
+    """Hold the machine-wide lock `name` (every test process on this machine waits for it)."""
+    with open(os.path.join(tempfile.gettempdir(), f"owsandbox-tests-{name}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def ensure_user(name: str) -> pwd.struct_passwd:
+    """A system user with a home, made with useradd when missing (the tests that call this run as root)."""
+    with machine_lock("users"):
+        try:
+            return pwd.getpwnam(name)
+        except KeyError:
+            subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", name], check=True)
+            return pwd.getpwnam(name)
