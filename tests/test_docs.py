@@ -5,7 +5,8 @@ The examples' convention (docs/how-to/contributing.md says it for writers):
 
 * a ```` ```console ```` block runs: its `$ ` lines are commands, run in order by one bash in a fresh
   folder holding a copy of `notebooks/`, with this environment's `owsandbox` first on the PATH; its other
-  lines are output, each of which must appear, in order, in what the commands printed (`...` skips);
+  lines are output, each of which must appear, in order, in what the commands printed on stdout and
+  stderr together (`...` skips);
 * a ```` ```cell ```` block is a notebook cell: a page's cells run in order in one real kernel (no provider
   named: bubblewrap here, what a user gets), in such a folder, and each must end without an error;
 * a ```` ```sh ````, ```` ```bash ```` or ```` ```shell ```` block is not run, so it must say why: a MyST
@@ -176,8 +177,9 @@ def test_a_console_example_runs_and_prints_what_it_shows(example: Example, tmp_p
     env = {**os.environ, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")}
     env = {k: v for k, v in env.items() if not k.startswith("OWSANDBOX_")}  # as a reader's shell has it
     script = "set -e\n" + "\n".join(commands) + "\n"
-    done = subprocess.run(["bash", "-c", script], cwd=folder, env=env, capture_output=True, text=True, timeout=90)
-    printed = done.stdout + done.stderr
+    done = subprocess.run(["bash", "-c", script], cwd=folder, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=90)  # as a terminal shows both
+    printed = done.stdout
     assert done.returncode == 0, f"{example.name}: exit {done.returncode}\n{printed[-3000:]}"
     at = 0
     for line in output:
