@@ -49,7 +49,7 @@ def gateway_venv() -> Path:
 
 
 def install_spec(prefix: Path, hosts: list[str]) -> Path:
-    """The kernelspec, as the README says: `owsandbox install --enterprise-gateway ssh --hosts ...`."""
+    """The kernelspec, as docs/how-to/gateways.md says: `owsandbox install --enterprise-gateway ssh --hosts ...`."""
     owsandbox = Path(sys.executable).parent / "owsandbox"
     done = subprocess.run([str(owsandbox), "install", "--enterprise-gateway", "ssh", "--hosts", ",".join(hosts),
                            "--prefix", str(prefix), "--name", KERNEL_NAME, "--provider", "bwrap"],
@@ -72,7 +72,7 @@ class EnterpriseGateway:
         env.update(HOME=str(network.home), JUPYTER_PATH=str(spec_prefix / "share" / "jupyter"),
                    JUPYTER_RUNTIME_DIR=str(network.folder / "gateway-runtime"),
                    EG_RESPONSE_IP=response_ip, EG_KERNEL_LOG_DIR=str(network.folder),
-                   EG_AUTH_TOKEN=self.token)  # as the README starts it
+                   EG_AUTH_TOKEN=self.token)  # as docs/how-to/gateways.md starts it
         env.update(extra_env or {})
         argv = network.in_gateway([str(gateway_venv()), "--ip=127.0.0.1", f"--port={PORT}", "--debug"])
         self._log = log_path.open("wb")
@@ -132,7 +132,7 @@ class EnterpriseGateway:
 @contextmanager
 def docker_gateway(folder: Path) -> Iterator[tuple[EnterpriseGateway, Docker, str]]:
     """The gateway for Docker kernels: the tests' dockerd with a bridge in a namespace of its own, the
-    image with owsandbox (built or found), the README's `owsandbox install --enterprise-gateway docker`
+    image with owsandbox (built or found), the docs' `owsandbox install --enterprise-gateway docker`
     (and the same with `--provider local`),
     and the gateway in the dockerd's namespace, its response address on the bridge. Everything ends
     with the context; a kernel container still there then fails it."""

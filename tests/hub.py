@@ -328,7 +328,7 @@ def prepare_student(student: Student) -> None:
         else:
             entry.unlink()
     os.chmod(home, 0o700)
-    # a lesson folder: the top of a home that is the workspace is read-only in the box (README)
+    # a lesson folder: the top of a home that is the workspace is read-only in the box (docs/how-to/classroom.md)
     (home / "work").mkdir()
     os.chown(home / "work", account.pw_uid, account.pw_gid)
 

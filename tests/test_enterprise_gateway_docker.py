@@ -4,7 +4,7 @@ Everything is real but the place: the tests' own dockerd (tests/containers.py) r
 namespace of its own with a bridge there (TEST-NET-3 addresses, no iptables rules, no forwarding),
 standing in for a gateway host's Docker; the gateway (tests/enterprise_gateway.py) runs in the same
 namespace, as on that host, and finds the containers' addresses on the bridge. The kernelspec is
-the README's `owsandbox install --enterprise-gateway docker --image IMG`; the image is the tests'
+the docs' `owsandbox install --enterprise-gateway docker --image IMG`; the image is the tests'
 Debian one with bubblewrap and owsandbox installed (`owsandbox_image()`), so the cells run in
 bubblewrap nested in the kernel's container.
 """

@@ -12,12 +12,15 @@ toolbar's ■ must end it with `Interrupted` within seconds, and the next cell s
 and its variables.
 
 A screenshot is saved in the test's tmp folder, and every process seen under the server must be gone
-afterwards (tests/lab_browser.py).
+afterwards (tests/lab_browser.py). The README's picture (docs/_static/jupyterlab.png) is made by the test
+that runs the tour on the default kernel (bubblewrap), asked with `DOCS_SCREENSHOT=PATH`; an ordinary run
+skips it and writes nothing outside its tmp folder.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -42,6 +45,7 @@ from .lab_browser import (
 pytestmark = [pytest.mark.slow, pytest.mark.system]
 
 TOUR = Path(__file__).resolve().parents[1] / "notebooks" / "tour.ipynb"
+DOCS_SCREENSHOT = "DOCS_SCREENSHOT"  # where to save the README's picture of the tour, when set
 INTERRUPT_MS = 5_000
 
 
@@ -54,8 +58,10 @@ def tags(cell: dict[str, Any]) -> list[str]:
     return cell.get("metadata", {}).get("tags", [])
 
 
-def run_the_tour(page: Any, code_cells: list[dict[str, Any]], display_name: str) -> None:
-    """With the tour open: wait for its kernel, run all cells from the Run menu, check what JupyterLab rendered."""
+def run_the_tour(page: Any, code_cells: list[dict[str, Any]], display_name: str,
+                 where: str = "[sandbox: local · no isolation") -> None:
+    """With the tour open: wait for its kernel, run all cells from the Run menu, check what JupyterLab rendered
+    (`where`: how the first cell's note starts)."""
     from playwright.sync_api import expect
 
     notebook = page.locator(".jp-NotebookPanel .jp-Notebook")
@@ -68,7 +74,7 @@ def run_the_tour(page: Any, code_cells: list[dict[str, Any]], display_name: str)
     expect(notebook.locator(STDERR).filter(has_text="a warning")).to_have_count(1)
 
     # The first cell says where commands run, as a dimmed note of the kernel's, not in red on stderr.
-    expect(code.nth(0).locator(NOTE).filter(has_text="[sandbox: local · no isolation")).to_have_count(1)
+    expect(code.nth(0).locator(NOTE).filter(has_text=where)).to_have_count(1)
     expect(notebook.locator(STDERR).filter(has_text="[sandbox")).to_have_count(0)
 
     # An error in exactly the cells tagged raises-exception (the run went on past them), with its name.
@@ -136,6 +142,33 @@ def test_the_tour_runs_in_jupyterlab_in_chromium_and_stop_interrupts_a_cell(tmp_
         seen = lab.remember_processes()
         assert any("owsandbox.kernel" in cmdline for cmdline in seen.values()), seen
         stop_a_running_cell(page, len(code_cells))
+        lab.remember_processes()
+
+
+@needs_linux_processes
+@pytest.mark.timeout(180)
+def test_the_docs_screenshot_is_the_tour_on_the_default_kernel(tmp_path: Path) -> None:
+    """The README's picture: the tour run in JupyterLab on the kernel a user gets (bubblewrap here), the top of
+    the page (the file browser, the notebook's first cells and `%sandbox`) at 1280x860, saved at
+    $DOCS_SCREENSHOT. Only when asked, so that an ordinary run leaves the repository as it is."""
+    target = os.environ.get(DOCS_SCREENSHOT)
+    if not target:
+        pytest.skip(f"makes the docs' screenshot only when asked: {DOCS_SCREENSHOT}=docs/_static/jupyterlab.png")
+    from .conftest import DEFAULT_KERNEL_NAME, require_bwrap
+
+    require_bwrap()
+    with lab_in_chromium(tmp_path, "docs-screenshot.png") as (lab, page):
+        tour = notebook_for_test_kernel(lab.root, "tour.ipynb", json.loads(TOUR.read_text()),
+                                        kernel_name=DEFAULT_KERNEL_NAME)
+        code_cells = [cell for cell in tour["cells"] if cell["cell_type"] == "code"]
+        lab.open(page, "tour.ipynb")
+        run_the_tour(page, code_cells, tour["metadata"]["kernelspec"]["display_name"], "[sandbox: bubblewrap")
+        page.locator(".jp-NotebookPanel .jp-Cell").first.scroll_into_view_if_needed()
+        path = Path(target)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(path), clip={"x": 0, "y": 0, "width": 1280, "height": 860})
+        assert path.stat().st_size > 10_000, f"{path}: too small for a picture of the tour"
+        print(f"the docs' screenshot: {path}")
         lab.remember_processes()
 
 

@@ -1,7 +1,7 @@
 """The sandbox terminal in JupyterLab, in Chromium: `%terminal open`'s button opens a JupyterLab terminal
 running `owsandbox shell --existing` for the notebook's kernel.
 
-JupyterLab runs with owsandbox's terminal manager (the one setting the README gives) and the terminal's
+JupyterLab runs with owsandbox's terminal manager (the one setting docs/how-to/jupyterlab.md gives) and the terminal's
 screen-reader mode on, so that what xterm.js draws is also text in the page. The notebook's kernel is
 the default one (bubblewrap: a private /tmp). A cell writes a file in the box's /tmp and `%terminal
 open` shows its button; the click opens a terminal where that file is seen, `top -n1` draws its

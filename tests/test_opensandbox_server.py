@@ -7,7 +7,7 @@ copying `/execd` and `/bootstrap.sh` out of the execd image into each sandbox an
 python3), the SDK, the kernel. What is not: execd itself. OpenSandbox's execd is a Go program that no
 package registry carries, so the execd image made here (tests/opensandbox_server.py) serves the
 project's own execd-compatible endpoint as a released execd behaves; running the real Go execd stays a
-check by hand (the README says how).
+check by hand (docs/how-to/opensandbox.md says how).
 
 The network, in most tests, is Docker's host mode: the tests' dockerd has no bridge, no firewall rules
 and no userland proxy, and the endpoint is execd itself, `127.0.0.1:44772`.

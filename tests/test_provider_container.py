@@ -586,7 +586,7 @@ def test_the_kernelspec_takes_an_image_and_an_engine():
 
 def test_one_engines_start_never_sweeps_a_live_box_of_another_engine(podman, docker, debian_image, tmp_path,
                                                                      monkeypatch):
-    """A podman kernel and a Docker kernel side by side (the README's own example): Docker's start sweeps
+    """A podman kernel and a Docker kernel side by side (the docs' own example): Docker's start sweeps
     this user's folders of dead boxes, and the podman box's folder (old, its lease renewed, its container
     unknown to Docker) must stay, its box running on past its lease limit. A folder Docker can prove dead
     (its own record, a lease long expired, no container) goes; another engine's never does."""

@@ -1,5 +1,6 @@
-"""The README's quick start is two commands, and both stay true: the first sets up the user's
-environment (no test tooling in it) and runs the tour, the second is exactly what CI runs."""
+"""The README stays short (at most 1,500 words: the rest is in docs/), and its quick start is two commands
+in two labelled blocks, both true: the first sets up the user's environment (no test tooling in it) and
+runs the tour, the second is exactly what CI runs."""
 
 from __future__ import annotations
 
@@ -17,11 +18,30 @@ TEST_ONLY = ("pytest", "playwright", "nbgrader", "jupyterhub", "papermill", "jup
              "jupyter_kernel_test", "opensandbox", "hypothesis", "asciinema")  # (pexpect comes with IPython)
 
 
+README_WORDS = 1_500
+
+
 def quick_start() -> list[str]:
+    """The quick start's commands: its `sh` blocks, one command each (the user's, then the contributors')."""
     readme = (ROOT / "README.md").read_text()
-    block = re.search(r"## Quick start\s+```sh\n(.*?)```", readme, re.S)
-    assert block, "the README has no quick start block"
-    return [line for line in block.group(1).splitlines() if line.strip()]
+    section = re.search(r"^## Quick start\n(.*?)(?=^## )", readme, re.S | re.M)
+    assert section, "the README has no quick start"
+    blocks = re.findall(r"^```sh\n(.*?)^```", section.group(1), re.S | re.M)
+    commands = [[line for line in block.splitlines() if line.strip()] for block in blocks]
+    assert [len(block) for block in commands] == [1, 1], f"two blocks of one command each: {commands}"
+    return [block[0] for block in commands]
+
+
+@pytest.mark.unit
+def test_the_readme_is_at_most_1500_words_and_links_its_screenshot() -> None:
+    readme = (ROOT / "README.md").read_text()
+    words = len(readme.split())
+    assert words <= README_WORDS, f"the README has {words} words; move the detail into docs/"
+    pictures = re.findall(r"!\[[^\]]+\]\(([^)]+)\)", readme)
+    assert pictures == ["docs/_static/jupyterlab.png"] and (ROOT / pictures[0]).is_file()
+    links = re.findall(r"\]\((docs/[^)#]+)", readme)
+    missing = [link for link in links if not (ROOT / link).exists()]
+    assert links and not missing, missing
 
 
 @pytest.mark.unit

@@ -11,7 +11,7 @@ usual shell. A `sandbox_` name for no running kernel is refused (404), never a p
 It is switched on by one server setting (a class, so not merged from `jupyter_server_config.d`, which
 holds only the extensions to enable): `jupyter lab
 --TerminalsExtensionApp.terminal_manager_class=owsandbox.terminal.lab.SandboxTerminalManager`, or the same
-in a `jupyter_server_config.py` or `.json` (README). The kernels the server starts then inherit
+in a `jupyter_server_config.py` or `.json` (docs/how-to/jupyterlab.md). The kernels the server starts then inherit
 `OWSANDBOX_LAB_TERMINALS`, which is how `%terminal open` knows that its button works here.
 """
 
