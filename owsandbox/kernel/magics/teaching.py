@@ -28,6 +28,7 @@ from ...host.snapshots.store import (
     StoreTampered,
     summarize,
 )
+from ...protocol.paths import inside
 from ..errors import CellError, UsageError
 from ..teaching import checks
 from ..teaching.recording import Recorder, RecordingError
@@ -157,7 +158,7 @@ def _start_shells(ctx: TeachingContext, shells: dict[str, str], host_workspace: 
 def _existing(folder: str, box_workspace: str, host_workspace: str) -> str:
     """`folder` of the box, or the nearest folder above it that the restore left (seen on this machine)."""
     def host(path: str) -> str:
-        if path == box_workspace or path.startswith(box_workspace.rstrip("/") + "/"):
+        if inside(path, box_workspace):
             return host_workspace + path[len(box_workspace.rstrip("/")):]
         return path
 
