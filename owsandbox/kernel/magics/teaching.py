@@ -113,7 +113,7 @@ def _said_save(ctx: TeachingContext, report: SaveReport) -> None:
 
 def _restore(ctx: TeachingContext, snapshots: SandboxSnapshots, name: str | None) -> None:
     sandbox = ctx.sandbox
-    shells = dict(sandbox.shell_folders)
+    shells = sandbox.shell_folders()
     report = snapshots.restore_baseline() if name is None else snapshots.restore(name)
     _said_restore(ctx, report, "the baseline" if name is None else f"snapshot '{name}'")
     started = _start_shells(ctx, shells, snapshots.target.workspace)
@@ -146,7 +146,7 @@ def _start_shells(ctx: TeachingContext, shells: dict[str, str], host_workspace: 
     started = []
     for shell, folder in shells.items():
         folder = _existing(folder, sandbox.cwd, host_workspace)
-        sandbox.shell_folders[shell] = folder
+        sandbox.place_shell(shell, folder)
         try:
             ctx.box.run({"shell": shell, "command": "true", "cwd": folder}, timeout=30)
         except (P.RunnerError, TimeoutError):
