@@ -43,3 +43,33 @@ def test_each_call_names_its_method_and_returns_what_it_promises() -> None:
 def test_a_call_that_is_not_waited_for_needs_a_starter() -> None:
     with pytest.raises(RuntimeError, match="only makes calls it waits for"):
         SandboxAPI(Box({})).interrupt("main")
+
+
+def test_live_frames_go_to_the_handler_of_their_kind_as_their_shape() -> None:
+    from owsandbox.host.api import live_router
+
+    got: list[tuple[str, dict[str, Any]]] = []
+    route = live_router({methods.SHELL_OUTPUT: lambda f: got.append(("output", f)),
+                         methods.SHELL_PROGRESS: None,
+                         methods.SHELL_INPUT_WANTED: lambda f: got.append(("input", f))})
+    route({"method": methods.SHELL_OUTPUT, "id": "r", "shell": "main", "stream": "stdout", "text": "a", "offset": 0})
+    route({"method": methods.SHELL_PROGRESS, "id": "r", "shell": "main", "elapsed_s": 5.0, "output_bytes": 1})
+    route({"method": methods.SHELL_INPUT_WANTED, "id": "r", "shell": "main", "prompt": "? ", "password": True})
+    route({"method": methods.SHELL_OUTPUT, "id": "r", "shell": "main", "stream": "stdout", "text": 5, "offset": 1})
+    route({"method": "shell.unheard_of", "id": "r"})
+    assert got == [("output", {"id": "r", "shell": "main", "stream": "stdout", "text": "a", "offset": 0}),
+                   ("input", {"id": "r", "shell": "main", "prompt": "? ", "password": True})]
+
+
+def test_an_answer_that_is_not_its_shape_is_an_error_naming_the_field() -> None:
+    from owsandbox import protocol as P
+    from owsandbox.host.client import checked_answer
+
+    good = {"shell": "main", "interrupted": True, "state": "running"}
+    assert checked_answer(methods.SHELL_INTERRUPT, good) is good
+    with pytest.raises(P.RunnerError) as err:
+        checked_answer(methods.SHELL_INTERRUPT, {**good, "state": "gone"})
+    assert err.value.code == P.INTERNAL_ERROR and err.value.message == (
+        "the sandbox's answer to shell.interrupt is not the protocol's InterruptResult: field 'state' must be "
+        "'running', 'not started', 'ended', 'unknown' or 'idle', not 'gone'")
+    assert checked_answer(methods.PROC_RUN, {"anything": 1}) == {"anything": 1}  # no shape: as it came

@@ -65,3 +65,36 @@ def test_failing_all_settles_and_forgets_every_call() -> None:
     session.fail_all(P.RunnerError(P.RUNNER_UNREACHABLE, "gone"))
     assert not session.calls
     assert all(isinstance(c.error, P.RunnerUnreachable) and c.done.is_set() for c in calls)
+
+
+# -- each shell's folder: the session is its one owner on the host -------------------------------
+
+def ran(session: Session, shell: str, cwd: str) -> None:
+    session.ran({"shell": shell, "cwd": cwd, "command": "cd x"})
+
+
+def test_a_shells_folder_is_learnt_from_its_result_and_sent_with_its_next_run() -> None:
+    session = Session()
+    first = session.run_params({"shell": "main", "command": "cd sub", "cwd": "/w"})
+    assert first["cwd"] == "/w"  # the caller's: where a shell starts that has run nothing here
+    ran(session, "main", "/w/sub")
+    assert session.run_params({"shell": "main", "command": "ls", "cwd": "/w"})["cwd"] == "/w/sub"
+    assert session.run_params({"command": "ls"})["cwd"] == "/w/sub"  # no shell named: "main"
+    assert "cwd" not in session.run_params({"shell": "other", "command": "ls"})
+
+
+def test_a_closed_shell_is_forgotten_and_a_restart_keeps_every_folder() -> None:
+    session = Session()
+    session.adopt({"instance_id": "one"}, first=True)
+    ran(session, "main", "/w/a")
+    ran(session, "side", "/w/b")
+    session.closed("side")
+    assert session.folders == {"main": "/w/a"}
+    session.adopt({"instance_id": "two"}, first=False)  # a new box knows nothing: the session tells it
+    assert session.run_params({"shell": "main", "command": "pwd"})["cwd"] == "/w/a"
+
+
+def test_a_result_without_a_folder_teaches_nothing() -> None:
+    session = Session()
+    session.ran({"shell": "main", "cwd": "", "command": "x"})
+    assert session.folders == {}

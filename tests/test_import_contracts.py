@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -118,19 +119,35 @@ def test_the_kernel_never_imports_the_box(source: Path) -> None:
 
 
 def test_method_names_are_spelled_only_by_the_protocol() -> None:
-    """A method name in quotes anywhere but `protocol/methods.py` is a second owner of the protocol."""
+    """A method or notification name in quotes anywhere outside `protocol/` is a second owner of the
+    protocol: the names `protocol/methods.py` spells (`$/ping` among them), and any name of the runner's
+    namespaces (`shell.`, `fs.`, ...) it does not."""
     from owsandbox.protocol import methods
 
     spelled = {value for name, value in vars(methods).items() if name.isupper() and isinstance(value, str)}
-    assert len(spelled) >= 20
+    assert len(spelled) >= 20 and methods.PING in spelled
     wrong = []
     for source in sources(""):
-        if source == PACKAGE / "protocol" / "methods.py":
+        if source.is_relative_to(PACKAGE / "protocol"):
             continue
         for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Constant) and node.value in spelled:
+            if isinstance(node, ast.Constant) and (node.value in spelled or looks_like_a_method(node.value)):
                 wrong.append(f"{name_of(source)}:{node.lineno} {node.value!r}")
     assert not wrong, wrong
+
+
+def looks_like_a_method(value: object) -> bool:
+    """A string shaped like a name of the runner protocol's namespaces (files such as `runner.sock` aside)."""
+    return isinstance(value, str) and RUNNER_METHOD.fullmatch(value) is not None and value not in NOT_METHODS
+
+
+RUNNER_METHOD = re.compile(r"(runner|session|shell|fs|proc|box)\.[a-z_]+|\$/ping")
+NOT_METHODS = {"runner.sock"}
+
+
+def test_the_method_finder_sees_names_the_protocol_does_not_spell() -> None:
+    assert looks_like_a_method("shell.resize") and looks_like_a_method("$/ping") and looks_like_a_method("fs.read")
+    assert not looks_like_a_method("runner.sock") and not looks_like_a_method("$/progress")  # an LSP name
 
 
 def test_every_owsandbox_setting_is_named_by_the_settings_module() -> None:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import protocol as P
+from ..protocol import messages as M
 from ..protocol.methods import (
     BOX_USAGE,
     HELLO,
@@ -28,14 +29,12 @@ from ..protocol.methods import (
     SHELL_CLOSE,
     SHELL_COMPLETE,
     SHELL_INPUT,
-    SHELL_INPUT_WANTED,
     SHELL_INSPECT,
     SHELL_INTERRUPT,
     SHELL_LIST,
-    SHELL_OUTPUT,
-    SHELL_PROGRESS,
     SHELL_RUN,
 )
+from ..protocol.shapes import Shape, ShapeError, parse
 from . import params, procs, usage
 from .files import ops as fsops
 from .files import search as searchchild
@@ -54,6 +53,18 @@ DEFERRED = object()  # a work handler's value when the answer comes later (a she
 ControlHandler = Callable[[Connection, dict[str, Any]], Any]
 WorkHandler = Callable[[Any, dict[str, Any]], Any]
 NOT_STARTED_ERROR = "interrupted by user before it started: nothing ran"
+
+
+def parsed(shape: type[Shape], raw: dict[str, Any]) -> Shape:
+    """A request's params as their shape; INVALID_PARAMS naming the param that is missing or wrong."""
+    try:
+        return parse(shape, raw)
+    except ShapeError as exc:
+        raise P.RunnerError(P.INVALID_PARAMS, exc.message("param")) from None
+
+
+def _given(value: Any, default: Any) -> Any:
+    return default if value is None else value
 
 
 class _Run:
@@ -91,7 +102,7 @@ class Dispatcher:
             HELLO: lambda _conn, p: self._hello(p),
             SESSION_RESUME: self._resume,
             SHELL_INTERRUPT: lambda _conn, p: self._shell_interrupt(p),
-            SHELL_LIST: lambda _conn, _p: {"shells": self.shells.describe()},
+            SHELL_LIST: lambda _conn, _p: M.ListShellsResult(shells=self.shells.describe()),
         }
         # searchchild's fs.search replaces fsops': a regex can hold the GIL for minutes, so it runs in a child
         files = {**fsops.HANDLERS, **procs.HANDLERS, **searchchild.HANDLERS, BOX_USAGE: usage.handle}
@@ -173,10 +184,11 @@ class Dispatcher:
 
     def _notification(self, method: str, raw_params: dict[str, Any]) -> None:
         if method == SESSION_ACK:
-            seq = raw_params.get("seq")
-            if isinstance(seq, int) and not isinstance(seq, bool):
-                self.records.ack(seq)
-        # `$/ping` and unknown notifications need nothing: a ping only keeps the relay awake.
+            try:
+                self.records.ack(parse(M.AckParams, raw_params)["seq"])
+            except ShapeError as exc:  # a notification is never answered: nothing to tell
+                log.warning("session.ack ignored: %s", exc)
+        # A ping (`methods.PING`) and unknown notifications need nothing: a ping only keeps the relay awake.
 
     def _answer_now(self, conn: Connection, request_id: Any, handler: ControlHandler,
                     raw_params: dict[str, Any]) -> None:
@@ -214,27 +226,27 @@ class Dispatcher:
 
     # -- control ----------------------------------------------------------------------------
 
-    def _hello(self, p: dict[str, Any]) -> dict[str, Any]:
-        version = params.get(p, "protocol_version", int)
+    def _hello(self, raw: dict[str, Any]) -> dict[str, Any]:
+        version = parsed(M.HelloParams, raw)["protocol_version"]
         if version != P.PROTOCOL_VERSION:
             raise P.RunnerError(P.VERSION_MISMATCH,
                                 f"this runner speaks protocol version {P.PROTOCOL_VERSION}, the client {version}")
         return self._describe()
 
-    def _resume(self, conn: Connection, p: dict[str, Any]) -> dict[str, Any]:
-        last_seq = params.get(p, "last_seq", int)
-        frames, gap = self.records.replay(last_seq)
+    def _resume(self, conn: Connection, raw: dict[str, Any]) -> M.ResumeResult:
+        frames, gap = self.records.replay(parsed(M.ResumeParams, raw)["last_seq"])
         for frame in frames:
             conn.send(frame)
-        return {"instance_id": self.instance_id, "replayed": len(frames), "gap": gap}
+        return M.ResumeResult(instance_id=self.instance_id, replayed=len(frames), gap=gap)
 
-    def _shell_interrupt(self, p: dict[str, Any]) -> dict[str, Any]:
+    def _shell_interrupt(self, raw: dict[str, Any]) -> M.InterruptResult:
         """Stop the `shell.run` with request id `id` on `shell`, or without `id` the one running there
         (else the latest waiting to start). The answer says what happened: `state` "running" (it is
         being stopped: SIGINT, then escalation), "not started" (it never runs; its own answer says
         so), "ended" (it had ended already), "unknown" (no such request), "idle" (no `id`, nothing
         running or waiting on the shell); `interrupted` is true for the first two."""
-        name = params.get(p, "shell", str, "main")
+        p = parsed(M.InterruptParams, raw)
+        name = _given(p.get("shell"), "main")
         request_id = p.get("id")
         with self._runs_lock:
             if request_id is not None:
@@ -244,20 +256,20 @@ class Dispatcher:
                 runs = [run for run in self._runs.values() if run.shell_name == name]
         if request_id is not None and not runs:
             state = "ended" if self.records.state(request_id) == ANSWERED else "unknown"
-            return {"shell": name, "interrupted": False, "state": state}
+            return M.InterruptResult(shell=name, interrupted=False, state=state)
         if not runs:
             self.shells.named(name)  # UNKNOWN_SHELL for a shell that is not up
-            return {"shell": name, "interrupted": False, "state": "idle"}
+            return M.InterruptResult(shell=name, interrupted=False, state="idle")
         run = next((run for run in runs if run.command is not None), runs[-1])
         with run.lock:
             shell, command = run.shell, run.command
             if command is None:
                 run.stopped = True
-                return {"shell": name, "interrupted": True, "state": "not started"}
+                return M.InterruptResult(shell=name, interrupted=True, state="not started")
         assert shell is not None
         if shell.interrupt(command):
-            return {"shell": name, "interrupted": True, "state": "running"}
-        return {"shell": name, "interrupted": False, "state": "ended"}
+            return M.InterruptResult(shell=name, interrupted=True, state="running")
+        return M.InterruptResult(shell=name, interrupted=False, state="ended")
 
     def _track_run(self, request_id: Any, p: dict[str, Any]) -> None:
         name = p.get("shell", "main")
@@ -285,25 +297,20 @@ class Dispatcher:
         return folder
 
     @staticmethod
-    def _run_params(p: dict[str, Any]) -> tuple[str, str, str | None, dict[str, Any]]:
-        name = params.get(p, "shell", str, "main")
-        command = params.get(p, "command", str)
-        cwd = params.get(p, "cwd", str, None)
-        options = {"timeout_s": params.number(p, "timeout_s", None, minimum=0),
-                   "output_limit": params.get(p, "output_limit", int, None),
-                   "terminal": params.get(p, "terminal", bool, False),
-                   "stdin": params.get(p, "stdin", bool, False),
-                   "cols": params.get(p, "cols", int, DEFAULT_COLS), "rows": params.get(p, "rows", int, DEFAULT_ROWS)}
-        stderr = params.get(p, "stderr", str, "apart")
-        if stderr not in ("apart", "merge"):
-            raise P.RunnerError(P.INVALID_PARAMS, f"param 'stderr' must be 'apart' or 'merge', not {stderr!r}")
-        options["merge"] = stderr == "merge"
+    def _run_params(raw: dict[str, Any]) -> tuple[str, str, str | None, dict[str, Any]]:
+        p = parsed(M.RunParams, raw)
+        options = {"timeout_s": params.number(raw, "timeout_s", None, minimum=0),  # finite, not negative
+                   "output_limit": p.get("output_limit"),
+                   "terminal": _given(p.get("terminal"), False),
+                   "stdin": _given(p.get("stdin"), False),
+                   "cols": _given(p.get("cols"), DEFAULT_COLS), "rows": _given(p.get("rows"), DEFAULT_ROWS),
+                   "merge": p.get("stderr") == "merge"}
         for size in ("cols", "rows"):
             if not 2 <= options[size] <= 1000:
                 raise P.RunnerError(P.INVALID_PARAMS, f"param '{size}' must be between 2 and 1000")
         if options["output_limit"] is not None and options["output_limit"] < 2:
             raise P.RunnerError(P.INVALID_PARAMS, "param 'output_limit' must be at least 2")
-        return name, command, cwd, options
+        return _given(p.get("shell"), "main"), p["command"], p.get("cwd"), options
 
     def _try_run_inline(self, request_id: Any, p: dict[str, Any]) -> bool:
         """Start a command on a shell that is already up without a thread hop; False to go the long way."""
@@ -333,17 +340,11 @@ class Dispatcher:
         RunnerError when the shell cannot take it (busy, or gone)."""
         name = shell.name
 
-        def on_live(frame: dict[str, Any]) -> None:
-            if frame.pop("input_wanted", False):
-                method = SHELL_INPUT_WANTED
-            else:
-                method = SHELL_PROGRESS if frame.pop("progress", False) else SHELL_OUTPUT
-            frame.update(id=request_id, shell=name)
-            self._send_live(P.encode(P.notification(method, frame)))
+        def on_live(method: str, fields: dict[str, Any]) -> None:
+            """A live frame of the shell's, of the kind `method` names (`messages.LIVE_SHAPES`), for this request."""
+            self._send_live(P.encode(P.notification(method, {"id": request_id, "shell": name, **fields})))
 
-        def on_done(result: dict[str, Any]) -> None:
-            result["shell"] = name
-            self.shells.remember(shell)
+        def on_done(result: M.RunResult) -> None:
             self._answer(request_id, result)
 
         key = _run_key(request_id)
@@ -359,24 +360,26 @@ class Dispatcher:
             run.command = shell.run(command, on_done, on_live, **options)
             run.shell = shell
 
-    def _shell_input(self, p: dict[str, Any]) -> dict[str, Any]:
-        name = params.get(p, "shell", str, "main")
-        eof = params.get(p, "eof", bool, False)
-        text = None if eof else params.get(p, "text", str)
+    def _shell_input(self, raw: dict[str, Any]) -> M.InputResult:
+        p = parsed(M.InputParams, raw)
+        name = _given(p.get("shell"), "main")
+        text = None if p.get("eof") else p.get("text")
+        if text is None and not p.get("eof"):
+            raise P.RunnerError(P.INVALID_PARAMS, "missing param 'text'")
         self.shells.named(name).write_input(text)
-        return {"shell": name, "written": True}
+        return M.InputResult(shell=name, written=True)
 
-    def _shell_close(self, p: dict[str, Any]) -> dict[str, Any]:
-        name = params.get(p, "shell", str)
+    def _shell_close(self, raw: dict[str, Any]) -> M.CloseResult:
+        name = parsed(M.ShellParams, raw)["shell"]
         self.shells.close(name)
-        return {"shell": name, "closed": True}
+        return M.CloseResult(shell=name, closed=True)
 
     def _shell_complete(self, p: dict[str, Any],
                         answer: Callable[[dict[str, Any], str, Callable[[], str | None]], Any]) -> Any:
         """Completion or inspection for a shell, by a fresh bash in its folder (complete.py), with the
         functions and aliases the shell writes if it is idle; a shell not started yet has the defaults."""
-        name = params.get(p, "shell", str, "main")
-        shell = self.shells.get(name)
+        name = _given(parsed(M.ShellNameParams, p).get("shell"), "main")
+        shell = self.shells.running(name)
         cwd = self.shells.folder(name) or self.shells.cwd
 
         def definitions() -> str | None:

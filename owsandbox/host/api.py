@@ -10,6 +10,7 @@ magics drop a shell that has not run a cell yet).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -24,14 +25,20 @@ from ..protocol.methods import (
     SHELL_CLOSE,
     SHELL_COMPLETE,
     SHELL_INPUT,
+    SHELL_INPUT_WANTED,
     SHELL_INSPECT,
     SHELL_INTERRUPT,
     SHELL_LIST,
+    SHELL_OUTPUT,
+    SHELL_PROGRESS,
     SHELL_RUN,
 )
+from ..protocol.shapes import ShapeError, parse
 
 if TYPE_CHECKING:
-    from .client import Call, Notification, RunnerClient
+    from .client import Call, RunnerClient
+
+log = logging.getLogger(__name__)
 
 CallFn = Callable[..., Any]  # call(method, params, timeout=SECONDS) -> the result, or raises RunnerError
 StartFn = Callable[..., "Call"]  # start(method, params, on_notification=..., on_done=...) -> the call in flight
@@ -53,10 +60,15 @@ class SandboxAPI:
 
     # -- shells ---------------------------------------------------------------------------------
 
-    def start_run(self, params: M.RunParams, on_notification: Notification | None = None,
+    def start_run(self, params: M.RunParams, on_output: Callable[[M.OutputFrame], None] | None = None,
+                  on_progress: Callable[[M.ProgressFrame], None] | None = None,
+                  on_input_wanted: Callable[[M.InputWanted], None] | None = None,
                   on_done: Callable[[], None] | None = None) -> Call:
-        """`shell.run`, not waited for: live output goes to `on_notification`, the result to the call."""
-        return self._starter()(SHELL_RUN, dict(params), on_notification=on_notification, on_done=on_done)
+        """`shell.run`, not waited for: each live frame to the handler of its kind, the result to the call."""
+        handlers: dict[str, Callable[[Any], None] | None] = {
+            SHELL_OUTPUT: on_output, SHELL_PROGRESS: on_progress, SHELL_INPUT_WANTED: on_input_wanted}
+        routed = live_router(handlers) if any(handlers.values()) else None
+        return self._starter()(SHELL_RUN, dict(params), on_notification=routed, on_done=on_done)
 
     def run(self, params: M.RunParams, timeout: float) -> M.RunResult:
         return self._call(SHELL_RUN, dict(params), timeout=timeout)
@@ -112,6 +124,27 @@ class SandboxAPI:
 
     def search(self, params: dict[str, Any], timeout: float = 60.0) -> M.SearchResult:
         return self._call(FS_SEARCH, params, timeout=timeout)
+
+
+def live_router(handlers: dict[str, Callable[[Any], None] | None]) -> Callable[[dict[str, Any]], None]:
+    """The client's notification callback for one call: each live frame parsed as the shape of its kind
+    (`messages.LIVE_SHAPES`) and given to that kind's handler. A frame that is not its shape is dropped
+    and logged: live output is a view, and the result completes it."""
+
+    def route(notification: dict[str, Any]) -> None:
+        method = notification.get("method")
+        handler = handlers.get(method) if isinstance(method, str) else None
+        if handler is None:
+            return
+        body = {key: value for key, value in notification.items() if key != "method"}
+        try:
+            frame = parse(M.LIVE_SHAPES[method], body)
+        except ShapeError as exc:
+            log.warning("a %s frame dropped: %s", method, exc)
+            return
+        handler(frame)
+
+    return route
 
 
 def _interrupt_params(shell: str, request_id: str | None) -> dict[str, Any]:

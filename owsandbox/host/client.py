@@ -20,12 +20,27 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from .. import protocol as P
-from ..protocol.methods import HELLO, SESSION_ACK, SESSION_RESUME
+from ..protocol import messages as M
+from ..protocol.methods import HELLO, PING, SESSION_ACK, SESSION_RESUME, SHELL_CLOSE, SHELL_RUN
+from ..protocol.shapes import ShapeError, parse
 from .session import Session
 
 log = logging.getLogger(__name__)
 
 Notification = Callable[[dict[str, Any]], None]
+
+
+def checked_answer(method: str, result: Any) -> Any:
+    """The result of `method` as its shape (`messages.RESULT_SHAPES`); RunnerError naming the field when
+    the box answered something else (the host trusts nothing the box writes, its answers included)."""
+    shape = M.RESULT_SHAPES.get(method)
+    if shape is None:
+        return result
+    try:
+        return parse(shape, result)
+    except ShapeError as exc:
+        raise P.RunnerError(P.INTERNAL_ERROR, f"the sandbox's answer to {method} is not the protocol's "
+                                              f"{shape.__name__}: {exc}") from None
 
 
 class Transport(Protocol):
@@ -158,7 +173,7 @@ class RunnerClient:
                     if "error" in message:
                         err = message["error"]
                         raise P.from_error({"message": "hello failed", **err})
-                    result = message.get("result") or {}
+                    result = checked_answer(HELLO, message.get("result"))
                 elif self._session.instance_id is not None:
                     self._dispatch(message)
         return result, splitter
@@ -265,8 +280,21 @@ class RunnerClient:
             err = message.get("error") or {}
             call.settle(error=P.from_error(err if isinstance(err, dict) else {}))
         else:
-            result = message.get("result")
-            call.settle(value=result)
+            try:
+                result = checked_answer(call.method, message.get("result"))
+            except P.RunnerError as err:
+                call.settle(error=err)
+            else:
+                self._learn(call.method, result)
+                call.settle(value=result)
+
+    def _learn(self, method: str, result: Any) -> None:
+        """What an answer says of a shell's folder, kept by the session before anyone waiting reads it."""
+        with self._lock:
+            if method == SHELL_RUN:
+                self._session.ran(result)
+            elif method == SHELL_CLOSE:
+                self._session.closed(result["shell"])
 
     def _tick_loop(self) -> None:
         """Acks, batched; pings, so an idle relay is not taken for a dead client."""
@@ -288,7 +316,7 @@ class RunnerClient:
                 if self.ping_seconds > 0 and time.monotonic() - last_ping >= self.ping_seconds:
                     last_ping = time.monotonic()
                     if self._ready:
-                        frames.append(P.encode(P.notification("$/ping")))
+                        frames.append(P.encode(P.notification(PING)))
                 transport = self._transport if self._ready else None
             for frame in frames:
                 self._send_on(transport, frame)
@@ -316,6 +344,9 @@ class RunnerClient:
     def start_call(self, method: str, params: dict[str, Any] | None = None,
                    on_notification: Notification | None = None, on_done: Callable[[], None] | None = None) -> Call:
         params = dict(params or {})
+        if method == SHELL_RUN:
+            with self._lock:
+                params = self._session.run_params(params)
         request_id = f"{self._prefix}-{next(self._ids)}"
         frame = P.encode(P.request(request_id, method, params))
         if len(frame) > self.max_frame_bytes:
@@ -360,6 +391,20 @@ class RunnerClient:
         with self._lock:
             transport = self._transport if self._ready else None
         self._send_on(transport, P.encode(P.notification(method, params)))
+
+    def folder_of(self, shell: str) -> str | None:
+        """The shell's folder after its last command here (None: it has not run one, or was closed)."""
+        with self._lock:
+            return self._session.folders.get(shell)
+
+    def place_shell(self, shell: str, folder: str) -> None:
+        """Start `shell` in `folder` the next time the box has to start it (a restore that removed its folder)."""
+        with self._lock:
+            self._session.folders[shell] = folder
+
+    def shell_folders(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self._session.folders)
 
     @property
     def instance_id(self) -> str | None:

@@ -16,8 +16,10 @@ from typing import Any
 
 from .. import protocol as P
 from ..box.shell.registry import ShellRegistry
+from ..protocol import messages as M
 from .api import SandboxAPI
 from .client import RunnerClient
+from .session import Session
 
 ANSWER_GRACE_SECONDS = 30.0  # past a command's own timeout, how long its answer may take to come back
 RESULT_KEYS = ("command", "cwd", "exit_code", "outcome", "output", "timed_out", "truncated")
@@ -39,34 +41,32 @@ def error_result(command: str, cwd: str | None, message: str) -> dict[str, Any]:
 
 
 class RunnerExecutor:
-    """Commands on one named shell of a runner daemon. It remembers the shell's folder after each
-    command: a restarted daemon knows nothing of the old one's shells, and starts this one there."""
+    """Commands on one named shell of a runner daemon. The client's session keeps the shell's folder
+    after each command: a restarted daemon knows nothing of the old one's shells, and starts this one there."""
 
     def __init__(self, client: RunnerClient, cwd: str | None = None, shell: str = "main",
                  answer_grace: float = ANSWER_GRACE_SECONDS) -> None:
         self.client = client
         self.answer_grace = answer_grace
-        self.cwd = cwd
-        self.folder: str | None = None  # the shell's folder after its last command: a restart starts it there
+        self.cwd = cwd  # where the shell starts the first time
         self.shell = shell
 
     def run(self, command: str, timeout: float | None = None) -> dict[str, Any]:
-        params: dict[str, Any] = {"shell": self.shell, "command": command}
-        if self.folder or self.cwd is not None:
-            params["cwd"] = self.folder or self.cwd
+        params = M.RunParams(shell=self.shell, command=command)
+        if self.cwd is not None:
+            params["cwd"] = self.cwd
         if timeout is not None:
             params["timeout_s"] = timeout
         wait = None if timeout is None else timeout + self.answer_grace
         try:
             raw = SandboxAPI.over(self.client).run(params, timeout=wait)
         except P.RunnerError as err:
-            return error_result(command, self.folder or self.cwd, err.message)
+            return error_result(command, self.client.folder_of(self.shell) or self.cwd, err.message)
         except TimeoutError:
-            return error_result(command, self.folder or self.cwd,
+            return error_result(command, self.client.folder_of(self.shell) or self.cwd,
                                 f"the runner did not answer within {wait:g} s of asking (the command's timeout "
                                 f"was {timeout:g} s); the command may still be running on shell {self.shell!r}")
-        self.folder = raw.get("cwd") or self.folder
-        return executor_result(raw)
+        return executor_result(dict(raw))
 
     def interrupt_now(self) -> bool:
         try:
@@ -81,21 +81,23 @@ class DirectExecutor:
     def __init__(self, cwd: str | None = None) -> None:
         self.cwd = os.path.abspath(cwd or os.getcwd())
         self._shells = ShellRegistry(self.cwd)
+        self._session = Session()  # the shell's folder, as a client's session keeps it
 
     def run(self, command: str, timeout: float | None = None) -> dict[str, Any]:
         done = threading.Event()
         box: dict[str, Any] = {}
 
-        def on_done(result: dict[str, Any]) -> None:
+        def on_done(result: M.RunResult) -> None:
             box.update(result)
             done.set()
 
         try:
-            shell = self._shells.start("main")
+            shell = self._shells.start("main", self._session.run_params({"shell": "main"}).get("cwd"))
             shell.run(command, on_done, None, timeout)
         except P.RunnerError as err:
-            return error_result(command, self._shells.folder("main") or self.cwd, err.message)
+            return error_result(command, self._session.folders.get("main") or self.cwd, err.message)
         done.wait()
+        self._session.ran(box)
         return executor_result(box)
 
     def close(self) -> None:

@@ -14,6 +14,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..protocol.paths import inside
+
 
 class UnsafeFolder(OSError):
     """A private folder exists but cannot be trusted (owner, mode or kind); the message says which."""
@@ -71,7 +73,7 @@ def runtime_root(avoid: str | None = None) -> Path:
     fitting = []
     candidates = runtime_candidates()
     for candidate in candidates:
-        if avoid and (str(candidate) == avoid or str(candidate).startswith(avoid.rstrip("/") + "/")):
+        if avoid and inside(str(candidate), avoid):
             continue
         if len(str(candidate)) + SOCKET_ROOM <= UNIX_PATH_MAX:
             fitting.append(candidate)

@@ -16,6 +16,7 @@ import shutil
 from collections.abc import Iterable
 
 from .. import settings
+from ..protocol.paths import inside
 
 _MARKED: set[str] = set()  # workspaces of the boxes this process made (providers mark theirs)
 
@@ -25,10 +26,6 @@ def mark_box_writable(folder: str) -> None:
     real = os.path.realpath(folder)
     if real != "/":
         _MARKED.add(real)
-
-
-def _inside(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
 def box_writable_roots(extra: Iterable[str] = ()) -> list[str]:
@@ -46,7 +43,7 @@ def trusted_path(path: str | None = None, avoid: Iterable[str] = ()) -> str:
         if not entry or not os.path.isabs(entry):
             continue
         real = os.path.realpath(entry)
-        if any(_inside(real, root) for root in roots):
+        if any(inside(real, root) for root in roots):
             continue
         kept.append(entry)
     return os.pathsep.join(kept)
@@ -55,6 +52,6 @@ def trusted_path(path: str | None = None, avoid: Iterable[str] = ()) -> str:
 def host_program(name: str, avoid: Iterable[str] = ()) -> str | None:
     """The full path of program `name` as this machine should run it, or None (see the module)."""
     if os.sep in name:
-        return name if not any(_inside(os.path.realpath(name), root) for root in box_writable_roots(avoid)) \
+        return name if not any(inside(os.path.realpath(name), root) for root in box_writable_roots(avoid)) \
             else None
     return shutil.which(name, path=trusted_path(avoid=avoid))

@@ -8,6 +8,11 @@ another instance means the box *restarted*: every call already sent may or may n
 fails with `RunnerRestarted` rather than being run twice, and only calls never sent go out. `adopt`
 makes that decision from the hello alone. `RunnerClient` holds one `Session` under its lock and does
 the reading, the writing and the threads.
+
+The session also owns each shell's folder: the one fact about a shell that must outlive the box's
+daemon. It is learnt from each `shell.run` result (`cwd`, the folder bash was left in), forgotten by
+`shell.close`, and sent as `cwd` with every `shell.run`, so that a shell the box has to start (after
+`exit`, or in a restarted box that knows nothing) starts where it was.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ class Session:
         self.acked = 0
         self.restarts = 0
         self.calls: dict[str, Call] = {}
+        self.folders: dict[str, str] = {}  # each shell's folder after its last command, by name
 
     def adopt(self, hello: dict[str, Any], first: bool) -> Adoption:
         new_instance = hello.get("instance_id")
@@ -89,6 +95,21 @@ class Session:
         if isinstance(seq, int) and not self.seqs.saw(seq):
             return None
         return self.calls.pop(message.get("id"), None)  # type: ignore[arg-type]
+
+    def run_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        """`shell.run`'s params, with the shell's folder as `cwd` once the session knows it (the caller's
+        `cwd` is where a shell starts that has never run here)."""
+        folder = self.folders.get(params.get("shell") or "main")
+        return {**params, "cwd": folder} if folder else params
+
+    def ran(self, result: Any) -> None:
+        """A `shell.run` result (already parsed as its shape): the folder its shell was left in."""
+        if result.get("cwd"):
+            self.folders[result["shell"]] = result["cwd"]
+
+    def closed(self, shell: str) -> None:
+        """`shell.close` ended the shell: the next one of its name starts afresh."""
+        self.folders.pop(shell, None)
 
     def ack_due(self) -> int | None:
         """The seq to acknowledge now, if answers arrived since the last ack."""

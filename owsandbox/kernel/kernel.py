@@ -26,6 +26,7 @@ import re
 import signal
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -34,7 +35,7 @@ from ipykernel.kernelbase import Kernel
 from .. import __version__
 from .. import protocol as P
 from ..host.api import SandboxAPI
-from ..protocol.methods import SHELL_INPUT_WANTED, SHELL_OUTPUT
+from ..protocol import messages as M
 from ..terminal.locate import kernel_key
 from .attach.session import AttachManager
 from .cell.budget import Withheld
@@ -43,6 +44,7 @@ from .cell.limit_names import named_limit
 from .cell.outbox import Outbox
 from .cell.output import DEFAULT_OUTPUT_LIMIT, CellOutput, Display, InputWanted, Notice, Stream
 from .cell.pacing import pacer_from_env
+from .cell.run import cell_run
 from .display import box_text
 from .display.rich import BoxDisplayIds, mime_for, rich_bundle
 from .editing.completion import CompletionContext, complete, inspect_word
@@ -301,16 +303,13 @@ class OwSandboxKernel(Kernel):
         limit as the cell of `parent` is. Called from a magic's worker thread."""
         client = self.sandbox.client
         stops = self.stops_for(parent)
-        params: dict[str, Any] = {"shell": shell, "command": code, "cwd": self.sandbox.folder_of(shell),
-                                  "terminal": False, "stderr": "apart", "stdin": False, "output_limit": 1_000_000}
-        if self.settings["timeout"] is not None:
-            params["timeout_s"] = self.settings["timeout"]
+        params = cell_run(shell, code, self.sandbox.cwd, output_limit=1_000_000,
+                          timeout_s=self.settings["timeout"], terminal=None, stdin=False)
         call = self._start_run(client, shell, params, stops)
         try:
             result = client.wait(call)
         finally:
             stops.ended(shell, call.request_id)
-        self.sandbox.remember_folder(shell, result.get("cwd"))
         return result
 
     async def _execute(self, parent: dict[str, Any], code: str, store_history: bool,
@@ -404,24 +403,19 @@ class OwSandboxKernel(Kernel):
         stdin = stdin or _CellStdin(False, b"")
         prompts = self._prompts(parent, shell, stdin, client)
 
-        def on_frame(frame: dict[str, Any]) -> None:
-            method = frame.get("method")
-            if method == SHELL_OUTPUT:
-                output.live(frame)
-            elif method == SHELL_INPUT_WANTED:
-                output.input_wanted(frame)
-            else:
-                return
-            loop.call_soon_threadsafe(wake.set)
+        def woken(show: Callable[[Any], None]) -> Callable[[Any], None]:
+            def on_frame(frame: Any) -> None:
+                show(frame)
+                loop.call_soon_threadsafe(wake.set)
+            return on_frame
 
-        params: dict[str, Any] = {"shell": shell, "command": code, "cwd": self.sandbox.folder_of(shell),
-                                  "output_limit": settings["output_limit"], **setup.run_params(stdin.allowed)}
-        if settings["timeout"] is not None:
-            params["timeout_s"] = settings["timeout"]
+        params = cell_run(shell, code, self.sandbox.cwd, output_limit=settings["output_limit"],
+                          timeout_s=settings["timeout"], terminal=setup, stdin=stdin.allowed)
         provider = workspace.provider
         counted = provider.limit_counters()
         stops = self.stops_for(parent)
-        call = self._start_run(client, shell, params, stops, on_notification=on_frame,
+        call = self._start_run(client, shell, params, stops, on_output=woken(output.live),
+                               on_input_wanted=woken(output.input_wanted),
                                on_done=lambda: loop.call_soon_threadsafe(wake.set))
         try:
             while True:
@@ -438,7 +432,6 @@ class OwSandboxKernel(Kernel):
         if call.error is not None:
             raise call.error
         result = call.value
-        self.sandbox.remember_folder(shell, result.get("cwd"))
         output.finish(result)
         await self._show(parent, output, shell)
         hit = named_limit(result, counted, provider.limit_counters(), provider.limit_report())
@@ -577,7 +570,7 @@ class OwSandboxKernel(Kernel):
             except P.RunnerError as exc:
                 log.warning("could not stop the command on shell %s: %s", shell, exc)
 
-    def _start_run(self, client: Any, shell: str, params: dict[str, Any], stops: CellStops, **handlers: Any) -> Any:
+    def _start_run(self, client: Any, shell: str, params: M.RunParams, stops: CellStops, **handlers: Any) -> Any:
         """`shell.run` for the cell, unless a Stop came for it first (CellError "Interrupted"); a Stop
         that comes while it is being sent is carried to it here."""
         if stops.before_start:
@@ -675,7 +668,7 @@ class _Context:
 
     def call(self, method: str, params: dict[str, Any], timeout: float = 60.0) -> Any:
         client = self.kernel.sandbox.client
-        if params.get("shell") and params["shell"] not in self.kernel.sandbox.shell_folders:
+        if params.get("shell") and self.kernel.sandbox.known_folder(params["shell"]) is None:
             # A shell that has not run a cell yet would start in the workspace, where the daemon is.
             params = {key: value for key, value in params.items() if key != "shell"}
         return client.call(method, params, timeout=timeout)

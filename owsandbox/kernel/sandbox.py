@@ -47,7 +47,6 @@ class Sandbox:
         # until a box that does not share the host's files says where it started (see `_start`).
         self.host_cwd = str(Path(cwd or settings.workspace or os.getcwd()).resolve())
         self.cwd = self.host_cwd
-        self.shell_folders: dict[str, str] = {}  # each shell's folder after its last cell (see folder_of)
         self.provider_name = provider or settings.provider or DEFAULT_PROVIDER
         self.enforcement = enforcement_of(self.provider_name)
         self._workspace: RunnerWorkspace | None = None
@@ -115,13 +114,24 @@ class Sandbox:
         return self.wait().client
 
     def folder_of(self, shell: str) -> str:
-        """Where `shell` runs its next command: its folder after its last one (so a shell that has to start
-        again, after `exit` or a sandbox restart, starts there), else the sandbox's folder."""
-        return self.shell_folders.get(shell) or self.cwd
+        """Where `shell` runs its next command: its folder after its last one, which the client's session
+        keeps (and sends, so a shell that has to start again, after `exit` or a sandbox restart, starts
+        there), else the sandbox's folder."""
+        return self.known_folder(shell) or self.cwd
 
-    def remember_folder(self, shell: str, folder: str | None) -> None:
-        if folder:
-            self.shell_folders[shell] = folder
+    def known_folder(self, shell: str) -> str | None:
+        """The shell's folder after its last command; None for a shell that has run none here."""
+        workspace = self._workspace
+        return workspace.client.folder_of(shell) if workspace is not None else None
+
+    def shell_folders(self) -> dict[str, str]:
+        """Every shell that has run a command here, and its folder."""
+        workspace = self._workspace
+        return workspace.client.shell_folders() if workspace is not None else {}
+
+    def place_shell(self, shell: str, folder: str) -> None:
+        """Start `shell` in `folder` the next time the box has to start it."""
+        self.client.place_shell(shell, folder)
 
     def headline(self) -> list[str]:
         """The first cell's line: the provider's few facts (see `Provider.headline`)."""

@@ -3,8 +3,11 @@ host (`owsandbox.host`, and the kernel through it). Standard library only; it is
 zipapp with the box.
 
 * `framing`: one JSON-RPC 2.0 object per ASCII line, the builders, a bounded line splitter;
-* `methods`: the method names;
-* `messages`: the shapes of params, results and live frames, the stream and outcome names;
+* `methods`: the method and notification names (the only place they are spelled);
+* `messages`: the shapes of params, results and live frames, which shape goes with which method, the
+  stream and outcome names;
+* `shapes`: `parse(Shape, raw)`, how each end checks what the other sent against its shape;
+* `paths`: `inside(path, folder)`, the one test of a path against a folder;
 * `errors`: the codes and one error class per code.
 
 What most callers need is here by name (`from owsandbox import protocol as P`; `P.encode`,

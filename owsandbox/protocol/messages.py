@@ -23,6 +23,8 @@ Channel = Literal["stdout", "stderr", "tty-out", "tty-err"]
 #: A record that is not plain output: a line `owsandbox` itself put in the output (`note`) and a rich
 #: output a command asked for with `owdisplay` (`display`).
 RecordKind = Literal["data", "note", "display"]
+#: What a live frame carries: a stream's output, a note of the box's own, or an `owdisplay` request.
+LiveStream = Literal["stdout", "stderr", "note", "display"]
 
 # How a command ended: `shell.run`'s result field `outcome`, set where it happened.
 OUTCOME_EXIT = "exit"  # the command ran to its end; `exit_code` says how
@@ -109,18 +111,25 @@ class RunResult(TypedDict):
 
 
 class OutputFrame(TypedDict):
-    """`shell.output` and `shell.progress`: live output of the command started by request `id`."""
+    """`shell.output`: a piece of the live output of the command started by request `id`. `offset`
+    counts the characters of the command's output before it (the kernel sees a gap by it), `seq`
+    the frames of the command (1, 2, ...)."""
 
     id: Any
     shell: str
-    seq: NotRequired[int]
-    frames: NotRequired[list[OutputPiece]]
-
-
-class OutputPiece(TypedDict):
-    stream: Stream
+    stream: LiveStream
     text: str
     offset: int
+    seq: NotRequired[int]
+
+
+class ProgressFrame(TypedDict):
+    """`shell.progress`: the command of request `id` has printed nothing for a while and still runs."""
+
+    id: Any
+    shell: str
+    elapsed_s: float
+    output_bytes: int
 
 
 class InputWanted(TypedDict):
@@ -135,9 +144,71 @@ class InputWanted(TypedDict):
 class InputParams(TypedDict):
     """`shell.input`'s params: text typed into the waiting command, or its end of input."""
 
-    shell: str
-    text: NotRequired[str]
+    shell: NotRequired[str]  # "main" when absent
+    text: NotRequired[str]  # required unless `eof`
     eof: NotRequired[bool]
+
+
+class HelloParams(TypedDict):
+    protocol_version: int
+
+
+class ResumeParams(TypedDict):
+    last_seq: int
+
+
+class ShellParams(TypedDict):
+    """`shell.close`'s params."""
+
+    shell: str
+
+
+class ShellNameParams(TypedDict):
+    """`shell.complete`'s and `shell.inspect`'s: the shell they ask about ("main" when absent); the
+    rest of their params are read by the completion itself."""
+
+    shell: NotRequired[str]
+
+
+class InterruptParams(TypedDict):
+    """`shell.interrupt`'s params: the `shell.run` of request `id` on `shell`, else whatever runs there."""
+
+    shell: NotRequired[str]  # "main" when absent
+    id: NotRequired[Any]
+
+
+class AckParams(TypedDict):
+    """`session.ack`: every answer up to `seq` arrived."""
+
+    seq: int
+
+
+class InterruptResult(TypedDict):
+    shell: str
+    interrupted: bool
+    state: Literal["running", "not started", "ended", "unknown", "idle"]
+
+
+class InputResult(TypedDict):
+    shell: str
+    written: bool
+
+
+class CloseResult(TypedDict):
+    shell: str
+    closed: bool
+
+
+class ListShellsResult(TypedDict):
+    shells: list[ShellInfo]
+
+
+class CompleteResult(TypedDict):
+    matches: list[str]
+
+
+class InspectResult(TypedDict):
+    text: str
 
 
 class ReadLinesResult(TypedDict):
@@ -227,3 +298,26 @@ def display_requests(text: str) -> list[DisplayRequest]:
         mime, display_id, path = (line.split("\t", 2) + ["", ""])[:3]
         found.append(DisplayRequest(path, mime, display_id))
     return found
+
+
+# -- which shape goes with which method: what each end parses ---------------------------------
+from . import methods as _m  # noqa: E402 - the names are the methods module's; the shapes are above
+
+#: A request's params, as the box parses them (the file and process handlers check their own).
+REQUEST_SHAPES: dict[str, type] = {
+    _m.HELLO: HelloParams, _m.SESSION_RESUME: ResumeParams, _m.SHELL_RUN: RunParams,
+    _m.SHELL_INTERRUPT: InterruptParams, _m.SHELL_INPUT: InputParams, _m.SHELL_CLOSE: ShellParams,
+    _m.SHELL_COMPLETE: ShellNameParams, _m.SHELL_INSPECT: ShellNameParams, _m.SESSION_ACK: AckParams,
+}
+#: A request's result, as the host parses it.
+RESULT_SHAPES: dict[str, type] = {
+    _m.HELLO: Hello, _m.SESSION_RESUME: ResumeResult, _m.SHELL_RUN: RunResult,
+    _m.SHELL_INTERRUPT: InterruptResult, _m.SHELL_INPUT: InputResult, _m.SHELL_CLOSE: CloseResult,
+    _m.SHELL_LIST: ListShellsResult, _m.SHELL_COMPLETE: CompleteResult, _m.SHELL_INSPECT: InspectResult,
+    _m.FS_WRITE: WriteResult, _m.FS_STAT: StatResult, _m.FS_LIST: ListResult, _m.FS_SEARCH: SearchResult,
+    _m.BOX_USAGE: Usage,
+}
+#: A live notification from the box, as the host parses it: each is a kind of its own.
+LIVE_SHAPES: dict[str, type] = {
+    _m.SHELL_OUTPUT: OutputFrame, _m.SHELL_PROGRESS: ProgressFrame, _m.SHELL_INPUT_WANTED: InputWanted,
+}

@@ -55,6 +55,8 @@ from typing import IO, Any
 
 from ... import protocol as P
 from ...protocol import INTERNAL_ERROR, INVALID_PARAMS, SHELL_BUSY, RunnerError
+from ...protocol import messages as M
+from ...protocol.methods import SHELL_INPUT_WANTED, SHELL_OUTPUT, SHELL_PROGRESS
 from .. import procstat
 from ..procstat import session_members
 from .capture import LiveBatcher, MarkerScanner, OutputRecord, ShellChatter, StreamDecoder, WholeLines
@@ -150,13 +152,18 @@ COMMAND_TRANSITIONS = {
 }
 
 
+#: Where a command's live frames go: each frame's kind (the notification's method: output, progress, a
+#: prompt) and its fields (the request's `id` and the shell's name are the dispatcher's to add).
+LiveSink = Callable[[str, dict[str, Any]], None]
+
+
 class Command:
     """One command in flight on a shell. Its life is `CommandState`, changed only by `advance`; the
     rest is what the reader learns on the way (output, prompts, the end markers' status and folder)."""
 
     def __init__(self, command: str, token: str, record: OutputRecord, batcher: LiveBatcher,
-                 on_live: Callable[[dict[str, Any]], None] | None,
-                 on_done: Callable[[dict[str, Any]], None], timeout_s: float | None) -> None:
+                 on_live: LiveSink | None,
+                 on_done: Callable[[M.RunResult], None], timeout_s: float | None) -> None:
         self.command = command
         self.token = token
         self.record = record
@@ -303,8 +310,8 @@ class Shell:
     def busy(self) -> bool:
         return self._current is not None
 
-    def run(self, command: str, on_done: Callable[[dict[str, Any]], None],
-            on_live: Callable[[dict[str, Any]], None] | None = None, timeout_s: float | None = None,
+    def run(self, command: str, on_done: Callable[[M.RunResult], None],
+            on_live: LiveSink | None = None, timeout_s: float | None = None,
             output_limit: int | None = None, terminal: bool = False, merge: bool = False, stdin: bool = False,
             cols: int = DEFAULT_COLS, rows: int = DEFAULT_ROWS) -> Command:
         """Give bash `command` and return at once with it (`interrupt` takes it); `on_done` gets its result."""
@@ -357,12 +364,12 @@ class Shell:
         self._wake()
         return cmd
 
-    def not_run(self, command: str, error: str) -> dict[str, Any]:
+    def not_run(self, command: str, error: str) -> M.RunResult:
         """The result of a command that was stopped before it was given to bash: nothing ran, so there
         is no exit status, and `$?` and the folder stay as they were."""
-        return {"command": command, "cwd": self.cwd, "exit_code": None, "outcome": P.OUTCOME_INTERRUPT,
-                "output": "", "timed_out": False, "truncated": False, "error": error, "duration_ms": 0.0,
-                "output_bytes": 0, "output_chars": 0}
+        return M.RunResult(shell=self.name, command=command, cwd=self.cwd, exit_code=None,
+                           outcome=P.OUTCOME_INTERRUPT, output="", timed_out=False, truncated=False, error=error,
+                           duration_ms=0.0, output_bytes=0, output_chars=0)
 
     def write_definitions(self, timeout: float = 1.0) -> bool:
         """Have the shell write its functions, aliases and PATH to `definitions_path`, if it is idle;
@@ -772,7 +779,7 @@ class Shell:
             return
         self._send_live(cmd, cmd.batcher.flush())  # the prompt goes out before the question
         assert cmd.on_live is not None
-        cmd.on_live({"input_wanted": True, "prompt": cmd.partial, "password": terminal.hides_input()})
+        cmd.on_live(SHELL_INPUT_WANTED, {"prompt": cmd.partial, "password": terminal.hides_input()})
 
     def write_input(self, text: str | None) -> None:
         """Type `text` and Enter into the running command's terminal (None: end-of-input)."""
@@ -800,8 +807,7 @@ class Shell:
             return
         cmd.last_news = now
         assert cmd.on_live is not None
-        cmd.on_live({"progress": True, "elapsed_s": round(now - cmd.started, 3),
-                     "output_bytes": cmd.record.output_bytes})
+        cmd.on_live(SHELL_PROGRESS, {"elapsed_s": round(now - cmd.started, 3), "output_bytes": cmd.record.output_bytes})
 
     def _send_live(self, cmd: Command, frames: list[dict[str, Any]]) -> None:
         if frames:
@@ -810,7 +816,7 @@ class Shell:
             cmd.frames_sent += 1
             frame["seq"] = cmd.frames_sent
             assert cmd.on_live is not None
-            cmd.on_live(frame)
+            cmd.on_live(SHELL_OUTPUT, frame)
 
     def _on_marker(self, stream: str, payload: bytes, now: float) -> None:
         cmd = self._current
@@ -861,20 +867,13 @@ class Shell:
         cmd.batcher.discard()  # what the live view did not get yet is in the record
         output = cmd.record.finish()
         outcome, error = cmd.ending(error, outcome)
-        result: dict[str, Any] = {
-            "command": cmd.command,
-            "cwd": self.cwd,
-            "exit_code": cmd.exit_code,
-            "outcome": outcome,
-            "output": output,
-            "timed_out": cmd.stop_reason == "timeout",
-            "truncated": cmd.record.truncated,
-        }
+        result = M.RunResult(shell=self.name, command=cmd.command, cwd=self.cwd, exit_code=cmd.exit_code,
+                             outcome=outcome, output=output, timed_out=cmd.stop_reason == "timeout",
+                             truncated=cmd.record.truncated,
+                             duration_ms=round((time.monotonic() - cmd.started) * 1000, 3),
+                             output_bytes=cmd.record.output_bytes, output_chars=cmd.record.total_chars)
         if error is not None:
             result["error"] = error
-        result["duration_ms"] = round((time.monotonic() - cmd.started) * 1000, 3)
-        result["output_bytes"] = cmd.record.output_bytes
-        result["output_chars"] = cmd.record.total_chars
         if cmd.record.log_path:
             result["log_path"] = cmd.record.log_path
             result["tail_chars"] = cmd.record.tail_chars

@@ -1,8 +1,10 @@
-"""The daemon's named shells: which are up, the folder each was last in, and the pids file.
+"""The daemon's named shells: which are up, and the pids file.
 
-A shell's folder outlives the shell: one that exits (a typed `exit`, a crash) is replaced by the next
-command that names it, in the folder it was last in; the client need not remember it. Closing a
-shell forgets its folder. The shells' pids are written to a file beside the socket, because each
+A shell that exits (a typed `exit`, a crash) stays named here, dead, until the next command that
+names it starts a new one or `shell.close` forgets it: a file call naming it still starts from its
+last folder. Where a new shell starts is the client's to say (`cwd`): the host's session owns each
+shell's folder, and sends it with every `shell.run`, so a shell that exited, or a box that restarted
+and knows nothing, starts it where it was. The shells' pids are written to a file beside the socket, because each
 shell leads a session of its own and nothing else ties it to the daemon: if the daemon is killed,
 whoever cleans up still finds them (`read_pids`). The direct executor keeps its shells here too, with
 no pids file.
@@ -40,18 +42,17 @@ class ShellRegistry:
         self.output_limit = output_limit
         self.definitions_dir = definitions_dir  # complete.py reads the shells' functions and aliases there
         self.pids_folder = pids_folder
-        self._shells: dict[str, Shell] = {}
-        self._last_folders: dict[str, str] = {}
+        self._shells: dict[str, Shell] = {}  # by name: up, or exited and not replaced yet
         self._lock = threading.Lock()
 
     def get(self, name: str) -> Shell | None:
-        """The shell named `name` if it is up (it may have just exited)."""
+        """The shell named `name`, if it is up (or exited, and not replaced yet)."""
         with self._lock:
             return self._shells.get(name)
 
     def named(self, name: str) -> Shell:
         """The shell named `name`; UNKNOWN_SHELL when it is not up."""
-        shell = self.get(name)
+        shell = self.running(name)
         if shell is None:
             raise RunnerError(UNKNOWN_SHELL, f"no shell named '{name}'")
         return shell
@@ -62,21 +63,18 @@ class ShellRegistry:
         return shell if shell is not None and shell.alive else None
 
     def folder(self, name: str) -> str | None:
-        """The folder of the shell named `name`, or the one it was last in; None for a name never seen."""
-        with self._lock:
-            shell = self._shells.get(name)
-            if shell is not None:
-                return shell.cwd
-            return self._last_folders.get(name)
+        """The folder of the shell named `name` (its last, if it exited); None for a name not known."""
+        shell = self.get(name)
+        return None if shell is None else shell.cwd
 
     def start(self, name: str, cwd: str | None = None) -> Shell:
-        """The shell named `name`, started if it is not up: in its last folder, else in `cwd` (relative
-        to the registry's folder), else in the registry's folder."""
+        """The shell named `name`, started if it is not up: in `cwd` (relative to the registry's folder),
+        else in the registry's folder."""
         with self._lock:
             shell = self._shells.get(name)
             if shell is not None and shell.alive:
                 return shell
-            start_in = self._last_folders.get(name) or cwd or self.cwd
+        start_in = cwd or self.cwd
         if not os.path.isabs(start_in):
             start_in = os.path.join(self.cwd, start_in)
         if not os.path.isdir(start_in):
@@ -91,57 +89,47 @@ class ShellRegistry:
                       on_exit=self._exited, definitions_dir=definitions_dir)
         with self._lock:
             self._shells[name] = shell
-            self._last_folders[name] = shell.cwd
         self._write_pids()
         return shell
 
-    def remember(self, shell: Shell) -> None:
-        """Keep the shell's folder after a command (the next shell of its name starts there)."""
-        with self._lock:
-            self._last_folders[shell.name] = shell.cwd
-
     def close(self, name: str) -> Shell:
-        """End the shell named `name` and forget its folder; UNKNOWN_SHELL when it is not up."""
+        """End the shell named `name` and forget it; UNKNOWN_SHELL when it is not up (one that exited
+        is forgotten all the same)."""
         with self._lock:
             shell = self._shells.pop(name, None)
-            self._last_folders.pop(name, None)
-        if shell is None:
+        if shell is None or not shell.alive:
             raise RunnerError(UNKNOWN_SHELL, f"no shell named '{name}'")
         shell.close()
         return shell
 
-    def describe(self) -> list[dict[str, Any]]:
+    def _up(self) -> list[Shell]:
         with self._lock:
-            shells = list(self._shells.values())
+            return [shell for shell in self._shells.values() if shell.alive]
+
+    def describe(self) -> list[dict[str, Any]]:
+        shells = self._up()
         return [shell.describe() for shell in sorted(shells, key=lambda s: s.name)]
 
     def kill_all(self) -> None:
-        with self._lock:
-            shells = list(self._shells.values())
-        for shell in shells:
+        for shell in self._up():  # an exited shell's pid may be another process's by now
             shell.kill()
 
     def close_all(self) -> None:
         """End every shell and wait for each; the registry is empty after."""
         with self._lock:
-            shells = list(self._shells.values())
+            shells = [shell for shell in self._shells.values() if shell.alive]
             self._shells.clear()
         for shell in shells:
             shell.close()
 
     def _exited(self, shell: Shell) -> None:
         log.info("shell %s (pid %s) exited with status %s in %s", shell.name, shell.pid, shell.exit_status, shell.cwd)
-        with self._lock:
-            if self._shells.get(shell.name) is shell:
-                del self._shells[shell.name]
-                self._last_folders[shell.name] = shell.cwd
-        self._write_pids()
+        self._write_pids()  # it stays named, dead, for its folder (see the module's note)
 
     def _write_pids(self) -> None:
         if self.pids_folder is None:
             return
-        with self._lock:
-            pids = sorted(shell.pid for shell in self._shells.values())
+        pids = sorted(shell.pid for shell in self._up())
         path = os.path.join(self.pids_folder, PIDS_FILE)
         try:
             with open(path + ".tmp", "w") as f:

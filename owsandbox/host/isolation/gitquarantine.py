@@ -77,8 +77,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...protocol.paths import inside
 from ..privatedir import private_folder, runtime_root
-from .guard import NOT_DESCENDED, SCAN_FOLDERS, Guard, GuardedWorkspace, inside
+from .guard import NOT_DESCENDED, SCAN_FOLDERS, Guard, GuardedWorkspace
 
 log = logging.getLogger(__name__)
 

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ... import settings
+from ...protocol.paths import inside
 from ..privatedir import runtime_candidates, runtime_root
 
 if TYPE_CHECKING:
@@ -61,10 +62,6 @@ SCAN_FOLDERS = 20_000  # at most this many folders are read at start
 NOT_DESCENDED = frozenset({"node_modules", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache"})
 EDITOR_SETTINGS = (".vscode", ".idea")
 BOX_MADE_FILE = "box-made-environments.json"
-
-
-def inside(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
 def _names(env_value: str | None) -> list[str]:

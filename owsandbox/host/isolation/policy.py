@@ -10,6 +10,7 @@ says what it is, so that a change here changes all of them.
 from __future__ import annotations
 
 from ... import settings
+from ...protocol.paths import inside
 
 #: The host's variables a box sees without being told: what a shell and its programs need to run.
 ALLOWED_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "COLORTERM", "USER", "LOGNAME")
@@ -25,3 +26,17 @@ def passed_env_names(given: settings.Settings | None = None) -> list[str]:
 
 class WorkspaceRefused(ValueError):
     """The workspace folder cannot be a sandbox's writable folder; the message says why."""
+
+
+def refuse_workspace(folder: str, private: str, private_is: str) -> None:
+    """WorkspaceRefused when `folder` may not be a box's writable workspace: a system folder (a box
+    that may write there isolates nothing), or one holding `private`, this machine's private folder
+    for its boxes (`private_is` says what it holds and what a box that wrote there could do)."""
+    if folder in SYSTEM_FOLDERS:
+        raise WorkspaceRefused(
+            f"the workspace cannot be {folder}: a sandbox that may write there isolates nothing. Open the "
+            "notebook from a project folder, or set OWSANDBOX_WORKSPACE to one")
+    if inside(private, folder):
+        raise WorkspaceRefused(
+            f"the workspace {folder} holds {private}, {private_is}. Open the notebook from a project folder, "
+            "or set OWSANDBOX_WORKSPACE to one")

@@ -42,13 +42,13 @@ from ... import settings
 from ...box.daemonctl import listen_unix, serving
 from ...box.procstat import descendants, namespace_pids, pid_alive, start_time
 from ...logs import log_level_args
+from ...protocol.paths import inside
 from ..isolation.guard import Guard, GuardedWorkspace
 from ..isolation.network import NetworkError, Pasta, attach
 from ..isolation.policy import (
     ALLOWED_ENV,
-    SYSTEM_FOLDERS,
-    WorkspaceRefused,
     passed_env_names,
+    refuse_workspace,
 )
 from ..isolation.resources import (
     CgroupEnforcement,
@@ -174,10 +174,6 @@ def _masked(path: str) -> list[str]:
     return ["--tmpfs", path, "--remount-ro", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
 
 
-def _inside(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
-
-
 def _same_process(pid: int | None, started: str | None) -> bool:
     """Whether `pid` is still the process recorded with start time `started` (not a reused pid)."""
     return isinstance(pid, int) and pid_alive(pid) and start_time(pid) == started
@@ -237,17 +233,9 @@ class BwrapProvider(GuardedWorkspace, LocalProvider):
     # -- what the box is made of ---------------------------------------------------------------
 
     def check_workspace(self) -> None:
-        for folder in SYSTEM_FOLDERS:
-            if self.cwd == folder:
-                raise WorkspaceRefused(
-                    f"the workspace cannot be {folder}: a sandbox that may write there isolates nothing. Open the "
-                    "notebook from a project folder, or set OWSANDBOX_WORKSPACE to one")
-        private = str(runtime_root(avoid=self.cwd))
-        if _inside(private, self.cwd):
-            raise WorkspaceRefused(
-                f"the workspace {self.cwd} holds {private}, the private folder of the sandboxes' sockets, logs and "
-                "the runner this machine runs for them: a sandbox that may write there could make this machine "
-                "run its code. Open the notebook from a project folder, or set OWSANDBOX_WORKSPACE to one")
+        refuse_workspace(self.cwd, str(runtime_root(avoid=self.cwd)),
+                         "the private folder of the sandboxes' sockets, logs and the runner this machine runs for "
+                         "them: a sandbox that may write there could make this machine run its code")
 
     def guarded_folder(self) -> str:
         return self.cwd
@@ -295,7 +283,7 @@ class BwrapProvider(GuardedWorkspace, LocalProvider):
         if python.startswith("/usr/"):
             return None
         prefix = os.path.realpath(sys.base_prefix)
-        return prefix if _inside(python, prefix) else os.path.dirname(os.path.dirname(python))
+        return prefix if inside(python, prefix) else os.path.dirname(os.path.dirname(python))
 
     def bwrap_args(self, runner_fd: int) -> list[str]:
         """bubblewrap's arguments for the box; `runner_fd` is the runner file, open for bubblewrap to copy."""
@@ -325,7 +313,7 @@ class BwrapProvider(GuardedWorkspace, LocalProvider):
         # A copy, not a bind: a bind's source (this user's private runtime folder) shows in the box's
         # /proc/self/mountinfo; a copy shows as bubblewrap's own deleted file.
         args += ["--ro-bind-data", str(runner_fd), BOX_RUNNER, "--dir", f"{BOX_RUN}/run"]
-        if not _inside(self.home, self.cwd):
+        if not inside(self.home, self.cwd):
             args += ["--size", size, "--tmpfs", self.home]
         args += ["--bind", self.cwd, self.cwd]
         guard = self.workspace_guard()

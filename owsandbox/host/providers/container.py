@@ -57,8 +57,8 @@ from typing import Any
 from ... import settings
 from ...settings import Settings, settings_of
 from ..isolation.container_seccomp import default_profile_path, extend_profile
-from ..isolation.guard import Guard, GuardedWorkspace, inside
-from ..isolation.policy import SYSTEM_FOLDERS, WorkspaceRefused, passed_env_names
+from ..isolation.guard import Guard, GuardedWorkspace
+from ..isolation.policy import WorkspaceRefused, passed_env_names, refuse_workspace
 from ..isolation.resources import CGROUP_ROOT, CgroupEnforcement, LimitReport, Limits, human_size
 from ..privatedir import runtime_root
 from ..programs import host_program, mark_box_writable
@@ -253,18 +253,11 @@ class ContainerProvider(GuardedWorkspace, ExecProvider):
     # -- what the container is made of -------------------------------------------------------
 
     def check_workspace(self) -> None:
-        if self.host_cwd in SYSTEM_FOLDERS:
-            raise WorkspaceRefused(
-                f"the workspace cannot be {self.host_cwd}: a sandbox that may write there isolates nothing. Open "
-                "the notebook from a project folder, or set OWSANDBOX_WORKSPACE to one")
-        if "," in self.host_cwd:
+        if "," in self.host_cwd:  # (no system folder has one: the order of the checks does not matter)
             raise WorkspaceRefused(f"the workspace {self.host_cwd} has a comma, which a container mount cannot name")
-        private = str(runtime_root(avoid=self.host_cwd))
-        if inside(private, self.host_cwd):
-            raise WorkspaceRefused(
-                f"the workspace {self.host_cwd} holds {private}, this machine's private folder of the containers' "
-                "leases and logs: a container that may write there could keep itself alive. Open the notebook "
-                "from a project folder, or set OWSANDBOX_WORKSPACE to one")
+        refuse_workspace(self.host_cwd, str(runtime_root(avoid=self.host_cwd)),
+                         "this machine's private folder of the containers' leases and logs: a container that may "
+                         "write there could keep itself alive")
 
     def guarded_folder(self) -> str:
         return self.host_cwd

@@ -28,6 +28,7 @@ from ...box.daemonctl import serving
 from ...box.procstat import descendants, pid_alive, session_members
 from ...box.shell.registry import read_pids
 from ...logs import log_level_args
+from ...protocol.paths import inside
 from ...settings import Settings, settings_of
 from ..bundle import build_runner_zipapp
 from ..privatedir import runtime_root
@@ -157,9 +158,8 @@ class LocalProvider(Provider):
             self._claim_state(folder)
         else:
             temporary = os.path.realpath(tempfile.gettempdir())  # not in the workspace (a notebook in /tmp)
-            inside = temporary == self.cwd or temporary.startswith(self.cwd.rstrip("/") + "/")
             self.state_dir = tempfile.mkdtemp(prefix="owsandbox-", dir=str(runtime_root(avoid=self.cwd))
-                                              if inside else None)
+                                              if inside(temporary, self.cwd) else None)
         self.socket_path = os.path.join(self.state_dir, "run", "runner.sock")
         if self.key and self._adopt_running_daemon():
             self.reused = True

@@ -12,10 +12,7 @@ from __future__ import annotations
 import errno
 import os
 
-
-def inside(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
-
+from ...protocol.paths import inside
 
 MAX_LINKS = 40  # links followed on the way to a recording, as the system's own limit
 

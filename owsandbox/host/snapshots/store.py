@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import settings
+from ...protocol.paths import inside
 from ..isolation.resources import human_size
 from ..privatedir import UnsafeFolder, private_folder
 from .hostpaths import locate
@@ -89,10 +90,6 @@ class StoreTampered(SnapshotError):
 
 class WorkspaceChanged(SnapshotError):
     """What a restore met in the workspace is not what it listed a moment before (a link, say)."""
-
-
-def _inside(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
 def snapshot_limit(env: settings.Settings | Mapping[str, str] | None = None) -> int:
@@ -148,11 +145,11 @@ def store_root(workspace: str, env: settings.Settings | Mapping[str, str] | None
 
 def refuse_visible(path: str, workspace: str) -> None:
     """A store inside the workspace, or in a folder boxes see read-only, would be the box's to read."""
-    if _inside(path, workspace) or _inside(workspace, path):
+    if inside(path, workspace) or inside(workspace, path):
         raise SnapshotError(f"the snapshot store {path} would be inside the workspace {workspace} (or hold it), "
                             "where the box could reach it: set OWSANDBOX_SNAPSHOT_DIR to a folder outside it")
     for folder in (*BOX_VISIBLE, os.path.realpath(sys.base_prefix)):
-        if folder != "/" and _inside(path, folder):
+        if folder != "/" and inside(path, folder):
             raise SnapshotError(f"the snapshot store {path} would be in {folder}, which sandboxes see (read-only): "
                                 f"set {STORE_ENV} to a folder of your own")
 
@@ -188,10 +185,10 @@ class Scope:
         if guard is None:
             return scope
         for path in [*guard.read_only, *guard.hidden]:
-            if _inside(path, workspace) and path != workspace:
+            if inside(path, workspace) and path != workspace:
                 scope.excluded[os.path.relpath(path, workspace)] = guard.why.get(path, "out of the box's reach")
         for top in guard.tops:
-            if _inside(top, workspace):
+            if inside(top, workspace):
                 scope.fixed.add("" if top == workspace else os.path.relpath(top, workspace))
         return scope
 
@@ -689,7 +686,7 @@ class SnapshotStore:
         except OSError:
             return None
         if len(folders) > 64:  # keep only a few open: a save walks the tree in order
-            for key in [k for k in folders if k and not _inside(rel, k)]:
+            for key in [k for k in folders if k and not inside(rel, k)]:
                 os.close(folders.pop(key))
         folders[rel] = fd
         return fd
@@ -955,7 +952,7 @@ class _Restorer:
         now = {entry.rel: entry for entry in current.entries}
         left_out: list[str] = []  # folders not made again: nothing inside them is either
         for entry in wanted:
-            if self.scope.why_excluded(entry.rel) is not None or any(_inside(entry.rel, f) for f in left_out[-1:]):
+            if self.scope.why_excluded(entry.rel) is not None or any(inside(entry.rel, f) for f in left_out[-1:]):
                 continue
             present = now.get(entry.rel)
             if present is not None and present.kind != entry.kind:
@@ -973,7 +970,7 @@ class _Restorer:
                 self._file(entry, present)
         for entry in reversed(wanted):  # modes and times of folders last: writing in them changed their mtime
             if entry.kind == "dir" and self.scope.why_excluded(entry.rel) is None \
-                    and not any(_inside(entry.rel, f) for f in left_out):
+                    and not any(inside(entry.rel, f) for f in left_out):
                 self._folder_mode(entry)
                 opened.pop(entry.rel, None)
         for rel, mode in opened.items():  # folders the restore kept but did not have: their own mode again
@@ -1007,7 +1004,7 @@ class _Restorer:
     def _remove_added(self, current: Listing, wanted: dict[str, Entry]) -> None:
         gone: list[str] = []  # folders removed (what was to stay in them, stayed)
         for entry in current.entries:
-            if any(_inside(entry.rel, folder) for folder in gone[-1:]):
+            if any(inside(entry.rel, folder) for folder in gone[-1:]):
                 continue
             keep = wanted.get(entry.rel)
             if keep is not None and keep.kind == entry.kind:
@@ -1032,7 +1029,7 @@ class _Restorer:
             if path in self.saved_specials or self.scope.is_fixed(path):
                 self.report.kept.append((path, "a FIFO, socket or device: left as it is"))
                 continue
-            if any(_inside(path, folder) for folder in gone):
+            if any(inside(path, folder) for folder in gone):
                 continue
             parent = self._walk(_parent(path))
             try:

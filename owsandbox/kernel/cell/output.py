@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ...protocol import messages as M
 from ...protocol.messages import display_requests
 from .budget import OutputBudget
 from .terminal_text import TerminalText, plain
@@ -91,7 +92,7 @@ class CellOutput:
 
     # -- input ------------------------------------------------------------------------------
 
-    def live(self, frame: dict[str, Any]) -> None:
+    def live(self, frame: M.OutputFrame) -> None:
         text = frame.get("text") or ""
         with self._lock:
             if self.gap or frame.get("offset") != self.shown:
@@ -126,7 +127,7 @@ class CellOutput:
                 for text_filter in self._filters.values():
                     text_filter.end()
 
-    def input_wanted(self, frame: dict[str, Any]) -> None:
+    def input_wanted(self, frame: M.InputWanted) -> None:
         """The command waits for input (`shell.input_wanted`): its unfinished line becomes the
         prompt of an `InputWanted` event instead of output, so it is not shown twice."""
         with self._lock:

@@ -16,6 +16,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ...protocol.paths import inside
+
 Info = Mapping[str, Any]
 MAX_SUMMARY_ROWS = 23  # with the footer and the banner of a first cell, at most 25 lines
 EXAMPLES = 2  # paths named in a row before "and N more"
@@ -46,10 +48,6 @@ def _some(paths: list[str], shortest: bool = False) -> str:
     many more."""
     shown = ", ".join((sorted(paths, key=lambda path: (len(path), path)) if shortest else paths)[:EXAMPLES])
     return shown + (f" and {len(paths) - EXAMPLES} more" if len(paths) > EXAMPLES else "")
-
-
-def _inside(path: str, folder: str) -> bool:
-    return bool(folder) and (path == folder or path.startswith(folder.rstrip("/") + "/"))
 
 
 def _mounts(info: Info) -> dict[str, str] | None:
@@ -115,7 +113,7 @@ def read_only_in_workspace(info: Info) -> str | None:
     found = []
     pinned = 0
     for path, what in mounts.items():
-        if not _inside(path, workspace):
+        if not workspace or not inside(path, workspace):  # no workspace named: nothing is in it
             continue
         if what.startswith("read-only ("):
             relative = path[len(workspace):].lstrip("/") or "."

@@ -117,10 +117,6 @@ class TerminalSettings:
     rows: int = 50
     stderr: str = "apart"  # or "merge"
 
-    def run_params(self, stdin: bool) -> dict[str, Any]:
-        return {"terminal": self.terminal, "cols": self.cols, "rows": self.rows, "stderr": self.stderr,
-                "stdin": stdin}
-
     def describe(self, shell: str) -> str:
         where = f"on a {self.cols}x{self.rows} terminal" if self.terminal else "off (pipes, exact bytes)"
         return f"shell '{shell}': terminal {where}; stderr {self.stderr}"

@@ -28,6 +28,7 @@ from ...host.snapshots.store import (
     StoreTampered,
     summarize,
 )
+from ...protocol.paths import inside
 from ..errors import CellError, UsageError
 from ..teaching import checks
 from ..teaching.recording import Recorder, RecordingError
@@ -112,7 +113,7 @@ def _said_save(ctx: TeachingContext, report: SaveReport) -> None:
 
 def _restore(ctx: TeachingContext, snapshots: SandboxSnapshots, name: str | None) -> None:
     sandbox = ctx.sandbox
-    shells = dict(sandbox.shell_folders)
+    shells = sandbox.shell_folders()
     report = snapshots.restore_baseline() if name is None else snapshots.restore(name)
     _said_restore(ctx, report, "the baseline" if name is None else f"snapshot '{name}'")
     started = _start_shells(ctx, shells, snapshots.target.workspace)
@@ -145,7 +146,7 @@ def _start_shells(ctx: TeachingContext, shells: dict[str, str], host_workspace: 
     started = []
     for shell, folder in shells.items():
         folder = _existing(folder, sandbox.cwd, host_workspace)
-        sandbox.shell_folders[shell] = folder
+        sandbox.place_shell(shell, folder)
         try:
             ctx.box.run({"shell": shell, "command": "true", "cwd": folder}, timeout=30)
         except (P.RunnerError, TimeoutError):
@@ -157,7 +158,7 @@ def _start_shells(ctx: TeachingContext, shells: dict[str, str], host_workspace: 
 def _existing(folder: str, box_workspace: str, host_workspace: str) -> str:
     """`folder` of the box, or the nearest folder above it that the restore left (seen on this machine)."""
     def host(path: str) -> str:
-        if path == box_workspace or path.startswith(box_workspace.rstrip("/") + "/"):
+        if inside(path, box_workspace):
             return host_workspace + path[len(box_workspace.rstrip("/")):]
         return path
 

@@ -150,10 +150,6 @@ def file_name(stem: str, at: float) -> str:
     return f"{stem}-{time.strftime('%Y%m%d-%H%M%S', time.localtime(at))}.cast"
 
 
-def _inside(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
-
-
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 def open_new(path: Path, workspace: str | None) -> tuple[int, bool]:
