@@ -58,7 +58,7 @@ from .magics.terminal_open import terminal_open
 from .sandbox import Sandbox, SandboxUnavailable
 from .stops import CellStops
 from .teaching.recording import Recorder, session_stem
-from .usage import UsageMeter
+from .usage import UsageMeter, cell_usage
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +109,7 @@ class OwSandboxKernel(Kernel):
         self._subshells_lock = threading.Lock()
         self._usage = UsageMeter()
         self._usage_lock = threading.Lock()
+        self._cell_usage: dict[str, dict[str, Any]] = {}  # a running cell's msg_id -> what its command used
 
     # -- usage (JupyterLab's Kernel Usage panel) ------------------------------------------------
 
@@ -122,6 +123,33 @@ class OwSandboxKernel(Kernel):
             await super().usage_request(stream, ident, parent)
             return
         self.session.send(stream, "usage_reply", reply, parent, ident)
+
+    def _count_usage(self, parent: dict[str, Any], said: Any) -> None:
+        """Keeps what a cell's command used for its execute_reply's metadata (`finish_metadata`); a cell
+        that runs more than one command (a `%%shell` cell after line magics) has the highest peak and the
+        sum of their CPU seconds."""
+        figures = cell_usage(said)
+        msg_id = parent.get("header", {}).get("msg_id")
+        if figures is None or not msg_id:
+            return
+        before = self._cell_usage.get(msg_id)
+        if before is not None:
+            cpu = (None if before["cpu_seconds"] is None or figures["cpu_seconds"] is None
+                   else round(before["cpu_seconds"] + figures["cpu_seconds"], 3))
+            figures = {"peak_memory_bytes": max(before["peak_memory_bytes"], figures["peak_memory_bytes"]),
+                       "cpu_seconds": cpu}
+        self._cell_usage[msg_id] = figures
+
+    def finish_metadata(self, parent: dict[str, Any], metadata: dict[str, Any],
+                        reply_content: dict[str, Any]) -> dict[str, Any]:
+        """The execute_reply's metadata: `owsandbox.usage` holds what the cell's command used in the box
+        (`peak_memory_bytes`, `cpu_seconds`; README "Execute reply metadata"); a cell that ran no command
+        in the box (a magic alone, or one refused) has none."""
+        metadata = super().finish_metadata(parent, metadata, reply_content)
+        figures = self._cell_usage.pop(parent.get("header", {}).get("msg_id"), None)
+        if figures is not None:
+            metadata.setdefault("owsandbox", {})["usage"] = figures
+        return metadata
 
     def _usage_reply(self) -> dict[str, Any]:
         if not self.sandbox.ready:
@@ -438,6 +466,7 @@ class OwSandboxKernel(Kernel):
         if call.error is not None:
             raise call.error
         result = call.value
+        self._count_usage(parent, result.get("usage"))
         self.sandbox.remember_folder(shell, result.get("cwd"))
         output.finish(result)
         await self._show(parent, output, shell)
