@@ -29,6 +29,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
+from ipykernel._version import kernel_protocol_version
 from ipykernel.kernelbase import Kernel
 
 from .. import __version__
@@ -251,10 +252,14 @@ class OwSandboxKernel(Kernel):
 
     @property
     def kernel_info(self) -> dict[str, Any]:
-        info = super().kernel_info
-        # The base class offers a debugger wherever debugpy is installed: this kernel has none.
-        info["supported_features"] = [name for name in info["supported_features"] if name != "debugger"]
-        return info
+        """The base class's fields, made here: its own property imports ipykernel.debugger to offer a
+        debugger wherever debugpy is installed, and that import costs about a second of CPU and prints
+        debugpy's "frozen modules" warning on the kernel's stderr (`jupyter console`, `jupyter execute`).
+        This kernel has no debugger, so it never imports debugpy."""
+        return {"protocol_version": kernel_protocol_version, "implementation": self.implementation,
+                "implementation_version": self.implementation_version, "language_info": self.language_info,
+                "banner": self.banner, "help_links": self.help_links,
+                "supported_features": ["kernel subshells"] if self._supports_kernel_subshells else []}
 
     # -- sending ----------------------------------------------------------------------------
 
@@ -747,9 +752,9 @@ class _Context:
         return self.kernel.shell_folder(self.settings["shell"])
 
     def result(self, text: str) -> None:
-        """The cell's value (Out[n]): for magics that answer with a setting."""
-        self.kernel._send(self.parent, "execute_result", {"execution_count": self.kernel.execution_count,
-                                                            "data": {"text/plain": text}, "metadata": {}})
+        """A magic's answer with a setting (`%terminal`, `%record`, `%timeout`): printed, as every magic's
+        answer is, never the cell's value (Out[n]), so a magic's output looks the same whatever it says."""
+        self.stream(text if text.endswith("\n") else text + "\n")
 
     def clear(self) -> None:
         self.kernel._send(self.parent, "clear_output", {"wait": False})
@@ -780,8 +785,7 @@ class _Context:
         timeout = self.settings["timeout"]
         shell = self.settings["shell"]
         return {**self.kernel.sandbox.describe(), "current shell": shell,
-                "terminal": terminal_settings(self.settings, shell).describe(shell).split(": ", 1)[1]
-                .removeprefix("terminal "),
+                "terminal": terminal_settings(self.settings, shell).describe(shell).split(": ", 1)[1],
                 "cell time limit": "off" if timeout is None else f"{timeout:g} s",
                 "output limit": f"{self.settings['output_limit']:,} characters"}
 

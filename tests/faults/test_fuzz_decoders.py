@@ -309,7 +309,8 @@ def test_the_output_record_keeps_all_or_head_and_tail_and_logs_everything(adds: 
             half = limit // 2
             tail = min(half, total - half)
             omitted = total - half - tail
-            notice = f"\n[... {omitted} characters omitted; the whole output is in {path} ...]\n"
+            said = f"{omitted} character{'' if omitted == 1 else 's'}"
+            notice = f"\n[... {said} omitted; the whole output is in {path} ...]\n"
             assert record.truncated and record.segments is None and record.tail_chars == tail
             assert output == whole[:half] + notice + whole[total - tail :]
             assert Path(path).read_bytes() == whole.encode()

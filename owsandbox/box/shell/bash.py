@@ -55,6 +55,7 @@ from typing import IO, Any
 
 from ... import protocol as P
 from ...protocol import INTERNAL_ERROR, INVALID_PARAMS, SHELL_BUSY, RunnerError
+from ...protocol.words import noun
 from .. import procstat
 from ..procstat import session_members
 from .capture import LiveBatcher, MarkerScanner, OutputRecord, ShellChatter, StreamDecoder, WholeLines
@@ -735,8 +736,9 @@ class Shell:
         if not self._between and not self._between_dropped:
             return
         if self._between_dropped:
-            self._note(cmd, f"[{self._between_dropped} earlier bytes printed by background jobs between "
-                            "commands were dropped; the latest follow]\n", now)
+            dropped = self._between_dropped
+            self._note(cmd, f"[{dropped} earlier {noun(dropped, 'byte')} printed by background jobs between "
+                            f"commands {noun(dropped, 'was', 'were')} dropped; the latest follow]\n", now)
         for stream, raw, text in self._between:
             self._add(cmd, stream, raw, text, now)
         self._between.clear()
