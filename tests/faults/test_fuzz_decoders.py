@@ -366,7 +366,9 @@ def test_past_the_cell_limit_exactly_the_first_characters_show_and_one_notice(ad
         rest = len(whole) - limit
         assert shown == whole[:limit] + whole[len(whole) - min(rest, TAIL_CHARS) :]
         assert "output limit" in notices[0].text, notices
-        assert f"{rest} characters of this command's output were not shown" in notices[1].text, notices
+        said = (f"{rest} characters of this command's output were" if rest != 1
+                else "1 character of this command's output was")
+        assert f"{said} not shown" in notices[1].text, notices
 
 
 # ── execd frames (RFC 6455) ─────────────────────────────────────────────────────────────────────

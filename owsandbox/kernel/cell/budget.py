@@ -118,7 +118,8 @@ class OutputBudget:
             self._count_withheld(size)
             return None
         self.noted = True
-        return f"[output limit of {self.limit} characters reached (%output limit): {said}; {withheld.how}]"
+        return (f"[output limit of {self.limit} {noun(self.limit, 'character')} reached (%output limit): {said}; "
+                f"{withheld.how}]")
 
     def _count_withheld(self, size: int) -> None:
         self.withheld_after_note += 1

@@ -204,7 +204,8 @@ class CellOutput:
     def _stop_at_limit(self) -> None:
         self.limited = True
         self._release()
-        self._events.append(Notice(f"\n[output limit of {self.limit} characters reached (%output limit); "
+        self._events.append(Notice(f"\n[output limit of {self.limit} {noun(self.limit, 'character')} reached "
+                                   "(%output limit); "
                                    "where the rest is follows when the command ends]\n"))
 
     def _emit(self, stream: str, text: str) -> None:
