@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from .protocol.words import counted
 from .settings import OUTPUT_RATE
 
 TOUR = Path(__file__).resolve().parent.parent / "notebooks" / "tour.ipynb"
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     if failed is not None:
         print(f"the notebook stopped at a failing cell: {failed}", file=sys.stderr)
         return 1
-    print(f"ran {len(code_cells)} cells of {os.path.basename(args.notebook)}: all as expected")
+    print(f"ran {counted(len(code_cells), 'cell')} of {os.path.basename(args.notebook)}: all as expected")
     return 0
 
 

@@ -198,7 +198,17 @@ def test_dollars_in_the_kernels_tables_and_notes_are_not_typeset_as_math(tmp_pat
         expect(area.locator(NOTE).first).to_be_visible()
         expect(area.locator(".jp-OutputArea mjx-container")).to_have_count(0)
         assert DOLLARS in area.locator(".jp-OutputArea").all_text_contents().__str__()
+        # The dimmed note's text starts where the stream's text does (JupyterLab pads stream output by 1ch).
+        first = area.locator(".jp-CodeCell").nth(0)
+        note, out = first.locator(f"{NOTE} pre"), first.locator(f"{STDOUT} pre")
+        expect(out).to_have_text("in")
+        lefts = [box.evaluate(TEXT_LEFT) for box in (note, out)]
+        assert abs(lefts[0] - lefts[1]) <= 1.5, lefts
         lab.remember_processes()
+
+
+# Where an element's first line of text starts, in the page's pixels.
+TEXT_LEFT = "el => { const r = document.createRange(); r.selectNodeContents(el); return r.getClientRects()[0].left; }"
 
 
 @needs_linux_processes

@@ -9,13 +9,14 @@ import os
 import re
 import signal
 import struct
+import subprocess
 import time
 import zlib
 from pathlib import Path
 
 import pytest
 
-from .kernel_session import KernelSession
+from .kernel_session import KERNEL_NAME, KernelSession
 from .processes import children, command_line, wait_for_file, wait_gone
 
 
@@ -85,8 +86,7 @@ def test_the_output_rate_takes_a_size_or_off_and_says_what_is_wrong(kernel):
         run = kernel.run(f"%output rate {wrong}")
         assert run.reply["content"]["ename"] == "UsageError" and run.reply["content"]["evalue"] == said
     assert kernel.run("%output rate 2M").text() == "output rate: 2,000,000 bytes a second, then a live tail\n"
-    assert kernel.run("%output").of_type("execute_result")[0]["data"]["text/plain"].endswith(
-        "output rate: 2,000,000 bytes a second, then a live tail")
+    assert kernel.run("%output").text().endswith("output rate: 2,000,000 bytes a second, then a live tail\n")
     kernel.run("%output rate 500k")
 
 
@@ -417,13 +417,24 @@ def test_a_sandbox_restart_during_a_cell_is_reported_and_the_next_cell_works(fre
     assert after.text() == "[] deep\n"
 
 
+def _described(kernel) -> dict:
+    return kernel.run("%sandbox --json").of_type("display_data")[0]["data"]["application/json"]
+
+
 def test_restart_gives_fresh_shells_and_shutdown_leaves_nothing(fresh_kernel):
     fresh_kernel.run("export BEFORE=1")
     old_daemon = int(fresh_kernel.run("echo $PPID").text().strip().splitlines()[-1])
+    before = _described(fresh_kernel)
+    assert before["kept"] is False
     fresh_kernel.km.restart_kernel(now=False)
     fresh_kernel.kc.wait_for_ready(timeout=60)
     fresh_kernel.drain()
     assert fresh_kernel.run("echo [$BEFORE]").text().endswith("[]\n")
+    after = _described(fresh_kernel)  # the box kept, and %sandbox says so: its uptime goes on
+    assert after["kept"] is True and after["instance_id"] == before["instance_id"]
+    assert after["uptime_s"] >= before["uptime_s"]
+    summary = fresh_kernel.run("%sandbox").of_type("display_data")[0]["data"]["text/plain"]
+    assert "box kept from before the kernel's restart, up " in summary, summary
     new_daemon = int(fresh_kernel.run("echo $PPID").text().strip().splitlines()[-1])
     shell_pid = int(fresh_kernel.run("echo $$").text().strip().splitlines()[-1])
     fresh_kernel.run("sleep 300 &")
@@ -491,3 +502,31 @@ def test_a_shell_that_exits_says_what_the_next_cell_gets(fresh_kernel, tmp_path)
     assert "the shell 'main' exited (status 0)" in typed.notes()
     failing = fresh_kernel.run("exit 4")  # a failure is an error all the same: a notebook run stops there
     assert failing.status == "error" and failing.error["ename"] == "ShellExited"
+
+
+def test_the_kernel_never_imports_a_debugger_so_its_frozen_modules_warning_never_shows(tmp_path):
+    """ipykernel's own kernel_info imports debugpy to offer a debugger; this kernel has none, so the import
+    (a second of CPU, and pydevd's "frozen modules" warning, which `jupyter console` prints) never happens.
+    Read as a console reads: every IOPub message from the kernel's start, no wait_for_ready (which drains)."""
+    from jupyter_client import KernelManager
+
+    km = KernelManager(kernel_name=KERNEL_NAME)
+    km.start_kernel(cwd=str(tmp_path), stderr=subprocess.DEVNULL)
+    kc = km.client()
+    kc.start_channels()
+    try:
+        info = kc.kernel_info(reply=True, timeout=60)
+        assert "debugger" not in info["content"]["supported_features"]
+        msg_id = kc.execute("echo done")
+        said = []
+        while True:
+            message = kc.get_iopub_msg(timeout=60)
+            if message["msg_type"] == "stream":
+                said.append(message["content"]["text"])
+            if (message["msg_type"] == "status" and message["content"]["execution_state"] == "idle"
+                    and message["parent_header"].get("msg_id") == msg_id):
+                break
+        assert "done\n" in said and not any("frozen" in text or "Debugger" in text for text in said), said
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=False)  # as a client ends it: the kernel ends its sandbox

@@ -199,6 +199,9 @@ def test_the_list_after_a_restart_shows_ids_and_states_in_words(kernel):
     assert rows["brief"][0] == "-" and re.fullmatch(r"[0-9a-f]{8}", rows["brief"][1]), listing
     assert "exited 3" in " ".join(rows["brief"]), listing
     assert kernel.run(f"%attach --session {session}").status == "ok"
+    records = kernel.run("%records")  # only what came since: and it says so, and how to read the rest
+    assert records.status == "ok" and "was attached again at offset " in records.notes(), records.outputs
+    assert f"%attach --session {session} --since 0" in records.notes()
     listing = kernel.run("%attach --list").of_type("display_data")[0]["data"]["text/plain"]
     row = next(line.split() for line in listing.splitlines() if session in line)
     assert row[0] == "1" and row[-1] == "attached"  # attached in this kernel: its number

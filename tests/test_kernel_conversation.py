@@ -312,7 +312,7 @@ def test_a_replay_verdict_aligns_answers_by_id_and_ignores_what_it_is_told():
     diff = changed.differ[0][1]
     assert '-        "text": "hi",' in diff and '+        "text": "HI",' in diff
     assert report(changed, "a.jsonl", "#2 srv").startswith(
-        "replayed 2 requests of a.jsonl against #2 srv: 1 answers the same, 1 different\n≠ id 2 (tools/call)\n")
+        "replayed 2 requests of a.jsonl against #2 srv: 1 answer the same, 1 different\n≠ id 2 (tools/call)\n")
     assert not compare(saved.calls(), parse(saved_text(conversation_of("HI"), {})[0], "b").calls(),
                        frozenset({"text"})).differ
     missing = compare(saved.calls(), saved.calls()[:1])

@@ -178,7 +178,7 @@ def test_a_request_is_answered_and_shown_in_the_timeline_with_its_latency(kernel
     assert "sent the notification notifications/initialized to #1 rpc" in said.text()
     view = wait_for_display(kernel, r"notifications/initialized")
     header, summary, *lines = view.splitlines()
-    assert header.startswith("#1 rpc [attached] session ") and summary.startswith("MCP · 1 calls")
+    assert header.startswith("#1 rpc [attached] session ") and summary.startswith("MCP · 1 call ")
     entry = next(i for i, line in enumerate(lines) if line.startswith("  → 1 initialize "))
     latency = re.search(r"· answered in (\d+) ms$", lines[entry])
     assert latency and int(latency.group(1)) < 5000, lines[entry]

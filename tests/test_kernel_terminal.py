@@ -237,7 +237,7 @@ def test_stderr_merged_is_one_stream_in_the_exact_order(fresh_kernel):
     run = fresh_kernel.run('for i in $(seq 100); do echo "out $i"; echo "err $i" >&2; done')
     assert run.text() == "".join(f"out {i}\nerr {i}\n" for i in range(1, 101))
     assert [name for name, _ in streams(run)] == ["stdout"] * len(streams(run))
-    assert "stderr merge" in fresh_kernel.run("%stderr").of_type("execute_result")[0]["data"]["text/plain"]
+    assert "stderr merge" in fresh_kernel.run("%stderr").text()
     assert fresh_kernel.run("%stderr apart").status == "ok"
     apart = fresh_kernel.run("echo out; echo err >&2")
     assert apart.text() == "out\n" and apart.text("stderr") == "err\n"
@@ -253,14 +253,15 @@ def test_terminal_off_gives_pipes_and_exact_bytes(fresh_kernel):
 
 
 def test_terminal_settings_are_per_shell_and_have_a_size(fresh_kernel):
-    shown = fresh_kernel.run("%terminal").of_type("execute_result")[0]["data"]["text/plain"]
-    assert shown == "shell 'main': terminal on a 120x50 terminal; stderr apart"
+    shown = fresh_kernel.run("%terminal")  # printed, as every magic's answer, never Out[n]
+    assert shown.text() == "shell 'main': on a 120x50 terminal; stderr apart\n" and not shown.of_type("execute_result")
     assert fresh_kernel.run("stty size").text() == "50 120\n"
     assert fresh_kernel.run("%terminal cols 80 rows 20").status == "ok"
     assert fresh_kernel.run("stty size; tput cols").text() == "20 80\n80\n"
     assert fresh_kernel.run("%terminal off").status == "ok"
     assert fresh_kernel.run("%%shell side\ntest -t 1 && echo side-has-a-terminal").text() == "side-has-a-terminal\n"
     assert fresh_kernel.run("test -t 1 || echo main-has-pipes").text() == "main-has-pipes\n"
+    assert fresh_kernel.run("%terminal").text() == "shell 'main': on pipes, exact bytes (terminal off); stderr apart\n"
     assert fresh_kernel.run("%terminal on").status == "ok"
     assert fresh_kernel.run("stty size").text() == "20 80\n"  # the size is kept while off
     bad = fresh_kernel.run("%terminal cols wide")

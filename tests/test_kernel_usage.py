@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from owsandbox.kernel.usage import UsageMeter
+from owsandbox.kernel.usage import UsageMeter, cell_usage
 
 from .kernel_session import KernelSession
 
@@ -64,3 +64,45 @@ def test_the_kernel_usage_panel_sees_the_memory_a_command_in_the_box_holds(fresh
     kernel.run("kill %1; wait")
     after = _usage(kernel)
     assert after["kernel_memory"] < 200 * MB
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("said", "kept"), [
+    ({"peak_memory_bytes": 5 * MB, "cpu_seconds": 1.25, "samples": 3}, {"peak_memory_bytes": 5 * MB,
+                                                                        "cpu_seconds": 1.25}),
+    ({"peak_memory_bytes": 5 * MB, "cpu_seconds": None}, {"peak_memory_bytes": 5 * MB, "cpu_seconds": None}),
+    ({"peak_memory_bytes": 5 * MB, "cpu_seconds": float("inf")}, {"peak_memory_bytes": 5 * MB, "cpu_seconds": None}),
+    ({"peak_memory_bytes": -1, "cpu_seconds": 1.0}, None), ({"peak_memory_bytes": True}, None),
+    ({"peak_memory_bytes": 1 << 70}, None), ("lots", None), (None, None)])
+def test_a_commands_figures_from_the_box_are_kept_only_as_counts(said, kept):
+    assert cell_usage(said) == kept
+
+
+def _cell_usage(run) -> dict:
+    return run.reply["metadata"]["owsandbox"]["usage"]
+
+
+@pytest.mark.parametrize("kind", ["fresh_kernel", "default_kernel"])  # the local provider, bubblewrap
+def test_each_execute_reply_carries_the_peak_memory_and_cpu_seconds_of_its_own_cell(kind: str,
+                                                                                    request: pytest.FixtureRequest):
+    kernel: KernelSession = request.getfixturevalue(kind)
+    held = kernel.run("python3 -c \"import time; b = bytearray(200 << 20); time.sleep(0.5)\"")
+    assert held.status == "ok", held.outputs
+    assert _cell_usage(held)["peak_memory_bytes"] >= 200 * MB, _cell_usage(held)
+    trivial = kernel.run("true")
+    assert _cell_usage(trivial)["peak_memory_bytes"] < 50 * MB, _cell_usage(trivial)  # per cell: the 200 MB is gone
+    piped = kernel.run("head -c 200M /dev/zero | tail | wc -c")  # tail holds the one 200 MB "line"
+    assert piped.text() == f"{200 * MB}\n" and _cell_usage(piped)["peak_memory_bytes"] >= 200 * MB, _cell_usage(piped)
+    # A second of CPU by the process's own clock (a shared machine may take longer by the wall's), in a
+    # child of a child: its time reaches the shell when each is reaped.
+    busy = kernel.run("sh -c 'python3 -c \"import time\nwhile time.process_time() < 1: pass\"'")
+    assert busy.status == "ok", busy.outputs
+    assert 0.95 <= _cell_usage(busy)["cpu_seconds"] <= 2.0, _cell_usage(busy)
+    assert _cell_usage(kernel.run("sleep 0.3"))["cpu_seconds"] < 0.2
+
+
+def test_a_cell_that_runs_nothing_in_the_box_has_no_usage_figures(fresh_kernel: KernelSession):
+    kernel = fresh_kernel
+    assert kernel.run("echo up").status == "ok"
+    run = kernel.run("%shells")
+    assert run.status == "ok" and "usage" not in run.reply["metadata"].get("owsandbox", {})

@@ -28,7 +28,6 @@ def test_network_on_in_the_local_sandbox_is_refused_by_name(fresh_kernel):
     refused = fresh_kernel.run("%network on")
     assert refused.status == "error" and refused.error["ename"] == "NetworkNotChanged", refused.outputs
     assert refused.error["evalue"].startswith("%network on: there is no sandbox here (no isolation)")
-    shown = fresh_kernel.run("%network").of_type("execute_result")[0]["data"]["text/plain"]
-    assert shown == "network: this machine's own (no sandbox)"
+    assert fresh_kernel.run("%network").text() == "network: this machine's own (no sandbox)\n"
     assert "usage: %network" in fresh_kernel.run("%network --help").text()
     assert "invalid choice: 'maybe'" in fresh_kernel.run("%network maybe").error["evalue"]

@@ -117,7 +117,10 @@ def test_the_bubblewrap_summary_says_what_is_written_hidden_read_only_and_limite
     assert rows["Seccomp"].startswith("on: 58 system calls refused")
     assert rows["Shells"] == "main (current), other: on a 120x50 terminal, stderr apart"
     assert rows["Cell limits"] == "no time limit; output up to 4,000,000 characters"
-    assert rows["Sandbox"] == "bwrap provider, up 0.4 s, no restarts, runner 0.1.0"
+    assert rows["Sandbox"] == "bwrap provider, up 0.4 s, no restarts of the box, runner 0.1.0"
+    kept = rows_of({**BWRAP, "kept": True, "uptime_s": 63.2, "up_since": "10:41:07", "restarts": 1})
+    assert kept["Sandbox"] == ("bwrap provider, box kept from before the kernel's restart, up 63.2 s (since 10:41:07), "
+                               "box restarted 1 time, runner 0.1.0")
     assert "runner.sock" not in " ".join(rows.values()) and "cgroup/" not in rows["Limits"]
 
 

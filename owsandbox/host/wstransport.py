@@ -107,7 +107,7 @@ class ExecdPipeTransport:
             self._abandon()
             if isinstance(exc, ExecdTransportError):
                 raise
-            raise ExecdTransportError(f"could not start `{command}` through execd: {exc}", exc) from exc
+            raise ExecdTransportError(f"could not start {command!r} through execd: {exc}", exc) from exc
         except BaseException:
             self._abandon()
             raise
@@ -167,7 +167,7 @@ class ExecdPipeTransport:
             if data:
                 self._pending.append(data)
             if self._error_before_start is not None:
-                raise ExecdTransportError(f"execd could not start `{self.command}`: {self._error_before_start}")
+                raise ExecdTransportError(f"execd could not start {self.command!r}: {self._error_before_start}")
 
     def _abandon(self) -> None:
         """Undo a half-made pipe: drop the connection, forget the session."""

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
+from ipykernel._version import kernel_protocol_version
 from ipykernel.kernelbase import Kernel
 
 from .. import __version__
@@ -60,7 +61,7 @@ from .magics.terminal_open import terminal_open
 from .sandbox import Sandbox, SandboxUnavailable
 from .stops import CellStops
 from .teaching.recording import Recorder, session_stem
-from .usage import UsageMeter
+from .usage import UsageMeter, cell_usage
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +112,7 @@ class OwSandboxKernel(Kernel):
         self._subshells_lock = threading.Lock()
         self._usage = UsageMeter()
         self._usage_lock = threading.Lock()
+        self._cell_usage: dict[str, dict[str, Any]] = {}  # a running cell's msg_id -> what its command used
 
     # -- usage (JupyterLab's Kernel Usage panel) ------------------------------------------------
 
@@ -124,6 +126,33 @@ class OwSandboxKernel(Kernel):
             await super().usage_request(stream, ident, parent)
             return
         self.session.send(stream, "usage_reply", reply, parent, ident)
+
+    def _count_usage(self, parent: dict[str, Any], said: Any) -> None:
+        """Keeps what a cell's command used for its execute_reply's metadata (`finish_metadata`); a cell
+        that runs more than one command (a `%%shell` cell after line magics) has the highest peak and the
+        sum of their CPU seconds."""
+        figures = cell_usage(said)
+        msg_id = parent.get("header", {}).get("msg_id")
+        if figures is None or not msg_id:
+            return
+        before = self._cell_usage.get(msg_id)
+        if before is not None:
+            cpu = (None if before["cpu_seconds"] is None or figures["cpu_seconds"] is None
+                   else round(before["cpu_seconds"] + figures["cpu_seconds"], 3))
+            figures = {"peak_memory_bytes": max(before["peak_memory_bytes"], figures["peak_memory_bytes"]),
+                       "cpu_seconds": cpu}
+        self._cell_usage[msg_id] = figures
+
+    def finish_metadata(self, parent: dict[str, Any], metadata: dict[str, Any],
+                        reply_content: dict[str, Any]) -> dict[str, Any]:
+        """The execute_reply's metadata: `owsandbox.usage` holds what the cell's command used in the box
+        (`peak_memory_bytes`, `cpu_seconds`; README "Execute reply metadata"); a cell that ran no command
+        in the box (a magic alone, or one refused) has none."""
+        metadata = super().finish_metadata(parent, metadata, reply_content)
+        figures = self._cell_usage.pop(parent.get("header", {}).get("msg_id"), None)
+        if figures is not None:
+            metadata.setdefault("owsandbox", {})["usage"] = figures
+        return metadata
 
     def _usage_reply(self) -> dict[str, Any]:
         if not self.sandbox.ready:
@@ -225,10 +254,14 @@ class OwSandboxKernel(Kernel):
 
     @property
     def kernel_info(self) -> dict[str, Any]:
-        info = super().kernel_info
-        # The base class offers a debugger wherever debugpy is installed: this kernel has none.
-        info["supported_features"] = [name for name in info["supported_features"] if name != "debugger"]
-        return info
+        """The base class's fields, made here: its own property imports ipykernel.debugger to offer a
+        debugger wherever debugpy is installed, and that import costs about a second of CPU and prints
+        debugpy's "frozen modules" warning on the kernel's stderr (`jupyter console`, `jupyter execute`).
+        This kernel has no debugger, so it never imports debugpy."""
+        return {"protocol_version": kernel_protocol_version, "implementation": self.implementation,
+                "implementation_version": self.implementation_version, "language_info": self.language_info,
+                "banner": self.banner, "help_links": self.help_links,
+                "supported_features": ["kernel subshells"] if self._supports_kernel_subshells else []}
 
     # -- sending ----------------------------------------------------------------------------
 
@@ -432,6 +465,7 @@ class OwSandboxKernel(Kernel):
         if call.error is not None:
             raise call.error
         result = call.value
+        self._count_usage(parent, result.get("usage"))
         output.finish(result)
         await self._show(parent, output, shell)
         hit = named_limit(result, counted, provider.limit_counters(), provider.limit_report())
@@ -711,9 +745,9 @@ class _Context:
         return self.kernel.shell_folder(self.settings["shell"])
 
     def result(self, text: str) -> None:
-        """The cell's value (Out[n]): for magics that answer with a setting."""
-        self.kernel._send(self.parent, "execute_result", {"execution_count": self.kernel.execution_count,
-                                                            "data": {"text/plain": text}, "metadata": {}})
+        """A magic's answer with a setting (`%terminal`, `%record`, `%timeout`): printed, as every magic's
+        answer is, never the cell's value (Out[n]), so a magic's output looks the same whatever it says."""
+        self.stream(text if text.endswith("\n") else text + "\n")
 
     def clear(self) -> None:
         self.kernel._send(self.parent, "clear_output", {"wait": False})
@@ -744,8 +778,7 @@ class _Context:
         timeout = self.settings["timeout"]
         shell = self.settings["shell"]
         return {**self.kernel.sandbox.describe(), "current shell": shell,
-                "terminal": terminal_settings(self.settings, shell).describe(shell).split(": ", 1)[1]
-                .removeprefix("terminal "),
+                "terminal": terminal_settings(self.settings, shell).describe(shell).split(": ", 1)[1],
                 "cell time limit": "off" if timeout is None else f"{timeout:g} s",
                 "output limit": f"{self.settings['output_limit']:,} characters"}
 

@@ -54,6 +54,7 @@ class Sandbox:
         self._ready = threading.Event()
         self._closed = False
         self.started_at = time.time()
+        self._box_started: dict[str, float] = {}  # the box's instance id -> when it started (epoch seconds)
         if problem is not None:
             self._ready.set()
             return
@@ -81,6 +82,7 @@ class Sandbox:
         options["settings"] = self.settings
         try:
             workspace = RunnerWorkspace(self._factory(cwd=self.host_cwd, **options), self.host_cwd)
+            self._box_seen(workspace.client)
             if workspace.provider.reused:
                 self._fresh_shells(workspace)
         except (P.RunnerError, OSError, RuntimeError, ValueError) as exc:
@@ -147,10 +149,24 @@ class Sandbox:
             info.update(instance_id=client.instance_id, restarts=client.restarts, reconnects=client.reconnects,
                         runner_pid=client.hello.get("pid"), runner_version=client.hello.get("runner_version"),
                         os=client.hello.get("os"), bash=client.hello.get("shell"),
-                        uptime_s=round(time.time() - self.started_at, 1))
+                        kept=self._workspace.provider.reused)
+            since = self._box_seen(client)
+            info.update(uptime_s=round(time.time() - since, 1),
+                        up_since=time.strftime("%H:%M:%S", time.localtime(since)))
         elif self._error:
             info["error"] = self._error
         return info
+
+    def _box_seen(self, client: RunnerClient) -> float:
+        """When the box the client talks to started (its hello's uptime, taken when the hello came: at the
+        start, or first seen here after a restart of the box). A box kept from the kernel before a restart
+        is older than this kernel, and `%sandbox` says so."""
+        instance = str(client.instance_id)
+        if instance not in self._box_started:
+            said = client.hello.get("uptime_s")
+            uptime = float(said) if isinstance(said, (int, float)) and 0 <= said < 1e9 else 0.0
+            self._box_started = {instance: time.time() - uptime}  # only the current box's is kept
+        return self._box_started[instance]
 
     @staticmethod
     def _fresh_shells(workspace: RunnerWorkspace) -> None:

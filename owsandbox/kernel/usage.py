@@ -56,3 +56,19 @@ class UsageMeter:
 def _count(value: Any) -> int:
     """A count from the box: a whole number of at least 0 (anything else is 0; the box's word is shown only)."""
     return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 62 else 0
+
+
+def cell_usage(said: Any) -> dict[str, Any] | None:
+    """A command's figures from the box (`RunResult.usage`, box/shell/cellusage.py) as the execute_reply's
+    `metadata["owsandbox"]["usage"]`: `peak_memory_bytes` (int) and `cpu_seconds` (float, or None where the
+    box could not count it). None when the box said nothing usable: the metadata then has no figures
+    rather than made-up ones."""
+    if not isinstance(said, dict):
+        return None
+    peak = said.get("peak_memory_bytes")
+    if not isinstance(peak, int) or isinstance(peak, bool) or not 0 <= peak < 1 << 62:
+        return None
+    cpu = said.get("cpu_seconds")
+    cpu_seconds = (float(cpu) if isinstance(cpu, (int, float)) and not isinstance(cpu, bool)
+                   and math.isfinite(cpu) and 0 <= cpu < 1e12 else None)
+    return {"peak_memory_bytes": peak, "cpu_seconds": cpu_seconds}

@@ -108,6 +108,15 @@ class RunResult(TypedDict):
     log_path: NotRequired[str]
     tail_chars: NotRequired[int]
     segments: NotRequired[list[Any]]
+    usage: NotRequired[CommandUsage]  # what the command used (box/shell/cellusage.py)
+
+
+class CommandUsage(TypedDict):
+    """What one command used, measured by the box on its shell's process tree (box/shell/cellusage.py)."""
+
+    peak_memory_bytes: int  # the most resident memory the tree held at once, as sampled
+    cpu_seconds: float | None  # CPU time of the tree during the command; None when the shell ended with it
+    samples: int  # the readings the peak is the highest of
 
 
 class OutputFrame(TypedDict):

@@ -37,3 +37,14 @@ def shell_command(term: str | None, cols: int, rows: int, colorterm: str | None 
         env.append(f"COLORTERM={colorterm}")
     return (f"stty cols {int(cols)} rows {int(rows)} 2>/dev/null; "
             f"exec env {' '.join(env)} bash --rcfile <(printf '%s' {shlex.quote(RC)}) -i")
+
+
+_SHELL_COMMAND = re.compile(r"stty cols \d+ rows \d+ 2>/dev/null; exec env (?:[A-Z]+=\S+ )+bash --rcfile <\(printf ")
+#: How `%attach --list` names a terminal's session instead of its kilobyte of set-up.
+TERMINAL_LABEL = "bash -i (a terminal: owsandbox shell or JupyterLab's)"
+
+
+def terminal_label(command: str) -> str | None:
+    """TERMINAL_LABEL for a command `shell_command` made, else None. The box lists the commands of its
+    sessions, so a program could take the label by starting with the same text: it names, never decides."""
+    return TERMINAL_LABEL if _SHELL_COMMAND.match(command) else None

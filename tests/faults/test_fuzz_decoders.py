@@ -309,7 +309,8 @@ def test_the_output_record_keeps_all_or_head_and_tail_and_logs_everything(adds: 
             half = limit // 2
             tail = min(half, total - half)
             omitted = total - half - tail
-            notice = f"\n[... {omitted} characters omitted; the whole output is in {path} ...]\n"
+            said = f"{omitted} character{'' if omitted == 1 else 's'}"
+            notice = f"\n[... {said} omitted; the whole output is in {path} ...]\n"
             assert record.truncated and record.segments is None and record.tail_chars == tail
             assert output == whole[:half] + notice + whole[total - tail :]
             assert Path(path).read_bytes() == whole.encode()
@@ -365,7 +366,9 @@ def test_past_the_cell_limit_exactly_the_first_characters_show_and_one_notice(ad
         rest = len(whole) - limit
         assert shown == whole[:limit] + whole[len(whole) - min(rest, TAIL_CHARS) :]
         assert "output limit" in notices[0].text, notices
-        assert f"{rest} characters of this command's output were not shown" in notices[1].text, notices
+        said = (f"{rest} characters of this command's output were" if rest != 1
+                else "1 character of this command's output was")
+        assert f"{said} not shown" in notices[1].text, notices
 
 
 # ── execd frames (RFC 6455) ─────────────────────────────────────────────────────────────────────

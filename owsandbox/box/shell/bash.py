@@ -57,9 +57,11 @@ from ... import protocol as P
 from ...protocol import INTERNAL_ERROR, INVALID_PARAMS, SHELL_BUSY, RunnerError
 from ...protocol import messages as M
 from ...protocol.methods import SHELL_INPUT_WANTED, SHELL_OUTPUT, SHELL_PROGRESS
+from ...protocol.words import noun
 from .. import procstat
 from ..procstat import session_members
 from .capture import LiveBatcher, MarkerScanner, OutputRecord, ShellChatter, StreamDecoder, WholeLines
+from .cellusage import CellMeter
 from .lines import (
     DISPLAY_START,
     LEAD,
@@ -195,6 +197,7 @@ class Command:
         self.reading = 0  # which terminal that wait reads (0: stdin's, 1: stderr's)
         self.seen_waiting = False  # a new wait was seen once with no prompt printed yet
         self.eof_noted = False
+        self.meter: CellMeter | None = None  # its peak memory and CPU seconds (`RunResult.usage`)
 
     def advance(self, event: str, reason: str | None = None) -> bool:
         """Move on by `event` ("stop", with its reason; "ended"); False when it does not apply now."""
@@ -352,6 +355,7 @@ class Shell:
         cmd.notice_channel = notice_channel(terminal, merge)
         stdin = f"&{TTY_OUT_FD}" if terminal else "/dev/null"
         lines += command_line(command, self._last_status, stdin, cmd.token) + marker_lines(cmd.token, *cmd.marker_fds)
+        cmd.meter = CellMeter(self.pid, time.monotonic())  # read before bash can start the command
         # Written under the lock `_exited` takes to mark the shell gone before it closes the pipes:
         # bash may read the line, end (`set -e; false`) and be reaped while this thread is still in
         # the pipe's flush, and a pipe closed under a writer raises ValueError, not OSError.
@@ -500,6 +504,8 @@ class Shell:
             deadlines = [self._lines.deadline(), *(chatter.deadline() for chatter in self._chatter.values())]
             if cmd is not None:
                 deadlines.append(cmd.batcher.deadline())
+                if cmd.meter is not None:
+                    deadlines.append(cmd.meter.due())
             deadline = min((d for d in deadlines if d is not None), default=None)
             timeout = 0.5 if deadline is None else max(0.0, deadline - time.monotonic())
             if any(chatter.holding for chatter in self._chatter.values()):
@@ -526,6 +532,8 @@ class Shell:
                 self._hand_over_between(cmd, now)
                 if cmd.terminal and cmd is not self._starting:
                     self._check_for_reader(cmd, now)
+            if cmd is not None and cmd.meter is not None:
+                cmd.meter.sample_if_due(now)
             if cmd is not None and cmd.on_live is not None:
                 self._send_live(cmd, cmd.batcher.due(time.monotonic()))
                 self._maybe_progress(cmd)
@@ -735,8 +743,9 @@ class Shell:
         if not self._between and not self._between_dropped:
             return
         if self._between_dropped:
-            self._note(cmd, f"[{self._between_dropped} earlier bytes printed by background jobs between "
-                            "commands were dropped; the latest follow]\n", now)
+            dropped = self._between_dropped
+            self._note(cmd, f"[{dropped} earlier {noun(dropped, 'byte')} printed by background jobs between "
+                            f"commands {noun(dropped, 'was', 'were')} dropped; the latest follow]\n", now)
         for stream, raw, text in self._between:
             self._add(cmd, stream, raw, text, now)
         self._between.clear()
@@ -879,6 +888,8 @@ class Shell:
             result["tail_chars"] = cmd.record.tail_chars
         if cmd.record.segments is not None:
             result["segments"] = cmd.record.segments
+        if cmd.meter is not None:
+            result["usage"] = cmd.meter.finish()
         cmd.finished.set()
         cmd.on_done(result)
 

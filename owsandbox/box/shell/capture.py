@@ -23,6 +23,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import IO, Any
 
+from ...protocol.words import noun
+
 MARKER_START = b"\x1f\x1eOWS:"
 _MAX_MARKER = 16384  # a marker line carries a token, a status and a folder
 
@@ -265,7 +267,7 @@ class OutputRecord:
         self.tail_chars = len(tail)
         kept = (f"the whole output is in {self.log_path}" if self.log_error is None else
                 f"{self.log_path} holds the output only up to where writing it failed ({self.log_error})")
-        notice = f"\n[... {self.omitted} characters omitted; {kept} ...]\n"
+        notice = f"\n[... {self.omitted} {noun(self.omitted, 'character')} omitted; {kept} ...]\n"
         return "".join(self._parts) + notice + tail
 
 

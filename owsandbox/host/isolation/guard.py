@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING
 
 from ... import settings
 from ...protocol.paths import inside
+from ...protocol.words import noun
 from ..privatedir import runtime_candidates, runtime_root
 
 if TYPE_CHECKING:
@@ -173,7 +174,9 @@ class Guard:
         lines: dict[str, str] = {}
         if self.home_top:
             lines["top of the home"] = (f"{self.home_top} is read-only: nothing new can be made there (its "
-                                        f"{len(self.home_writable)} existing entries other than dot entries and "
+                                        f"{len(self.home_writable)} existing "
+                                        f"{noun(len(self.home_writable), 'entry', 'entries')} other than dot "
+                                        "entries and "
                                         "bin stay writable)")
         for top in self.tops:
             if top != self.home_top:

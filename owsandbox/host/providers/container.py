@@ -482,9 +482,9 @@ class ContainerProvider(GuardedWorkspace, ExecProvider):
         if done.returncode != 0:
             text = (done.stderr + done.stdout).lower()
             if any(word in text for word in ("no such image", "image not known", "not found", "unable to find")):
-                raise BoxError(f"the image {self.image} is not here: get it with `{self.engine_name} pull "
-                               f"{self.image}`, or build it (`{self.engine_name} build -t {self.image} ...`; "
-                               "share/containers/teaching.Containerfile is an example)")
+                raise BoxError(f"the image {self.image} is not here: get it with: {self.engine_name} pull "
+                               f"{self.image}; or build it: {self.engine_name} build -t {self.image} ... "
+                               "(share/containers/teaching.Containerfile is an example)")
             raise self._failed(f"find the image {self.image}", done)
         image_id, _, user = done.stdout.strip().partition("\t")
         self.image_id, self.image_user = image_id.strip(), user.strip()

@@ -95,9 +95,9 @@ class SandboxSnapshots:
     def restore_baseline(self) -> RestoreReport:
         setting = baseline_setting(self.env)
         if setting is None:
-            raise SnapshotError(f"this kernel names no baseline: a kernelspec gives one with `owsandbox install "
-                                f"--baseline DIR` (a folder of the lab's starting files) or `--baseline NAME` (a "
-                                f"snapshot), which sets {BASELINE_ENV}")
+            raise SnapshotError(f"this kernel names no baseline: a kernelspec gives one, {BASELINE_ENV}, with "
+                                "owsandbox install --baseline DIR (a folder of the lab's starting files) or "
+                                "owsandbox install --baseline NAME (a snapshot)")
         if not setting.startswith("/"):
             return self.restore(setting)
         workspace = self.target.workspace

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...protocol.words import counted
 from ..errors import AttachError, UsageError
 from . import jsonrpc as R
 from .conversation import RECEIVED, SENT, Call, Conversation
@@ -153,7 +154,7 @@ def compare(saved: list[Call], fresh: list[Call], ignore: frozenset[str] = froze
             continue
         diff = list(difflib.unified_diff(was_text, now_text, "saved", "now", lineterm="", n=2))
         if len(diff) > DIFF_LINES:
-            diff = diff[:DIFF_LINES] + [f"… {len(diff) - DIFF_LINES} more lines of diff"]
+            diff = diff[:DIFF_LINES] + [f"… {counted(len(diff) - DIFF_LINES, 'more line')} of diff"]
         verdict.differ.append((call, diff))
     return verdict
 
@@ -196,8 +197,8 @@ def labels(calls: list[Call], most: int = 5) -> str:
 def report(verdict: Verdict, saved_path: str, against: str) -> str:
     """The cell's text for a verdict: a line for the whole, then each diff once, with the answers it
     is the diff of (a change that breaks twenty answers alike is one diff, not twenty)."""
-    lines = [f"replayed {verdict.compared} requests of {saved_path} against {against}: "
-             f"{len(verdict.same)} answers the same, {len(verdict.differ)} different"]
+    lines = [f"replayed {counted(verdict.compared, 'request')} of {saved_path} against {against}: "
+             f"{counted(len(verdict.same), 'answer')} the same, {len(verdict.differ)} different"]
     alike: dict[tuple[str, ...], list[Call]] = {}
     for call, diff in verdict.differ:
         alike.setdefault(tuple(diff[2:]), []).append(call)  # past the ---/+++ lines

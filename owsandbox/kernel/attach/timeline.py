@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ...protocol.words import counted
 from . import jsonrpc as R
 from .asked import answer_line
 from .conversation import ARROWS, RECEIVED, SENT, Call, Conversation, Entry, latest
@@ -56,7 +57,8 @@ def timeline(conversation: Conversation, number: int, now: float) -> list[str]:
     stderr, earlier = latest(conversation.stderr_lines, SHOW_STDERR)
     partial = conversation.stderr_partial
     if stderr or partial:
-        lines.append("stderr" + (f" (… {earlier} earlier lines: %records {number} --stderr)" if earlier else ""))
+        lines.append("stderr" + (f" (… {counted(earlier, 'earlier line')}: %records {number} --stderr)"
+                                 if earlier else ""))
         lines += [f"  {entry.text}" for entry in stderr] + ([f"  {partial}"] if partial else [])
     flagged, earlier = latest(conversation.not_json, SHOW_NOT_JSON)
     if flagged:
@@ -67,7 +69,7 @@ def timeline(conversation: Conversation, number: int, now: float) -> list[str]:
 
 def _plain(conversation: Conversation, number: int, now: float) -> list[str]:
     recent, earlier = latest(conversation.records, SHOW_RECORDS)
-    lines = [f"… {earlier} earlier records (%records {number})"] if earlier else []
+    lines = [f"… {counted(earlier, 'earlier record')} (%records {number})"] if earlier else []
     for entry in recent:
         said = ""
         call = entry.call
@@ -80,8 +82,8 @@ def _plain(conversation: Conversation, number: int, now: float) -> list[str]:
 def _rpc(conversation: Conversation, number: int, now: float) -> list[str]:
     counts = conversation.counts
     pending = len(conversation.pending_calls())
-    lines = [f"{conversation.dialect.title} · {counts['calls']} calls"
-             + (f", {pending} pending" if pending else "") + f" · {counts['notifications']} notifications"]
+    lines = [f"{conversation.dialect.title} · {counted(counts['calls'], 'call')}"
+             + (f", {pending} pending" if pending else "") + f" · {counted(counts['notifications'], 'notification')}"]
     items: list[tuple[int, Call | Entry]] = [(call.request.seq, call) for call in conversation.calls]
     items += [(entry.seq, entry) for entry in conversation.records
               if entry.kind not in (R.NOTIFICATION, R.REQUEST) and entry.call is None]  # answers to nothing known
@@ -102,7 +104,7 @@ def _rpc(conversation: Conversation, number: int, now: float) -> list[str]:
             lines.append(f"      {ARROWS[item.answer.direction]} {compact(item.answer.record)}{_failed(item.answer)}")
     notes, earlier = latest(conversation.notifications, SHOW_NOTIFICATIONS)
     if notes:
-        lines.append("notifications" + (f" (… {earlier} earlier: %records {number} --notifications)"
+        lines.append("notifications" + (f" (… {earlier:,} earlier: %records {number} --notifications)"
                                         if earlier else ""))
         for entry in notes:
             record = entry.record or {}

@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ...protocol.words import counted
+from ...terminal.boxshell import terminal_label
 from .timeline import RECORD_CHARS as RECORD_CHARS  # the view's line length, named here too
 from .timeline import timeline
 
@@ -25,7 +27,8 @@ PENDING_TICK_SECONDS = 1.0  # and this often while a call is pending, for its ti
 def bundle(program: Program) -> dict[str, Any]:
     """The display's content: the header line, then the conversation (timeline.py)."""
     header = (f"{program.describe()} [{program.state}] session {program.session_id[:8]}, cursor "
-              f"{program.cursor}, {program.seen} records" + (f" — {program.command}" if program.command else ""))
+              f"{program.cursor}, {counted(program.seen, 'record')}"
+              + (f" — {program.command}" if program.command else ""))
     return {"text/plain": "\n".join([header, *timeline(program.conversation, program.number, time.time())])}
 
 
@@ -84,10 +87,16 @@ def listing_row(session_id: str, entry: dict[str, Any], session: dict[str, Any],
     list it; `known_here` when it lists every session of the program's endpoint) and the newest
     attachment in this kernel, if any."""
     return {"#": attached.number if attached else "-", "session": session_id[:8],
-            "name": entry.get("name", ""), "command": entry.get("command") or session.get("command", ""),
+            "name": entry.get("name", ""), "command": _command(entry.get("command") or session.get("command", "")),
             "program": program_state(session, known_here), "offset": session.get("output_offset", "?"),
             "cursor": attached.cursor if attached else entry.get("cursor", 0),
             "attachment": attachment_state(attached.state if attached else entry.get("state", ""))}
+
+
+def _command(command: Any) -> str:
+    """A session's command as the list shows it: a terminal's kilobyte of set-up as a short label."""
+    text = command if isinstance(command, str) else ""
+    return terminal_label(text) or text
 
 
 def program_state(session: dict[str, Any], known_here: bool) -> str:

@@ -25,6 +25,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from ...protocol.words import noun
+
 ALLOWANCE = 16_384  # characters of the kernel's own notes past the limit
 
 
@@ -108,14 +110,16 @@ class OutputBudget:
             count, chars = self.withheld_after_note, self.withheld_chars
             self.withheld_after_note = self.withheld_chars = 0
         outputs = ("more " if self.noted else "") + ("output" if count == 1 else "outputs")
-        return f"[past the output limit, {count} {outputs} ({chars} characters) were not shown]"
+        return (f"[past the output limit, {count} {outputs} ({chars} {noun(chars, 'character')}) "
+                f"{noun(count, 'was', 'were')} not shown]")
 
     def _first_note(self, said: str, withheld: Withheld, size: int) -> str | None:
         if self.noted:
             self._count_withheld(size)
             return None
         self.noted = True
-        return f"[output limit of {self.limit} characters reached (%output limit): {said}; {withheld.how}]"
+        return (f"[output limit of {self.limit} {noun(self.limit, 'character')} reached (%output limit): {said}; "
+                f"{withheld.how}]")
 
     def _count_withheld(self, size: int) -> None:
         self.withheld_after_note += 1

@@ -14,7 +14,7 @@ from typing import Any
 from ..display.math_safe import no_math
 
 NOTE_METADATA = {"owsandbox": {"note": True}}
-_STYLE = "margin:0;padding:0;opacity:0.6;font-size:0.9em;white-space:pre-wrap;background:none"
+_STYLE = "margin:0;padding:0 0 0 8px;opacity:0.6;font-size:0.9em;white-space:pre-wrap;background:none"
 
 
 def note_content(text: str) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from typing import Any
 
 from ...protocol import messages as M
 from ...protocol.messages import display_requests
+from ...protocol.words import noun
 from .budget import OutputBudget
 from .terminal_text import TerminalText, plain
 
@@ -163,12 +164,12 @@ class CellOutput:
         if not self.limited:
             self._stop_at_limit()
         self._release()
-        self._events.append(Notice(f"[all {total} characters are in {log}; "
+        self._events.append(Notice(f"[all {total} {noun(total, 'character')} are in {log}; "
                                    f"page them with %read {log} --lines 1:200]\n"))
         # What was shown is the output up to `displayed`; the end comes from the record's tail.
         tail = min(total - max(self.displayed, total - TAIL_CHARS), kept_tail)
         if tail > 0:
-            self._events.append(Notice(f"[the last {tail} characters:]\n"))
+            self._events.append(Notice(f"[the last {tail} {noun(tail, 'character')}:]\n"))
             text = output[len(output) - tail :]
             self._events.append(Stream("stdout", TerminalText().feed(text) if self._filters is not None else text))
         self.shown = total
@@ -177,12 +178,13 @@ class CellOutput:
         """Cut at the limit though the sandbox kept every character (the cell's other outputs took the
         room): no log holds the rest, so say so, and show the end as a cut output does."""
         self._release()
-        self._events.append(Notice(f"[{self.withheld} characters of this command's output were not shown: the "
+        self._events.append(Notice(f"[{self.withheld} {noun(self.withheld, 'character')} of this command's output "
+                                   f"{noun(self.withheld, 'was', 'were')} not shown: the "
                                    "cell's outputs reached its limit; raise %output limit, or send the output "
                                    "to a file]\n"))
         tail = min(self.withheld, TAIL_CHARS, len(output))
         if tail > 0:
-            self._events.append(Notice(f"[the last {tail} characters:]\n"))
+            self._events.append(Notice(f"[the last {tail} {noun(tail, 'character')}:]\n"))
             text = output[len(output) - tail :]
             self._events.append(Stream("stdout", TerminalText().feed(text) if self._filters is not None else text))
 
@@ -203,7 +205,8 @@ class CellOutput:
     def _stop_at_limit(self) -> None:
         self.limited = True
         self._release()
-        self._events.append(Notice(f"\n[output limit of {self.limit} characters reached (%output limit); "
+        self._events.append(Notice(f"\n[output limit of {self.limit} {noun(self.limit, 'character')} reached "
+                                   "(%output limit); "
                                    "where the rest is follows when the command ends]\n"))
 
     def _emit(self, stream: str, text: str) -> None:

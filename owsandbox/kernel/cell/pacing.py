@@ -19,6 +19,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 
+from ...protocol.words import counted, noun
 from ...settings import Settings, settings_of
 
 DEFAULT_RATE = 500_000  # bytes a second, sustained: half of a default server's limit
@@ -130,11 +131,13 @@ class FloodTail:
     def text(self, ended: bool = False) -> str:
         lines = [*self._tail, *([self._partial] if self._partial else [])]
         state = "not shown as it came" if ended else "so far, coming faster than a notebook takes"
-        head = f"[{self.chars:,} characters ({self.lines:,} lines) {state}; the last {len(lines)} lines:]"
+        head = (f"[{counted(self.chars, 'character')} ({counted(self.lines, 'line')}) {state}; the last "
+                f"{counted(len(lines), 'line')}:]")
         return "\n".join([head, *lines])
 
     def note(self) -> str:
-        return (f"[the output came faster than the notebook's server lets through, so {self.chars:,} characters "
-                f"({self.lines:,} lines) were not streamed: what came first is above the live tail, what came "
+        return (f"[the output came faster than the notebook's server lets through, so "
+                f"{counted(self.chars, 'character')} ({counted(self.lines, 'line')}) "
+                f"{noun(self.chars, 'was', 'were')} not streamed: what came first is above the live tail, what came "
                 "last is in it. To keep all of it, send it to a file (COMMAND > out.txt) and page it with "
                 "%read out.txt]")

@@ -60,7 +60,12 @@ _CSP = ("default-src 'none'; img-src data:; media-src data:; font-src data:; sty
 _FRAME_HEAD = (f'<!DOCTYPE html><meta http-equiv="Content-Security-Policy" content="{_CSP}">'
                "<style>body{margin:4px 0;font:13px/1.4 system-ui,-apple-system,'Segoe UI',sans-serif}</style>")
 _DOCTYPE = re.compile(r"^\ufeff?\s*<!doctype[^>]*>", re.IGNORECASE)
-_BLOCKS = re.compile(r"<(?:tr|br|p|li|h[1-6]|div|dt|dd|hr|caption|blockquote|figcaption|summary)\b", re.IGNORECASE)
+_BLOCKS = re.compile(r"<(tr|br|p|li|h[1-6]|div|dt|dd|hr|caption|blockquote|figcaption|summary)\b", re.IGNORECASE)
+# What a block takes in the frame's font (13px/1.4: a line is 18.2 px), margins included, as Chromium lays
+# them out (measured, tests/test_untrusted_display.py): a paragraph's 1em margins, a heading's larger font.
+_BLOCK_PX = {"p": 31, "blockquote": 31, "h1": 60, "h2": 46, "h3": 38, "h4": 40, "h5": 36, "h6": 36, "hr": 18}
+_BORDERED_ROW_PX = 25  # a row of a table with borders (pandas' `border="1"`): the lines and padding around it
+_BORDERS = re.compile(r"<table\b[^<>]{0,2000}\bborder\s*=\s*[\"']?[1-9]|\bborder(?:-width)?\s*:", re.IGNORECASE)
 _PICTURES = re.compile(r"<(?:img|svg|video|canvas)\b[^<>]{0,2000}", re.IGNORECASE)  # bounded: no quadratic scans
 _HEIGHT = re.compile(r"""\bheight\s*[=:]\s*["']?\s*(\d{1,5})""", re.IGNORECASE)
 _TAGS = re.compile(r"<[^<>]{0,2000}>")
@@ -107,14 +112,16 @@ def html_frame(document: str, title: str) -> str:
 
 def frame_height(document: str) -> int:
     """A height in pixels for a frame showing `document`: its rows, lines and pictures, within bounds."""
-    rows = len(_BLOCKS.findall(document)) + _pre_lines(document)
-    if not rows:
-        rows = max(1, sum(1 for line in _TAGS.sub("", document).splitlines() if line.strip()))
-    pixels = rows * _LINE_PX
+    row_px = _BORDERED_ROW_PX if _BORDERS.search(document) else _LINE_PX
+    blocks = [tag.lower() for tag in _BLOCKS.findall(document)]
+    pixels = sum(_BLOCK_PX.get(tag, row_px if tag == "tr" else _LINE_PX) for tag in blocks)
+    pixels += _pre_lines(document) * _LINE_PX
+    if not pixels:
+        pixels = max(1, sum(1 for line in _TAGS.sub("", document).splitlines() if line.strip())) * _LINE_PX
     for tag in _PICTURES.findall(document):
         written = _HEIGHT.search(tag)
         pixels += int(written.group(1)) if written else _IMAGE_PX
-    return max(FRAME_MIN_PX, min(FRAME_MAX_PX, pixels + 16))
+    return max(FRAME_MIN_PX, min(FRAME_MAX_PX, pixels + 24))
 
 
 def _pre_lines(document: str) -> int:

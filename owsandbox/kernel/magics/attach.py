@@ -12,6 +12,7 @@ import shlex
 from typing import Any
 
 from ... import protocol as P
+from ...protocol.words import counted, noun
 from ..attach import jsonrpc as R
 from ..attach.asked import AutoAnswer, auto_answer, parse_option
 from ..attach.conversation import ARROWS, KEEP_RECORDS, RECEIVED, SENT, STDOUT, Entry
@@ -323,6 +324,10 @@ def _records(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
     else:
         kept = [e for e in conversation.entries() if e.record is not None or e.direction == STDOUT]
     shown = kept[-args.last:] if args.last > 0 else []
+    if program.since > 0:  # attached again (after a restart, or with --since): the earlier records are not here
+        ctx.note(f"[{program.describe()} was attached again at offset {program.since:,}: these are its records "
+                 f"from there on; the earlier ones are not in this kernel (%detach, then %attach --session "
+                 f"{program.session_id[:8]} --since 0 reads them again, as far as the box keeps its output)]")
     what = " ".join(f"{flag} {value}" for flag, value in (("--type", args.type), ("--method", args.method),
                                                           ("--id", args.id)) if value is not None)
     what += " --notifications" if args.notifications else ""
@@ -353,12 +358,15 @@ def _save(ctx: MagicContext, program: Program, path: str) -> None:
         raise
     counts = program.conversation.counts
     dropped = program.conversation.made - count
-    kept = (f"the newest {count} of {program.conversation.made} entries" if dropped else f"{count} entries")
-    ctx.stream(f"saved {kept} of {program.describe()} ({counts['sent']} records sent, {counts['received']} "
-               f"received, {counts['stderr']} stderr lines) to {done['path']}; %replay {path} sends its client side "
-               "to a fresh program\n")
+    kept = (f"the newest {count:,} of {counted(program.conversation.made, 'entry', 'entries')}" if dropped
+            else counted(count, "entry", "entries"))
+    ctx.stream(f"saved {kept} of {program.describe()} ({counted(counts['sent'], 'record')} sent, "
+               f"{counts['received']:,} "
+               f"received, {counted(counts['stderr'], 'stderr line')}) to {done['path']}; %replay {path} sends its "
+               "client side to a fresh program\n")
     if dropped:
-        ctx.note(f"{dropped} earlier entries are not in the file: the kernel keeps a program's newest "
+        ctx.note(f"{counted(dropped, 'earlier entry', 'earlier entries')} {noun(dropped, 'is', 'are')} not in the "
+                 "file: the kernel keeps a program's newest "
                  f"{KEEP_RECORDS} records with their calls, notifications and stderr lines; a replay of it starts "
                  "mid-session\n")
 
@@ -396,9 +404,10 @@ def _replay(ctx: MagicContext, text: str, _body: str) -> None:
     manager = ctx.attach
     program = manager.start(command, args.name or "replay", cwd, None, {}, ctx.parent, dialect=saved.dialect_name())
     if saved.header.get("dropped"):
-        ctx.note(f"{args.file} holds the newest part of a conversation ({saved.header['dropped']} earlier entries "
-                 "were not saved): its client side starts mid-session, so the program may answer otherwise\n")
-    ctx.stream(f"replaying {len(saved.client_side)} records of {args.file} against {program.describe()} "
+        ctx.note(f"{args.file} holds the newest part of a conversation ("
+                 f"{counted(saved.header['dropped'], 'earlier entry', 'earlier entries')} "
+                 "not saved): its client side starts mid-session, so the program may answer otherwise\n")
+    ctx.stream(f"replaying {counted(len(saved.client_side), 'record')} of {args.file} against {program.describe()} "
                f"(session {program.session_id[:8]}): {command}\n")
     manager.show(program)
     try:
@@ -411,10 +420,13 @@ def _replay(ctx: MagicContext, text: str, _body: str) -> None:
                + ("" if args.keep else f"ended {program.describe()} (--keep leaves it running)\n"))
     differ = [call for call, _ in verdict.differ]
     if stopped:
-        raise ReplayDiffers(f"the replay stopped early: {stopped}; {len(differ)} of {verdict.compared} answers "
-                            f"differ{': ' + labels(differ) if differ else ''}")
+        raise ReplayDiffers(f"the replay stopped early: {stopped}; {len(differ)} of "
+                            f"{counted(verdict.compared, 'answer')} {noun(len(differ), 'differs', 'differ')}"
+                            f"{': ' + labels(differ) if differ else ''}")
     if differ:
-        raise ReplayDiffers(f"{len(differ)} of {verdict.compared} answers differ from {args.file}: {labels(differ)}")
+        raise ReplayDiffers(f"{len(differ)} of {counted(verdict.compared, 'answer')} "
+                            f"{noun(len(differ), 'differs', 'differ')} "
+                            f"from {args.file}: {labels(differ)}")
 
 
 # The magics of this module, for the kernel's table (`table.all_magics`).

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from ... import protocol as P
+from ...protocol.words import counted
 from ..cell.budget import Withheld
 from ..display.rich import MAX_RICH_BYTES, mime_for, rich_bundle
 from ..errors import UsageError
@@ -137,7 +138,7 @@ def _do_write(ctx: MagicContext, args: argparse.Namespace, text: str) -> None:
         if err.code == P.FS_ERROR:
             raise UsageError(f"not written: {err.message}") from None
         raise
-    ctx.stream(f"{'appended' if args.append else 'wrote'} {done['bytes_written']} bytes to {done['path']}\n"
+    ctx.stream(f"{'appended' if args.append else 'wrote'} {counted(done['bytes_written'], 'byte')} to {done['path']}\n"
                f"sha256 {done['sha256']}\n")
 
 
@@ -158,7 +159,8 @@ def _ls(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
     listing = ctx.box.list({"path": args.path, "shell": _shell(ctx)})
     rows = [[e["name"] + ("/" if e["type"] == "folder" else ""), e["type"], _size(e.get("size")),
              _when(e.get("mtime"))] for e in listing["entries"]]
-    footer = f"{len(rows)} entries in {listing['path']}" + (" (truncated)" if listing.get("truncated") else "")
+    footer = (f"{counted(len(rows), 'entry', 'entries')} in {listing['path']}"
+              + (" (truncated)" if listing.get("truncated") else ""))
     show_table(ctx, ["name", "type", "size", "modified"], rows, footer)
 
 
@@ -193,7 +195,8 @@ def _search(ctx: MagicContext, args: argparse.Namespace, _body: str) -> None:
             raise UsageError(err.message) from None
         raise
     rows = [[m["path"], m["line"], m["text"]] for m in found["matches"]]
-    footer = f"{len(rows)} matches" + (" (more not shown; raise --max)" if found.get("truncated") else "")
+    footer = (counted(len(rows), "match", "matches")
+              + (" (more not shown; raise --max)" if found.get("truncated") else ""))
     show_table(ctx, ["path", "line", "text"], rows, footer)
 
 

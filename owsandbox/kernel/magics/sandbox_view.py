@@ -176,8 +176,12 @@ def sandbox(info: Info) -> str | None:
     if "instance_id" not in info:
         return _text(info.get("provider")) or None
     restarts = info.get("restarts") or 0
-    parts = [f"{info.get('provider')} provider", f"up {info.get('uptime_s')} s",
-             "no restarts" if not restarts else f"{restarts} restart{'s' * (restarts != 1)}"]
+    up = f"up {info.get('uptime_s')} s"
+    if info.get("kept"):  # the box of the kernel before a restart, its files and programs kept
+        up = f"box kept from before the kernel's restart, {up}" + (f" (since {info['up_since']})"
+                                                                  if info.get("up_since") else "")
+    parts = [f"{info.get('provider')} provider", up,
+             "no restarts of the box" if not restarts else f"box restarted {restarts} time{'s' * (restarts != 1)}"]
     if info.get("runner_version"):
         parts.append(f"runner {info['runner_version']}")
     return ", ".join(parts)

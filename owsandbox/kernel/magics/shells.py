@@ -118,8 +118,8 @@ class TerminalSettings:
     stderr: str = "apart"  # or "merge"
 
     def describe(self, shell: str) -> str:
-        where = f"on a {self.cols}x{self.rows} terminal" if self.terminal else "off (pipes, exact bytes)"
-        return f"shell '{shell}': terminal {where}; stderr {self.stderr}"
+        where = f"on a {self.cols}x{self.rows} terminal" if self.terminal else "on pipes, exact bytes (terminal off)"
+        return f"shell '{shell}': {where}; stderr {self.stderr}"
 
 
 def terminal_settings(settings: dict[str, Any], shell: str) -> TerminalSettings:

@@ -29,6 +29,7 @@ from ...host.snapshots.store import (
     summarize,
 )
 from ...protocol.paths import inside
+from ...protocol.words import counted
 from ..errors import CellError, UsageError
 from ..teaching import checks
 from ..teaching.recording import Recorder, RecordingError
@@ -93,15 +94,11 @@ def _snapshot(ctx: TeachingContext, args: argparse.Namespace, _body: str) -> Non
         raise CellError("SnapshotError", str(exc)) from None
 
 
-def _counted(count: int, word: str, words: str = "") -> str:
-    return f"{count:,} {word if count == 1 else words or word + 's'}"
-
-
 def _said_save(ctx: TeachingContext, report: SaveReport) -> None:
     unchanged = report.bytes - report.read_bytes
     ctx.stream(f"saved snapshot '{report.name}'{' (replacing the one of that name)' if report.replaced else ''}: "
-               f"{_counted(report.files, 'file')}, {_counted(report.folders, 'folder')}, "
-               f"{_counted(report.links, 'link')}, {human_size(report.bytes)} in {report.seconds:.2f} s\n")
+               f"{counted(report.files, 'file')}, {counted(report.folders, 'folder')}, "
+               f"{counted(report.links, 'link')}, {human_size(report.bytes)} in {report.seconds:.2f} s\n")
     kept = f"{human_size(unchanged)} unchanged since the last save, not read again; " if unchanged > 0 else ""
     ctx.note(f"[{kept}the store holds {human_size(report.store_bytes)} of its {human_size(report.limit)} limit "
              "(each content once), outside every box]")
@@ -123,10 +120,10 @@ def _restore(ctx: TeachingContext, snapshots: SandboxSnapshots, name: str | None
 
 
 def _said_restore(ctx: TeachingContext, report: RestoreReport, what: str) -> None:
-    removed = _counted(report.removed, "entry", "entries")
-    ctx.stream(f"restored {what}: {_counted(report.written, 'file')} written back, {removed} added since removed, "
-               f"{_counted(report.folders, 'folder')} and {_counted(report.links, 'link')} put back, "
-               f"{_counted(report.unchanged, 'file')} unchanged, in {report.seconds:.2f} s\n")
+    removed = counted(report.removed, "entry", "entries")
+    ctx.stream(f"restored {what}: {counted(report.written, 'file')} written back, {removed} added since removed, "
+               f"{counted(report.folders, 'folder')} and {counted(report.links, 'link')} put back, "
+               f"{counted(report.unchanged, 'file')} unchanged, in {report.seconds:.2f} s\n")
     if report.kept:
         ctx.note(f"[left as they are: {summarize(report.kept)}]")
     if report.excluded:
@@ -198,14 +195,14 @@ def _record_options(p: argparse.ArgumentParser) -> None:
 def _record(ctx: TeachingContext, args: argparse.Namespace, _body: str) -> None:
     recorder = ctx.recorder
     if args.state is None:
-        ctx.result(f"recording to {recorder.path} ({recorder.cells} cells so far)" if recorder.on
+        ctx.result(f"recording to {recorder.path} ({counted(recorder.cells, 'cell')} so far)" if recorder.on
                    else "not recording: %record on [FILE.cast] starts")
         return
     if args.state == "off":
         if args.file:
             raise UsageError("%record off takes no file")
         done = recorder.stop("recording stopped by %record off")
-        ctx.stream(f"recorded {done}; replay it with `owsandbox replay {shlex.quote(str(recorder.path))}`\n"
+        ctx.stream(f"recorded {done}; replay it with: owsandbox replay {shlex.quote(str(recorder.path))}\n"
                    if done else "not recording\n")
         return
     try:
