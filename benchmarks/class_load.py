@@ -15,7 +15,7 @@ DistributedProcessProxy (round-robin) through `owsandbox gateway-kernel`.
    for the class, or it fails saying where it was.
 
 The kernelspec is written as the README says (`owsandbox install --enterprise-gateway ssh`), so it asks
-the gateway for its own launch timeout (KERNEL_LAUNCH_TIMEOUT, 120 s unless `--launch-timeout` says);
+the gateway for its own launch timeout (KERNEL_LAUNCH_TIMEOUT, 180 s unless `--launch-timeout` says);
 `--launch-timeout 30` is the gateway's default, as before the spec asked. `--hog N` runs N processes
 that only spin on the CPU for the whole run (a machine as busy as a shared one gets); the load average
 is printed at the start and the end.
@@ -134,6 +134,7 @@ def the_class(gateway: EnterpriseGateway, network: GatewayNetwork, kernels: int,
     with ThreadPoolExecutor(kernels) as pool:
         ids = list(pool.map(lambda n: gateway.start_kernel(workspace(network, f"student-{n}")), range(kernels)))
     started = time.perf_counter() - began
+    print(f"class: all {kernels} kernels up (POST answered 201) in {started:.1f} s", flush=True)
     pinned = PinnedProcesses()
     placed: dict[str, list[int]] = {host.address: [] for host in network.hosts}
     for kernel_id in ids:
@@ -189,7 +190,7 @@ def main() -> None:
     parser.add_argument("--deadline", type=float, default=300.0)
     parser.add_argument("--hog", type=int, default=0, metavar="N", help="N busy loops during the run")
     parser.add_argument("--launch-timeout", type=int, default=None, metavar="S",
-                        help="the spec's --launch-timeout (default: the spec's own, 120)")
+                        help="the spec's --launch-timeout (default: the spec's own, 180)")
     args = parser.parse_args()
     if not 1 <= args.kernels <= 60:
         parser.error("--kernels: 1 to 60 (two hosts of a 2-core machine)")

@@ -51,10 +51,10 @@ def test_the_spec_starts_owsandboxs_launcher_on_the_given_hosts(prefix: Path) ->
 
 @pytest.mark.unit
 def test_the_spec_asks_the_gateway_for_the_launch_timeout_its_kernels_need(prefix: Path) -> None:
-    """120 s unless told (the gateway's own default, 30 s, was too short for a class on a busy host),
+    """180 s unless told (the gateway's own default, 30 s, was too short for a class on a busy host),
     in the spec's env where the gateway takes it as the default a request may override, and never
     passed on into the sandbox's cells."""
-    for extra, seconds in (([], "120"), (["--launch-timeout", "300"], "300")):
+    for extra, seconds in (([], "180"), (["--launch-timeout", "300"], "300")):
         assert kernelspec.main(["install", "--enterprise-gateway", "ssh", "--hosts", "h1", "--prefix", str(prefix),
                                 "--name", "eg", "--env", "COURSE=maths", *extra]) == 0
         spec = json.loads((prefix / "share/jupyter/kernels/eg/kernel.json").read_text())
@@ -289,7 +289,7 @@ def test_the_docker_spec_pins_image_and_client_and_nests_bubblewrap(prefix: Path
                                 "--docker", docker_client]
     assert spec["argv"][6:] == gateway.LAUNCHER_ARGS
     # not the container provider's OWSANDBOX_IMAGE; the launch timeout the spec asks the gateway for
-    assert spec["env"] == {"OWSANDBOX_PROVIDER": "bwrap", "KERNEL_LAUNCH_TIMEOUT": "120"}
+    assert spec["env"] == {"OWSANDBOX_PROVIDER": "bwrap", "KERNEL_LAUNCH_TIMEOUT": "180"}
     assert spec["metadata"]["owsandbox"]["sandbox"] == "bubblewrap in the container"
 
 

@@ -296,7 +296,7 @@ def _parser() -> argparse.ArgumentParser:
                            "--enterprise-gateway docker; default: the one on PATH)")
     inst.add_argument("--launch-timeout", default=None, type=float, metavar="SECONDS",
                       help="how long the gateway waits for a kernel to start, asked for by the spec as "
-                           "KERNEL_LAUNCH_TIMEOUT (with --enterprise-gateway; default: 120, the gateway's own is 30; "
+                           "KERNEL_LAUNCH_TIMEOUT (with --enterprise-gateway; default: 180, the gateway's own is 30; "
                            "a request's KERNEL_LAUNCH_TIMEOUT wins)")
 
     uninst = commands.add_parser("uninstall", help="remove an installed kernelspec",
