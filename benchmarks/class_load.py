@@ -14,17 +14,29 @@ DistributedProcessProxy (round-robin) through `owsandbox gateway-kernel`.
    deleted and every process of every kernel and sandbox awaited gone. Bounded: `--deadline` seconds
    for the class, or it fails saying where it was.
 
-Run as root: `python benchmarks/class_load.py [--kernels 30] [--rounds 3]` from the repository root.
+The kernelspec is written as the README says (`owsandbox install --enterprise-gateway ssh`), so it asks
+the gateway for its own launch timeout (KERNEL_LAUNCH_TIMEOUT, 180 s unless `--launch-timeout` says);
+`--launch-timeout 30` is the gateway's default, as before the spec asked. `--hog N` runs N processes
+that only spin on the CPU for the whole run (a machine as busy as a shared one gets); the load average
+is printed at the start and the end.
+
+Run as root: `python benchmarks/class_load.py [--kernels 30] [--rounds 3] [--hog 4] [--launch-timeout S]`
+from the repository root.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -122,6 +134,7 @@ def the_class(gateway: EnterpriseGateway, network: GatewayNetwork, kernels: int,
     with ThreadPoolExecutor(kernels) as pool:
         ids = list(pool.map(lambda n: gateway.start_kernel(workspace(network, f"student-{n}")), range(kernels)))
     started = time.perf_counter() - began
+    print(f"class: all {kernels} kernels up (POST answered 201) in {started:.1f} s", flush=True)
     pinned = PinnedProcesses()
     placed: dict[str, list[int]] = {host.address: [] for host in network.hosts}
     for kernel_id in ids:
@@ -153,17 +166,41 @@ def the_class(gateway: EnterpriseGateway, network: GatewayNetwork, kernels: int,
     assert not left, f"left after DELETE: {[pinned.seen[p] for p in left]}"
 
 
+@contextmanager
+def cpu_hog(processes: int) -> Iterator[None]:
+    """`processes` busy loops for the duration, ended (and awaited) however the run ends."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(processes)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+        for hog in hogs:
+            hog.wait()
+
+
+def load() -> str:
+    return "load average " + " ".join(f"{value:.1f}" for value in os.getloadavg())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--deadline", type=float, default=300.0)
+    parser.add_argument("--hog", type=int, default=0, metavar="N", help="N busy loops during the run")
+    parser.add_argument("--launch-timeout", type=int, default=None, metavar="S",
+                        help="the spec's --launch-timeout (default: the spec's own, 180)")
     args = parser.parse_args()
     if not 1 <= args.kernels <= 60:
         parser.error("--kernels: 1 to 60 (two hosts of a 2-core machine)")
-    with gateway_network() as network:
+    extra = [] if args.launch_timeout is None else ["--launch-timeout", str(args.launch_timeout)]
+    with cpu_hog(args.hog), gateway_network() as network:
         prefix = network.folder / "spec"
-        install_spec(prefix, [host.address for host in network.hosts])
+        spec = install_spec(prefix, [host.address for host in network.hosts], extra)
+        timeout = json.loads((spec / "kernel.json").read_text())["env"]["KERNEL_LAUNCH_TIMEOUT"]
+        print(f"{os.cpu_count()} cores, {args.hog} busy loops, {load()}; the spec asks for a {timeout} s launch "
+              "timeout", flush=True)
         gateway = EnterpriseGateway(network, prefix, network.folder / "gateway.log")
         try:
             per_host(gateway, network, args.rounds)
@@ -173,6 +210,7 @@ def main() -> None:
             raise
         finally:
             gateway.stop()
+            print(f"at the end: {load()}")
 
 
 if __name__ == "__main__":

@@ -229,6 +229,58 @@ def opensandbox_release_execd(tmp_path_factory: pytest.TempPathFactory):
         yield server
 
 
+# A running execd that the execd-backed tests can target besides the stand-ins: OpenSandbox's own
+# (built from its source, docker/execd/v1.0.18, and run on this machine's loopback, so that it shares
+# the filesystem the tests look at). The tests' own variables, not owsandbox settings.
+EXTERNAL_EXECD_URL = "OWS_TEST_EXECD_URL"
+EXTERNAL_EXECD_TOKEN = "OWS_TEST_EXECD_TOKEN"
+
+
+class ExternalExecd:
+    """An execd the tests did not start, named by `OWS_TEST_EXECD_URL` and `OWS_TEST_EXECD_TOKEN`:
+    only its address is known (no white-box look at its sessions); the tests treat it as a released
+    execd (the quirks of tests/released_execd.py may or may not show)."""
+
+    def __init__(self, url: str, token: str) -> None:
+        self.url, self.token = url, token
+
+    def address(self) -> dict[str, str]:
+        return {"url": self.url, "token": self.token}
+
+
+@pytest.fixture(scope="session")
+def external_execd() -> ExternalExecd:
+    """The execd named by `OWS_TEST_EXECD_URL` (with its token in `OWS_TEST_EXECD_TOKEN`); skips, saying
+    how to name one, when unset; fails when it is named but cannot be reached with that token."""
+    from owsandbox.channel import ExecdControl, ExecdEndpoint
+    from owsandbox.channel.endpoint import TOKEN_HEADER
+    from owsandbox.channel.errors import ExecdError, ExecdNotFound
+
+    url = os.environ.get(EXTERNAL_EXECD_URL, "").strip()
+    if not url:
+        pytest.skip(f"no external execd named: set {EXTERNAL_EXECD_URL} (e.g. http://127.0.0.1:44772) and "
+                    f"{EXTERNAL_EXECD_TOKEN} to a released execd running on this machine to run this against it")
+    token = os.environ.get(EXTERNAL_EXECD_TOKEN, "")
+    if not token:
+        pytest.fail(f"{EXTERNAL_EXECD_URL} names {url} but {EXTERNAL_EXECD_TOKEN} is not set: the tests need "
+                    "its access token (execd --access-token)")
+    try:  # reachable, with that token: an unknown session is a 404, a wrong token a 401
+        ExecdControl(ExecdEndpoint(origin=url, headers={TOKEN_HEADER: token}), timeout=10).status("0" * 16)
+    except ExecdNotFound:
+        pass
+    except (ExecdError, OSError) as exc:
+        pytest.fail(f"the external execd {EXTERNAL_EXECD_URL}={url} cannot be used: {exc}")
+    return ExternalExecd(url, token)
+
+
+@pytest.fixture(params=["stand-in", "external"])
+def released_execd(request: pytest.FixtureRequest) -> Any:
+    """A released execd: the stand-in in release mode (`opensandbox_release_execd`), and the external
+    one named by `OWS_TEST_EXECD_URL` (skipped when unset). Either has `address()`; only the stand-in
+    has `sessions`."""
+    return request.getfixturevalue("opensandbox_release_execd" if request.param == "stand-in" else "external_execd")
+
+
 @contextmanager
 def _execd_server(tmp_path_factory: pytest.TempPathFactory, folder: str, server_class: Any = None,
                   **options: Any) -> Iterator[Any]:
@@ -281,10 +333,17 @@ def debian_container(podman, debian_image: str):
         yield name
 
 
-@pytest.fixture(params=["local", "bwrap", "ssh", "opensandbox"])
+# The execd behind the `box` fixture's opensandbox params: the stand-in as execd's main branch, as
+# a released execd (release mode), and the external execd named by OWS_TEST_EXECD_URL.
+EXECD_OF_BOX = {"opensandbox": "opensandbox_execd", "opensandbox-release": "opensandbox_release_execd",
+                "opensandbox-external": "external_execd"}
+
+
+@pytest.fixture(params=["local", "bwrap", "ssh", "opensandbox", "opensandbox-external"])
 def box(request: pytest.FixtureRequest, zipapp: Path, workspace: Path):
     """(provider, client) on a fresh daemon: plain, inside bubblewrap, over a real ssh, and through
-    an execd endpoint as in an OpenSandbox sandbox; the relay never leaves on silence here."""
+    an execd endpoint as in an OpenSandbox sandbox (the stand-in, and an external execd when
+    `OWS_TEST_EXECD_URL` names one); the relay never leaves on silence here."""
     with running(_provider(request, zipapp, workspace)) as pair:
         yield pair
 
@@ -312,12 +371,11 @@ def _provider(request: pytest.FixtureRequest, zipapp: Path, workspace: Path) -> 
     elif request.param == "ssh":
         prefix = request.getfixturevalue("sshd")
         provider = ExecProvider(prefix=prefix, box_cwd=str(workspace), relay_silence_seconds=0)
-    elif request.param in ("opensandbox", "opensandbox-release"):
+    elif request.param in EXECD_OF_BOX:
         from owsandbox.channel.endpoint import TOKEN_HEADER
         from owsandbox.host.providers.opensandbox import OpenSandboxProvider
 
-        server = "opensandbox_execd" if request.param == "opensandbox" else "opensandbox_release_execd"
-        address = request.getfixturevalue(server).address()
+        address = request.getfixturevalue(EXECD_OF_BOX[request.param]).address()
         provider = OpenSandboxProvider(url=address["url"], headers={TOKEN_HEADER: address["token"]},
                                        box_cwd=str(workspace), relay_silence_seconds=0)
     else:

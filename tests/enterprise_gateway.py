@@ -48,11 +48,12 @@ def gateway_venv() -> Path:
     return EG.program
 
 
-def install_spec(prefix: Path, hosts: list[str]) -> Path:
-    """The kernelspec, as docs/how-to/gateways.md says: `owsandbox install --enterprise-gateway ssh --hosts ...`."""
+def install_spec(prefix: Path, hosts: list[str], extra: list[str] | None = None) -> Path:
+    """The kernelspec, as docs/how-to/gateways.md says: `owsandbox install --enterprise-gateway ssh --hosts ...`
+    (and `extra` options)."""
     owsandbox = Path(sys.executable).parent / "owsandbox"
     done = subprocess.run([str(owsandbox), "install", "--enterprise-gateway", "ssh", "--hosts", ",".join(hosts),
-                           "--prefix", str(prefix), "--name", KERNEL_NAME, "--provider", "bwrap"],
+                           "--prefix", str(prefix), "--name", KERNEL_NAME, "--provider", "bwrap", *(extra or [])],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return prefix / "share" / "jupyter" / "kernels" / KERNEL_NAME

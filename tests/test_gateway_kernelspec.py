@@ -50,6 +50,35 @@ def test_the_spec_starts_owsandboxs_launcher_on_the_given_hosts(prefix: Path) ->
 
 
 @pytest.mark.unit
+def test_the_spec_asks_the_gateway_for_the_launch_timeout_its_kernels_need(prefix: Path) -> None:
+    """180 s unless told (the gateway's own default, 30 s, was too short for a class on a busy host),
+    in the spec's env where the gateway takes it as the default a request may override, and never
+    passed on into the sandbox's cells."""
+    for extra, seconds in (([], "180"), (["--launch-timeout", "300"], "300")):
+        assert kernelspec.main(["install", "--enterprise-gateway", "ssh", "--hosts", "h1", "--prefix", str(prefix),
+                                "--name", "eg", "--env", "COURSE=maths", *extra]) == 0
+        spec = json.loads((prefix / "share/jupyter/kernels/eg/kernel.json").read_text())
+        assert spec["env"]["KERNEL_LAUNCH_TIMEOUT"] == seconds
+        assert spec["metadata"]["owsandbox"]["launch_timeout"] == int(seconds)
+        assert spec["env"]["OWSANDBOX_ENV"] == "COURSE"  # the cells get COURSE, not the gateway's variable
+    assert gateway_launcher.launch_timeout({"KERNEL_LAUNCH_TIMEOUT": spec["env"]["KERNEL_LAUNCH_TIMEOUT"]}) == 300
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("argv", "said"), [
+    (["--launch-timeout", "60"], "--launch-timeout is for --enterprise-gateway"),
+    (["--enterprise-gateway", "ssh", "--hosts", "a", "--launch-timeout", "5"], "whole seconds from 10 to 3600"),
+    (["--enterprise-gateway", "ssh", "--hosts", "a", "--launch-timeout", "90.5"], "whole seconds from 10 to 3600"),
+    (["--enterprise-gateway", "ssh", "--hosts", "a", "--launch-timeout", "7200"], "--launch-timeout 7200"),
+])
+def test_a_wrong_launch_timeout_is_refused_by_name(prefix: Path, capsys: pytest.CaptureFixture[str],
+                                                   argv: list[str], said: str) -> None:
+    assert kernelspec.main(["install", *argv, "--prefix", str(prefix)]) == 2
+    assert said in capsys.readouterr().err
+    assert not (prefix / "share/jupyter/kernels/owsandbox").exists()
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize(("argv", "said"), [
     (["--enterprise-gateway", "ssh"], "needs --hosts"),
     (["--hosts", "a,b"], "--hosts is for --enterprise-gateway ssh"),
@@ -259,7 +288,8 @@ def test_the_docker_spec_pins_image_and_client_and_nests_bubblewrap(prefix: Path
     assert spec["argv"][:6] == [str(command), "gateway-docker", "--image", "registry.lab/owsbx:2",
                                 "--docker", docker_client]
     assert spec["argv"][6:] == gateway.LAUNCHER_ARGS
-    assert spec["env"] == {"OWSANDBOX_PROVIDER": "bwrap"}  # not the container provider's OWSANDBOX_IMAGE
+    # not the container provider's OWSANDBOX_IMAGE; the launch timeout the spec asks the gateway for
+    assert spec["env"] == {"OWSANDBOX_PROVIDER": "bwrap", "KERNEL_LAUNCH_TIMEOUT": "180"}
     assert spec["metadata"]["owsandbox"]["sandbox"] == "bubblewrap in the container"
 
 

@@ -289,18 +289,25 @@ def test_attach_to_another_execd_by_url_and_header(kernel, tmp_path):
         server.stop()
 
 
-def test_attach_to_a_released_execd(kernel, opensandbox_release_execd):
-    """Against a released execd (release mode: `command` ignored, no takeover, an ended program
-    restarted by a new connection, `exit` before the last output): start, reattach after another
-    client let go, and an ended program is reported as ended, never started again."""
+def test_attach_to_a_released_execd(kernel, released_execd):
+    """Against a released execd (the stand-in's release mode: `command` ignored, no takeover, an ended
+    program restarted by a new connection, `exit` before the last output; and an external execd named
+    by OWS_TEST_EXECD_URL): start, reattach after another client let go, and an ended program is
+    reported as ended, never started again. Seen through execd's own API only."""
     from websockets.sync.client import connect
 
-    address = opensandbox_release_execd.address()
+    from owsandbox.channel import ExecdControl, ExecdEndpoint
+    from owsandbox.channel.endpoint import TOKEN_HEADER
+
+    address = released_execd.address()
     where = f"--url {address['url']} --header X-EXECD-ACCESS-TOKEN:{address['token']}"
     started = kernel.run(f"%attach {where} -- {sys.executable} {ENGINE} --tick 0.05")
     assert started.status == "ok", started.error["evalue"]
     wait_for_display(kernel, r'"tick", "n": 3\b')
-    session_id = opensandbox_release_execd.sessions.all()[-1].session_id
+    [shown] = [m for m in started.outputs if m["msg_type"] == "display_data"
+               and m["content"].get("transient", {}).get("display_id", "").startswith("owsandbox-attach-")]
+    session_id = re.fullmatch(r"owsandbox-attach-(.+)-1", shown["content"]["transient"]["display_id"]).group(1)
+    assert f"(session {session_id[:8]})" in started.text()
     assert "detached from #1" in kernel.run("%detach").text()
     holding = threading.Event()
 
@@ -315,6 +322,10 @@ def test_attach_to_a_released_execd(kernel, opensandbox_release_execd):
     asked = time.monotonic()
     again = kernel.run(f"%attach --last {where}")
     assert "attached again to #1" in again.text(), again.outputs
+    # what it asked execd for: a replay from before the cursor, whose bytes up to the cursor are checked, not shown
+    said = re.search(r"reading on from offset (\d+) \(execd replays from offset (\d+): the bytes up to (\d+) are "
+                     r"checked against what was read last, not shown again\)\n", again.text())
+    assert said and int(said.group(2)) < int(said.group(1)) == int(said.group(3)), again.text()
     assert time.monotonic() - asked > 0.5  # tried again until the holder let go
     ticks = wait_for_ticks(kernel, "1", 5)
     answer = kernel.run('%send {"id": "r1", "type": "echo", "text": "released"}')
@@ -324,4 +335,5 @@ def test_attach_to_a_released_execd(kernel, opensandbox_release_execd):
     ended = kernel.run(f"%attach --last {where}")
     assert ended.status == "error" and ended.error["ename"] == "AttachedProgramExited", ended.outputs
     assert "no longer running" in ended.error["evalue"] and "not attached again" in ended.error["evalue"]
-    assert ticks and opensandbox_release_execd.sessions.get(session_id).running is False  # not restarted
+    control = ExecdControl(ExecdEndpoint(origin=address["url"], headers={TOKEN_HEADER: address["token"]}))
+    assert ticks and control.status(session_id)["running"] is False  # not restarted

@@ -345,8 +345,9 @@ def test_debugging_detach_and_reattach_lose_and_repeat_nothing(debugging):
     running, offset, listed_cursor, state = row[-4:]
     assert (running, int(listed_cursor), state) == ("running", cursor, "detached")
     assert int(offset) > cursor  # ticks were written while nobody watched
-    again = re.fullmatch(r"attached again to #1 echo \(session ([0-9a-f]{8})\), reading from offset (\d+)\n",
-                         text(cell(nb, "%attach --last")))
+    again = re.fullmatch(r"attached again to #1 echo \(session ([0-9a-f]{8})\), reading on from offset (\d+) "
+                         r"\(execd replays from offset \d+: the bytes up to \2 are checked against what was read "
+                         r"last, not shown again\)\n", text(cell(nb, "%attach --last")))
     assert again.group(1) == session and int(again.group(2)) == cursor  # the same #1, resumed where it stopped
     ticks = records(cell(nb, "%records --type tick"))
     before = [(offset, r) for offset, r in ticks if offset <= cursor]

@@ -23,7 +23,7 @@ from .test_runner_shells import run_in_background, wait_until_busy
 from .waiting import wait_until
 
 
-@pytest.fixture(params=["local", "bwrap", "ssh", "opensandbox", "opensandbox-release"])
+@pytest.fixture(params=["local", "bwrap", "ssh", "opensandbox", "opensandbox-release", "opensandbox-external"])
 def box(request: pytest.FixtureRequest, zipapp, workspace):
     """conftest's `box`, and through a released execd as well (release mode)."""
     yield from box_with_release(request, zipapp, workspace)

@@ -14,7 +14,7 @@ from owsandbox.host.executor import RunnerExecutor
 from .conftest import box_with_release
 
 
-@pytest.fixture(params=["local", "bwrap", "ssh", "opensandbox", "opensandbox-release"])
+@pytest.fixture(params=["local", "bwrap", "ssh", "opensandbox", "opensandbox-release", "opensandbox-external"])
 def box(request: pytest.FixtureRequest, zipapp, workspace):
     """conftest's `box`, and through a released execd as well (release mode)."""
     yield from box_with_release(request, zipapp, workspace)

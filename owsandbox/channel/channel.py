@@ -159,6 +159,8 @@ class ExecdJsonLineChannel:
         self._recent = bytearray()  # the latest output bytes as they arrived, ending at `_arrived`
         self._arrived = 0
         self._probe: tuple[int, bytes] | None = None  # (since, the bytes expected just before it)
+        # The `since` the last connection asked execd for: before the cursor when it is checked.
+        self.asked_since = 0
         self.cursor_mismatches = 0  # reattaches whose cursor did not agree with execd's ring
 
     # ── state ────────────────────────────────────────────────────────────────────────────────────
@@ -264,7 +266,8 @@ class ExecdJsonLineChannel:
     async def _attempt(self, since: int, takeover: bool, since_tail: bytes | None) -> None:
         self._opening = True
         try:
-            ws = await self._open(probe_offset(since, since_tail), takeover)
+            self.asked_since = probe_offset(since, since_tail)
+            ws = await self._open(self.asked_since, takeover)
         finally:
             self._opening = False
         self._decoder.reset(since)

@@ -64,6 +64,7 @@ def kernel_dict(
     gateway: str | None = None,
     hosts: list[str] | None = None,
     docker: str | None = None,
+    launch_timeout: float | None = None,
 ) -> dict[str, Any]:
     """The content of kernel.json.
 
@@ -73,8 +74,11 @@ def kernel_dict(
     `image` and `engine` (the `container` provider's; an image alone chooses that provider) become
     `OWSANDBOX_IMAGE` and `OWSANDBOX_ENGINE`. `gateway` ("ssh") and `hosts` make it Enterprise Gateway's
     remote kernelspec (owsandbox.kernelspec.gateway); with `gateway` "docker", `image` is the image of
-    the kernels' containers and `docker` the gateway's docker client, not the container provider's.
+    the kernels' containers and `docker` the gateway's docker client, not the container provider's;
+    `launch_timeout` is the gateway's launch timeout the spec asks for (its default when None).
     """
+    if launch_timeout is not None and not gateway:
+        raise ValueError("--launch-timeout is for --enterprise-gateway: the gateway's wait for a kernel to start")
     if hosts and not gateway:
         raise ValueError("--hosts is for --enterprise-gateway ssh")
     if docker and gateway != "docker":
@@ -129,7 +133,7 @@ def kernel_dict(
     if gateway:
         from .gateway import gateway_spec
 
-        spec = gateway_spec(spec, gateway, hosts, executable, gateway_image, docker)
+        spec = gateway_spec(spec, gateway, hosts, executable, gateway_image, docker, launch_timeout)
     return spec
 
 
@@ -175,6 +179,7 @@ def install(
     gateway: str | None = None,
     hosts: list[str] | None = None,
     docker: str | None = None,
+    launch_timeout: float | None = None,
 ) -> str:
     """Install the kernelspec and return the folder it landed in.
 
@@ -198,7 +203,7 @@ def install(
         staged = write_kernelspec(
             Path(tmp) / name, provider=provider, env=env, display_name=display_name, executable=sys.executable,
             limits=limits, image=image, engine=engine, baseline=baseline, record=record, gateway=gateway,
-            hosts=hosts, docker=docker,
+            hosts=hosts, docker=docker, launch_timeout=launch_timeout,
         )
         return KernelSpecManager().install_kernel_spec(str(staged), name, user=user, prefix=prefix)
 
@@ -289,6 +294,10 @@ def _parser() -> argparse.ArgumentParser:
     inst.add_argument("--docker", default=None, metavar="PATH",
                       help="the docker client that starts the kernels' containers on the gateway's host (with "
                            "--enterprise-gateway docker; default: the one on PATH)")
+    inst.add_argument("--launch-timeout", default=None, type=float, metavar="SECONDS",
+                      help="how long the gateway waits for a kernel to start, asked for by the spec as "
+                           "KERNEL_LAUNCH_TIMEOUT (with --enterprise-gateway; default: 180, the gateway's own is 30; "
+                           "a request's KERNEL_LAUNCH_TIMEOUT wins)")
 
     uninst = commands.add_parser("uninstall", help="remove an installed kernelspec",
                                  description="Remove an installed owsandbox kernelspec.")
@@ -318,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
                        display_name=args.display_name, provider=args.provider, env=dict(args.env),
                        limits=args.limit, image=args.image, engine=args.engine, baseline=args.baseline,
                        record=args.record, gateway=args.enterprise_gateway, hosts=hosts,
-                       docker=args.docker)
+                       docker=args.docker, launch_timeout=args.launch_timeout)
     except ValueError as e:
         print(f"owsandbox install: error: {e}", file=sys.stderr)
         return 2

@@ -24,6 +24,16 @@ gateway's own EG_DOCKER_NETWORK (default `bridge`), which it passes to the launc
 takes that one. A container provider inside the container makes no sense, so the spec's provider is
 `bwrap` (bubblewrap nested in the container: the default) or `local` (the container itself is the
 sandbox, said in the kernel's log and the spec's metadata).
+
+Either spec asks for the launch timeout its kernels need: `KERNEL_LAUNCH_TIMEOUT` in its `env`
+(`--launch-timeout`, default `LAUNCH_TIMEOUT_SECONDS`). The gateway's own default is 30 s
+(`EG_KERNEL_LAUNCH_TIMEOUT`), and a class of 30 kernels started at once on two hosts of a busy
+two-core machine took longer than that (benchmarks/class_load.py: 58 s for all 30, 97 s with two
+busy loops besides): the gateway then answered 500 and gave kernels up.
+The gateway takes the spec's value as the default a request may override (a `KERNEL_LAUNCH_TIMEOUT`
+in the request's env wins: jupyter_server's GatewayClient always sends one, its own 40 s unless
+set), and the launcher reads the same value to know how long to wait for the gateway's first
+contact before it ends a kernel nobody reached.
 """
 
 from __future__ import annotations
@@ -45,6 +55,19 @@ LAUNCHER_ARGS = ["--RemoteProcessProxy.kernel-id", "{kernel_id}",
                  "--RemoteProcessProxy.public-key", "{public_key}",
                  "--RemoteProcessProxy.port-range", "{port_range}"]
 _HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.:_-]{0,252})")
+LAUNCH_TIMEOUT = "KERNEL_LAUNCH_TIMEOUT"  # Enterprise Gateway's name, in the spec's env and a request's
+LAUNCH_TIMEOUT_SECONDS = 180  # the default the spec asks for (see the module's docstring)
+MAX_LAUNCH_TIMEOUT_SECONDS = 3600  # a launch that needs longer is a broken host, not a slow one
+
+
+def check_launch_timeout(seconds: float | None) -> int:
+    """`--launch-timeout`: whole seconds, 10 to an hour (None: the default)."""
+    if seconds is None:
+        return LAUNCH_TIMEOUT_SECONDS
+    if seconds != int(seconds) or not 10 <= seconds <= MAX_LAUNCH_TIMEOUT_SECONDS:
+        raise ValueError(f"--launch-timeout {seconds:g}: whole seconds from 10 to {MAX_LAUNCH_TIMEOUT_SECONDS} "
+                         f"(the gateway's own default is 30; this spec's, {LAUNCH_TIMEOUT_SECONDS})")
+    return int(seconds)
 
 
 def parse_hosts(text: str | None) -> list[str]:
@@ -91,7 +114,8 @@ def docker_client(given: str | None) -> str:
     return found
 
 
-def docker_spec(spec: dict[str, Any], image: str | None, docker: str | None, executable: str) -> dict[str, Any]:
+def docker_spec(spec: dict[str, Any], image: str | None, docker: str | None, executable: str,
+                launch_timeout: int = LAUNCH_TIMEOUT_SECONDS) -> dict[str, Any]:
     """`spec` turned into DockerProcessProxy's kernelspec (see the module's docstring)."""
     from .. import settings
 
@@ -106,31 +130,36 @@ def docker_spec(spec: dict[str, Any], image: str | None, docker: str | None, exe
             *LAUNCHER_ARGS]
     return _remote(dict(spec, env=env), "docker", argv, {"image_name": image},
                    {"provider": provider, "image": image,
-                    "sandbox": "bubblewrap in the container" if provider == "bwrap" else "the container"})
+                    "sandbox": "bubblewrap in the container" if provider == "bwrap" else "the container"},
+                   launch_timeout)
 
 
 def _remote(spec: dict[str, Any], kind: str, argv: list[str], proxy_config: dict[str, Any],
-            facts: dict[str, Any]) -> dict[str, Any]:
+            facts: dict[str, Any], launch_timeout: int) -> dict[str, Any]:
     """`spec` as the gateway's kernelspec of `kind`: the proxy runs `argv`, configured with `proxy_config`;
-    `facts` go with the kind under the spec's owsandbox metadata."""
+    `facts` go with the kind under the spec's owsandbox metadata; `launch_timeout` into its env."""
     metadata = dict(spec.get("metadata") or {})
     metadata["process_proxy"] = {"class_name": PROXIES[kind], "config": proxy_config}
-    metadata["owsandbox"] = {**metadata.get("owsandbox", {}), "enterprise_gateway": kind, **facts}
-    return {**spec, "argv": argv, "metadata": metadata}
+    metadata["owsandbox"] = {**metadata.get("owsandbox", {}), "enterprise_gateway": kind, **facts,
+                             "launch_timeout": launch_timeout}
+    env = {**(spec.get("env") or {}), LAUNCH_TIMEOUT: str(launch_timeout)}
+    return {**spec, "argv": argv, "env": env, "metadata": metadata}
 
 
 def gateway_spec(spec: dict[str, Any], kind: str, hosts: list[str] | None, executable: str,
-                 image: str | None = None, docker: str | None = None) -> dict[str, Any]:
+                 image: str | None = None, docker: str | None = None,
+                 launch_timeout: float | None = None) -> dict[str, Any]:
     """`spec` (owsandbox's kernel.json) turned into the gateway's remote kernelspec."""
     if kind not in PROXIES:
         raise ValueError(f"--enterprise-gateway {kind!r}: the kinds are {', '.join(PROXIES)}")
+    seconds = check_launch_timeout(launch_timeout)
     if kind == "docker":
         if hosts:
             raise ValueError("--hosts is for --enterprise-gateway ssh: Docker's kernels run where its daemon is")
-        return docker_spec(spec, image, docker, executable)
+        return docker_spec(spec, image, docker, executable, seconds)
     if image or docker:
         raise ValueError("--image and --docker with --enterprise-gateway are for its docker kind")
     if not hosts:
         raise ValueError("--enterprise-gateway ssh needs --hosts H1,H2: the hosts the gateway starts kernels on")
     return _remote(spec, kind, [launcher_command(executable), "gateway-kernel", *LAUNCHER_ARGS],
-                   {"remote_hosts": ",".join(hosts)}, {"hosts": hosts})
+                   {"remote_hosts": ",".join(hosts)}, {"hosts": hosts}, seconds)

@@ -87,6 +87,7 @@ class Program:
     cursor: int = 0
     cursor_tail: bytes = b""  # the output just before `cursor`, checked against execd's ring on reattach
     since: int = 0  # where this attachment started reading
+    replayed_from: int = 0  # where execd was asked to replay from (before `since` when the cursor is checked)
     answers: Answers = field(default_factory=Answers)  # the %send records that wait for their answer
     connected_at: float = 0.0  # time.monotonic() when the connection (which starts a new program) began
     ended_at: float | None = None  # when the channel learnt that the program ended
@@ -319,6 +320,7 @@ class AttachManager:
             program.news = asyncio.Event()
             program.connected_at = time.monotonic()
             await channel.connect(since=since, takeover=True, command=command, since_tail=since_tail)
+            program.replayed_from = channel.asked_since
             if channel.fatal is None:
                 program.state = "attached"
                 if channel.cursor_mismatches:  # loudly: a record may be missing or repeated here

@@ -114,8 +114,8 @@ def _attach(ctx: MagicContext, text: str, _body: str) -> None:
             raise UsageError("--dialect goes with a new program; one attached again keeps the dialect it had")
         program = manager.reattach(args.session, args.last, args.since, args.url, headers, ctx.parent,
                                    answers if args.answer else None)
-        ctx.stream(f"attached again to {program.describe()} (session {program.session_id[:8]}), reading from "
-                   f"offset {program.since}\n")
+        ctx.stream(f"attached again to {program.describe()} (session {program.session_id[:8]}), reading on from "
+                   f"offset {program.since}{_checked(program)}\n")
         _said_answers(ctx, program)
         manager.show(program)
         return
@@ -129,6 +129,15 @@ def _attach(ctx: MagicContext, text: str, _body: str) -> None:
     ctx.stream(f"attached to {program.describe()} (session {program.session_id[:8]})\n")
     _said_answers(ctx, program)
     manager.show(program)
+
+
+def _checked(program: Program) -> str:
+    """What a reattach asked execd for when it was not the cursor itself: the replay from an earlier
+    offset, whose bytes up to the cursor are compared with what the kernel read last, not shown."""
+    if program.replayed_from >= program.since:
+        return ""
+    return (f" (execd replays from offset {program.replayed_from}: the bytes up to {program.since} are checked "
+            "against what was read last, not shown again)")
 
 
 def _said_answers(ctx: MagicContext, program: Program) -> None:
