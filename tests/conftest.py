@@ -468,6 +468,19 @@ def pytest_configure(config: pytest.Config) -> None:
     _record_durations(config)
 
 
+WORKERS = 4  # the suite's tests mostly wait (for kernels, boxes, browsers): twice the cores of a 2-core machine
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """How many workers `-n auto` (pyproject's addopts) starts: none for the unit tier, whose tests are
+    quick and busy and whose collection each worker would repeat; WORKERS for anything else. `-n N`
+    on the command line says otherwise, `-n 0` runs in this process (for pdb, say)."""
+    if (config.getoption("markexpr") or "").strip() == "unit":
+        return 0
+    return WORKERS
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """A module (or an `xdist_group`) at a time, the longest first: tests/scheduling.py."""
