@@ -63,6 +63,14 @@ class Previewing:
         finally:
             conn.close()
 
+    def capability(self, port: int) -> str:
+        """The preview's capability path (…/<port>/~SECRET), where the entry sends someone logged in."""
+        status, headers, _ = self.fetch("GET", self.path(port))
+        assert status == 302, (status, dict(headers))
+        location = headers["Location"]
+        assert location.startswith(self.path(port, "~")) and location.endswith("/"), location
+        return location.rstrip("/")
+
     def run(self, code: str) -> Cell:
         cell = self.kernel.run(code, timeout=90)
         return cell
@@ -127,14 +135,26 @@ def test_http_server_in_the_box_is_served_with_the_servers_login_and_the_sandbox
     assert "allow-same-origin" not in page
     assert url in cell.plain()
 
-    status, headers, body = previewing.fetch("GET", previewing.path(port, "index.html"))
+    status, headers, _ = previewing.fetch("GET", previewing.path(port, f"index.html?a=1&token={previewing.lab.token}"),
+                                          token=False)
+    cap = previewing.capability(port)
+    assert (status, headers["Location"]) == (302, f"{cap}/index.html?a=1")  # the entry: on to the capability
+    # The capability path is what the page's own requests (images, scripts, fetch) carry: no login needed.
+    status, headers, body = previewing.fetch("GET", f"{cap}/index.html", token=False)
     assert (status, body.decode()) == (200, f"<p>{previewing.marker}</p>")
     assert headers.get_all("Content-Security-Policy") == [CSP]
     assert CSP.startswith("sandbox allow-scripts allow-forms allow-popups;")
-    # A folder without its slash: the box's redirect comes back under the preview's path.
+    assert headers["Referrer-Policy"] == "no-referrer"
+    # A folder without its slash: the box's redirect comes back under the capability path.
     (previewing.lab.root / "site" / "sub").mkdir()
-    status, headers, _ = previewing.fetch("GET", previewing.path(port, "sub"))
-    assert (status, headers["Location"]) == (301, previewing.path(port, "sub/"))
+    status, headers, _ = previewing.fetch("GET", f"{cap}/sub", token=False)
+    assert (status, headers["Location"]) == (301, f"{cap}/sub/")
+    # A wrong secret is refused, even with the server's login; a new %preview ends the old secret.
+    status, _, body = previewing.fetch("GET", previewing.path(port, "~" + "A" * 32 + "/index.html"))
+    assert status == 403 and previewing.marker.encode() not in body
+    assert previewing.run(f"%preview {port}").status == "ok"
+    status, _, body = previewing.fetch("GET", f"{cap}/index.html", token=False)
+    assert status == 403 and b"has ended or was started again" in body
 
     # Without the server's token: its login page for a page, a refusal for anything else; never the box's.
     status, headers, body = previewing.fetch("GET", previewing.path(port, "index.html"), token=False)
@@ -154,7 +174,7 @@ def test_the_servers_credentials_never_reach_the_box_and_its_cookies_never_reach
     secret_cookie = "username-127-0-0-1-8888=secret-login; _xsrf=secret-xsrf"
     for how in ("header", "query"):
         headers = {"Cookie": secret_cookie, "X-XSRFToken": "secret-xsrf", "X-Custom": "kept"}
-        path = previewing.path(port, "echo?keep=1")
+        path = previewing.capability(port) + "/echo?keep=1"
         if how == "query":
             path += f"&token={previewing.lab.token}"
         status, answer_headers, body = previewing.fetch("POST", path, headers, token=how == "header", body=b"form=1")
@@ -179,13 +199,13 @@ def test_a_websocket_in_the_box_is_relayed_and_stop_cuts_it(previewing: Previewi
     port = _port()
     previewing.serve(f"python3 {WS_ECHO.name} {port}", port)
     assert previewing.run(f"%preview {port}").status == "ok"
-    ws_url = previewing.lab.url.replace("http://", "ws://").rstrip("/") + previewing.path(port, "socket")
+    cap = previewing.capability(port)
+    ws_url = previewing.lab.url.replace("http://", "ws://").rstrip("/") + cap + "/socket"
     handshake = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
                  "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
     status, headers, _ = previewing.fetch("GET", previewing.path(port, "socket"), handshake, token=False)
     assert status == 302 and "/login" in headers["Location"]  # no token: refused before the box is reached
-    with connect(ws_url, proxy=None, open_timeout=30, max_size=None,
-                 additional_headers={"Authorization": f"token {previewing.lab.token}"}) as ws:
+    with connect(ws_url, proxy=None, open_timeout=30, max_size=None) as ws:  # the capability path, as the page
         assert ws.response.headers.get_all("Set-Cookie") == []
         assert ws.response.headers["Content-Security-Policy"] == CSP
         for message in ("hello " + previewing.marker, b"\x00\x01" * 40000):
@@ -200,8 +220,9 @@ def test_a_websocket_in_the_box_is_relayed_and_stop_cuts_it(previewing: Previewi
         with pytest.raises(ConnectionClosed):
             ws.recv(timeout=30)
     assert str(port) not in previewing.run("%preview --list").plain()
-    status, _, body = previewing.fetch("GET", previewing.path(port, "socket"))
-    assert status == 404 and f"run %preview {port}".encode() in body
+    for path in (previewing.path(port, "socket"), cap + "/socket"):
+        status, _, body = previewing.fetch("GET", path)
+        assert status == 404 and f"run %preview {port}".encode() in body
     # The box's server still runs (stop does not kill it): previewing it again works.
     assert previewing.run(f"%preview {port}").status == "ok"
     again = previewing.run(f"%preview stop {port}")
@@ -243,7 +264,7 @@ def test_a_port_of_the_host_is_refused_by_the_magic_and_by_the_proxy(previewing:
     state_dir = locate.state_folder(locate.sandbox_key(str(connection_file)))
     record.add(state_dir, host_port, "")
     try:
-        status, _, body = previewing.fetch("GET", previewing.path(host_port))
+        status, _, body = previewing.fetch("GET", previewing.capability(host_port) + "/")
     finally:
         record.remove(state_dir, host_port)
     assert status == 502 and f"nothing listens on port {host_port} in the sandbox".encode() in body

@@ -1,9 +1,15 @@
 """The preview proxy: `/owsandbox/preview/<kernel id>/<port>/…` of the Jupyter server, relayed to the port
 in that kernel's sandbox.
 
-Requests are authenticated by the server itself (`JupyterHandler`, `@web.authenticated`: 403 without a
-token or login). The kernel's sandbox is found from what the host owns, as the sandbox terminal finds
-it (`terminal.locate`): the server's kernel manager names the kernel's connection file, which gives the
+The entry, `/owsandbox/preview/<kernel id>/<port>/PATH`, needs the server's own login (`JupyterHandler`:
+without a token or login, a page goes to the login page and anything else gets 403), and answers with a
+redirect to `…/<port>/~SECRET/PATH`, the preview's capability path: the box's page runs in an opaque
+origin (the sandbox), whose requests carry none of the server's cookies, so its images, scripts, forms,
+`fetch()` and WebSockets are let through by the secret in their path (a new one at each `%preview`,
+kept in the host's record, compared in constant time, never sent on in a Referer).
+
+The kernel's sandbox is found from what the host owns, as the sandbox terminal finds it
+(`terminal.locate`): the server's kernel manager names the kernel's connection file, which gives the
 sandbox key, its private state folder, the execd socket the host made and the token in the host's
 record. A port is served only while the kernel's `%preview` has it in the record (`record.py`). The
 box's answer is streamed (64 KiB at a time, each written and flushed before the next is read), so a
@@ -14,8 +20,11 @@ done. What is relayed is filtered both ways by `headers.py`.
 from __future__ import annotations
 
 import asyncio
+import hmac
+import re
 from typing import Any
 
+from jupyter_server.auth.decorator import allow_unauthenticated
 from jupyter_server.base.handlers import JupyterHandler
 from tornado import httputil, web
 from tornado.http1connection import HTTP1Connection, HTTP1ConnectionParameters
@@ -29,6 +38,7 @@ from .tunnel import TunnelRefused, open_tunnel_stream
 CHUNK_BYTES = 64 * 1024
 MAX_ANSWER_HEAD_BYTES = 64 * 1024
 ROUTE = r"/owsandbox/preview/([^/]+)/([0-9]+)(/.*)?"
+_CAPABILITY = re.compile(r"/~([A-Za-z0-9_-]{16,64})(/.*)?")
 
 
 class PreviewHandler(JupyterHandler):
@@ -55,38 +65,39 @@ class PreviewHandler(JupyterHandler):
         server's XSRF cookie (they run in an opaque origin), and they get no credential of the server's."""
         return
 
-    @web.authenticated
+    @allow_unauthenticated  # the preview's own capability, or the server's login: see _proxy
     async def get(self, kernel_id: str, port: str, path: str | None) -> None:
         await self._proxy(kernel_id, port, path)
 
-    @web.authenticated
+    @allow_unauthenticated  # the preview's own capability, or the server's login: see _proxy
     async def head(self, kernel_id: str, port: str, path: str | None) -> None:
         await self._proxy(kernel_id, port, path)
 
-    @web.authenticated
+    @allow_unauthenticated  # the preview's own capability, or the server's login: see _proxy
     async def post(self, kernel_id: str, port: str, path: str | None) -> None:
         await self._proxy(kernel_id, port, path)
 
-    @web.authenticated
+    @allow_unauthenticated  # the preview's own capability, or the server's login: see _proxy
     async def put(self, kernel_id: str, port: str, path: str | None) -> None:
         await self._proxy(kernel_id, port, path)
 
-    @web.authenticated
+    @allow_unauthenticated  # the preview's own capability, or the server's login: see _proxy
     async def delete(self, kernel_id: str, port: str, path: str | None) -> None:
         await self._proxy(kernel_id, port, path)
 
-    @web.authenticated
+    @allow_unauthenticated  # the preview's own capability, or the server's login: see _proxy
     async def patch(self, kernel_id: str, port: str, path: str | None) -> None:
         await self._proxy(kernel_id, port, path)
 
-    @web.authenticated
+    @allow_unauthenticated  # the preview's own capability, or the server's login: see _proxy
     async def options(self, kernel_id: str, port: str, path: str | None) -> None:
         await self._proxy(kernel_id, port, path)
 
     # -- finding the box --------------------------------------------------------------------
 
-    def _endpoint(self, kernel_id: str, port: int) -> Any:
-        """The execd endpoint of kernel `kernel_id`'s sandbox, once `port` is known to be previewed."""
+    def _endpoint(self, kernel_id: str, port: int) -> tuple[Any, str]:
+        """The execd endpoint of kernel `kernel_id`'s sandbox and the preview's secret, once `port` is
+        known to be previewed."""
         try:
             connection_file = self.kernel_manager.get_kernel(kernel_id).connection_file
         except (AttributeError, KeyError):
@@ -103,13 +114,12 @@ class PreviewHandler(JupyterHandler):
         if port not in previewed:
             raise web.HTTPError(404, f"port {port} of kernel {kernel_id}'s sandbox is not previewed: run "
                                      f"%preview {port} in its notebook")
-        return endpoint
+        secret = previewed[port].get("secret")
+        if not isinstance(secret, str) or not secret:
+            raise web.HTTPError(404, f"port {port} was previewed by an older owsandbox: run %preview {port} again")
+        return endpoint, secret
 
-    async def _tunnel(self, kernel_id: str, port_text: str) -> tuple[int, IOStream]:
-        port = int(port_text)
-        if not 0 < port < 65536:
-            raise web.HTTPError(400, f"{port_text} is not a port (1..65535)")
-        endpoint = self._endpoint(kernel_id, port)
+    async def _tunnel(self, endpoint: Any, kernel_id: str, port: int) -> IOStream:
         try:
             stream = await open_tunnel_stream(endpoint.unix_socket, endpoint.headers, port)
         except TunnelRefused as exc:
@@ -117,18 +127,41 @@ class PreviewHandler(JupyterHandler):
         except OSError as exc:
             raise web.HTTPError(502, f"kernel {kernel_id}'s sandbox does not answer ({exc}): it has ended "
                                      "or is ending") from None
-        return port, stream
+        return stream
 
     # -- relaying ---------------------------------------------------------------------------
 
     async def _proxy(self, kernel_id: str, port_text: str, path: str | None) -> None:
-        if path is None:  # the page's relative links need the folder's slash
-            query = f"?{self.request.query}" if self.request.query else ""
-            self.redirect(self.request.path + "/" + query)
-            return
-        port, stream = await self._tunnel(kernel_id, port_text)
+        """Relay the request, if it may be: under the preview's capability path (`~SECRET/…`), which the
+        box's page keeps for its own relative URLs, or, for the entry without it, with the server's login,
+        answered by a redirect to the capability path. The page runs in an opaque origin (the sandbox), so
+        its requests carry none of the server's cookies: the path is what lets its images, scripts,
+        `fetch()` and WebSockets through, and only someone logged in to the server is sent there."""
+        port = int(port_text)
+        if not 0 < port < 65536:
+            raise web.HTTPError(400, f"{port_text} is not a port (1..65535)")
+        if not self.current_user and not (path or "").startswith("/~"):
+            if self.request.method in ("GET", "HEAD"):
+                web.authenticated(_nothing)(self)  # redirects to the server's login page
+                return
+            raise web.HTTPError(403, "a preview needs the server's login")
+        endpoint, secret = self._endpoint(kernel_id, port)
         prefix = H.base_path(self.base_url, kernel_id, port)
-        target = H.request_target(self.request.path[len(prefix):] or "/", self.request.query)
+        capability = _CAPABILITY.fullmatch(path or "")
+        if capability is None:  # the entry, logged in: on to the capability path
+            query = H.request_target("/", self.request.query)[1:]
+            self.redirect(f"{prefix}/~{secret}{path or '/'}{query}", status=302 if self.request.method in
+                          ("GET", "HEAD") else 307)
+            return
+        if not hmac.compare_digest(capability.group(1).encode(), secret.encode()):
+            raise web.HTTPError(403, f"this preview of port {port} has ended or was started again: run %preview "
+                                     f"{port} and follow its new link")
+        prefix += f"/~{secret}"
+        if self.request.method == "OPTIONS" and "Access-Control-Request-Method" in self.request.headers:
+            self._preflight()
+            return
+        target = H.request_target(capability.group(2) or "/", self.request.query)
+        stream = await self._tunnel(endpoint, kernel_id, port)
         try:
             if self.request.headers.get("Upgrade", "").lower() == "websocket" and self.request.method == "GET":
                 await self._websocket(stream, port, prefix, target)
@@ -136,6 +169,18 @@ class PreviewHandler(JupyterHandler):
                 await self._http(stream, port, prefix, target)
         finally:
             stream.close()
+
+    def _preflight(self) -> None:
+        """A CORS preflight of the box's page (whose origin is opaque, `null`, so its `fetch()` to its own
+        server is cross-origin): allowed, as the capability path is the credential and none is sent."""
+        self.set_status(204)
+        self.set_header("Access-Control-Allow-Origin", "*")
+        self.set_header("Access-Control-Allow-Methods", self.request.headers["Access-Control-Request-Method"])
+        asked = self.request.headers.get("Access-Control-Request-Headers")
+        if asked:
+            self.set_header("Access-Control-Allow-Headers", asked)
+        self.set_header("Access-Control-Max-Age", "600")
+        self.finish()
 
     async def _http(self, stream: IOStream, port: int, prefix: str, target: str) -> None:
         conn = HTTP1Connection(stream, True, HTTP1ConnectionParameters(
@@ -210,6 +255,10 @@ class _Answer(httputil.HTTPMessageDelegate):
 
     def on_connection_close(self) -> None:
         pass
+
+
+def _nothing(_handler: Any) -> None:
+    return None
 
 
 async def _pump(source: IOStream, sink: IOStream) -> None:

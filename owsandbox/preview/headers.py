@@ -7,7 +7,8 @@ credentials. So the request loses the server's cookies, `Authorization`, `X-XSRF
 box's `Set-Cookie` (a cookie set on the server's origin would be the server's) and gains
 `Content-Security-Policy: sandbox allow-scripts allow-forms allow-popups`, which makes a page of the
 box an opaque origin even when opened in a tab of its own, and `frame-ancestors 'self'`, so that only
-the server's own pages frame it. The box's own policies are kept: they can only restrict further.
+the server's own pages frame it; and `Referrer-Policy: no-referrer`, so that the preview's path (its
+capability) is never sent elsewhere. The box's own policies are kept: they can only restrict further.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ PREFIX = "/owsandbox/preview"
 _REQUEST_DROPPED = {"cookie", "authorization", "x-xsrftoken", "x-csrftoken", "proxy-authorization",
                     "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding",
                     "upgrade", "host", "content-length", "expect"}
-_RESPONSE_DROPPED = {"set-cookie", "set-cookie2", "connection", "keep-alive", "proxy-connection", "te", "trailer",
-                     "transfer-encoding", "upgrade", "content-length", "server", "date"}
+_RESPONSE_DROPPED = {"set-cookie", "set-cookie2", "referrer-policy", "connection", "keep-alive", "proxy-connection",
+                     "te", "trailer", "transfer-encoding", "upgrade", "content-length", "server", "date"}
 _WEBSOCKET_KEPT = {"sec-websocket-key", "sec-websocket-version", "sec-websocket-protocol",
                    "sec-websocket-extensions"}
 _WEBSOCKET_ANSWER_KEPT = {"sec-websocket-accept", "sec-websocket-protocol", "sec-websocket-extensions"}
@@ -72,6 +73,11 @@ def response_headers(headers: Iterable[tuple[str, str]], prefix: str, port: int,
             value = location(value, prefix, port)
         kept.append((name, value))
     kept.append(("Content-Security-Policy", CSP))
+    kept.append(("Referrer-Policy", "no-referrer"))
+    if not any(name.lower() == "access-control-allow-origin" for name, _ in kept):
+        # The page's origin is opaque (`null`): its fetch() of its own server is cross-origin. It sends no
+        # credential (the capability is the path), so every origin may read what the path gives.
+        kept.append(("Access-Control-Allow-Origin", "*"))  # the path's capability never leaves in a Referer
     if websocket:
         kept += [("Connection", "Upgrade"), ("Upgrade", "websocket")]
     return kept

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import tempfile
 import time
 from pathlib import Path
@@ -45,8 +46,10 @@ def _write(state_dir: str | Path, ports: dict[int, dict[str, Any]]) -> None:
 
 
 def add(state_dir: str | Path, port: int, path: str) -> None:
+    """Record `port` with a new secret: the capability in the preview's path (handlers.py), so a new
+    `%preview` of a port ends the old links."""
     ports = read(state_dir)
-    ports[port] = {"path": path, "started": time.time()}
+    ports[port] = {"path": path, "started": time.time(), "secret": secrets.token_urlsafe(24)}
     _write(state_dir, ports)
 
 
