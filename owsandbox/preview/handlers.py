@@ -12,7 +12,7 @@ The kernel's sandbox is found from what the host owns, as the sandbox terminal f
 (`terminal.locate`): the server's kernel manager names the kernel's connection file, which gives the
 sandbox key, its private state folder, the execd socket the host made and the token in the host's
 record. A port is served only while the kernel's `%preview` has it in the record (`record.py`). The
-box's answer is streamed (64 KiB at a time, each written and flushed before the next is read), so a
+box's answer is streamed (256 KiB at a time, each written and flushed before the next is read), so a
 large file never sits in the server's memory; a WebSocket is relayed as bytes once both handshakes are
 done. What is relayed is filtered both ways by `headers.py`.
 """
@@ -35,7 +35,7 @@ from . import headers as H
 from . import record
 from .tunnel import TunnelRefused, open_tunnel_stream
 
-CHUNK_BYTES = 64 * 1024
+CHUNK_BYTES = 256 * 1024
 MAX_ANSWER_HEAD_BYTES = 64 * 1024
 ROUTE = r"/owsandbox/preview/([^/]+)/([0-9]+)(/.*)?"
 _CAPABILITY = re.compile(r"/~([A-Za-z0-9_-]{16,64})(/.*)?")
