@@ -14,7 +14,7 @@ capability) is never sent elsewhere. The box's own policies are kept: they can o
 from __future__ import annotations
 
 from collections.abc import Iterable
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import unquote_plus, urlsplit
 
 SANDBOX = "allow-scripts allow-forms allow-popups"  # the iframe's sandbox attribute and the CSP's, the same
 CSP = f"sandbox {SANDBOX}; frame-ancestors 'self'"
@@ -55,9 +55,11 @@ def request_headers(headers: Iterable[tuple[str, str]], port: int, websocket: bo
 
 def request_target(path: str, query: str) -> str:
     """The target to ask the box for: `path` in the box, the query without the server's `token`."""
-    kept = [(name, value) for name, value in parse_qsl(query, keep_blank_values=True) if name != "token"]
+    # Each part kept as it was written (a server may tell %20 from +); a name is compared decoded, as the
+    # Jupyter server reads it.
+    kept = [part for part in query.split("&") if part and unquote_plus(part.partition("=")[0]) != "token"]
     target = path if path.startswith("/") else "/" + path
-    return target + ("?" + urlencode(kept) if kept else "")
+    return target + ("?" + "&".join(kept) if kept else "")
 
 
 def response_headers(headers: Iterable[tuple[str, str]], prefix: str, port: int,

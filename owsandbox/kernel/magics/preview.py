@@ -4,10 +4,13 @@ The Jupyter server that runs this kernel serves the port at `/owsandbox/preview/
 (its `owsandbox.preview` extension, with the server's own login), relayed through the sandbox's execd
 endpoint, so the box needs no network. The magic checks that something listens on the port in the box
 (through that same relay), records the port in the sandbox's state folder (the server serves only the
-recorded ports) and shows a link and an inline frame. The link is relative to the page (the kernel does
-not know the server's address nor JupyterHub's prefix): the notebook's page resolves it against its own
-origin and base URL. The frame is sandboxed without `allow-same-origin`, and the server adds the same
-sandbox to every proxied answer, so the box's page never runs in JupyterLab's origin.
+recorded ports, with a new secret for the capability path the server redirects to) and shows a link and
+an inline frame. The link is a path from the page's origin (the kernel does not know the server's
+address), under the server's base URL (JupyterHub's /user/NAME/), which the server's extension gives the
+kernels it starts (OWSANDBOX_PREVIEW_BASE_URL); JupyterLab leaves such a path as it is (tested in
+Chromium). The secret is never in the notebook: the link is the entry, which needs the server's login.
+The frame is sandboxed without `allow-same-origin`, and the server adds the same sandbox to every
+proxied answer, so the box's page never runs in JupyterLab's origin.
 
 `%preview --list` shows the recorded ports; `%preview stop PORT` forgets one and cuts its open proxied
 connections (the box's server keeps running: stop it in the box).
