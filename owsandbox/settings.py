@@ -172,6 +172,8 @@ RECORD_LIMIT = _setting("RECORD_LIMIT", "kernel.teaching.recording", "the size l
 LOG = _setting("LOG", "logs", "debug or info: owsandbox's own logs (default: warnings)")
 LAB_TERMINALS = _setting("LAB_TERMINALS", "terminal.launch", "set by JupyterLab's terminal manager: `%terminal open` "
                          "opens a JupyterLab terminal", kind="switch")
+PREVIEW_BASE_URL = _setting("PREVIEW_BASE_URL", "kernel.magics.preview", "set by the Jupyter server's "
+                            "owsandbox.preview extension: its base URL, under which `%preview` links are served")
 
 #: Set in a box's environment by its provider: which kind of sandbox this is (`bwrap`, `container`).
 SANDBOX_KIND = "OWSANDBOX_SANDBOX"
@@ -235,6 +237,7 @@ class Settings:
     record_limit: int | None = None
     log: str = ""
     lab_terminals: bool = False
+    preview_base_url: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], *, strict: bool = True) -> Settings:

@@ -55,6 +55,7 @@ from .history import CellHistory
 from .magics.files import read_whole
 from .magics.framework import ParsedCell, RunOnShell, parse_cell
 from .magics.placement import refuse_misplaced_cell_magic
+from .magics.preview import PreviewBox
 from .magics.shells import terminal_settings
 from .magics.table import MagicTable, all_magics
 from .magics.terminal_open import terminal_open
@@ -773,6 +774,12 @@ class _Context:
         """`%terminal open`: the command (and in JupyterLab the button) that opens a terminal in this sandbox."""
         return terminal_open(getattr(self.kernel.parent, "connection_file", "") or None,
                              self.kernel.sandbox.wait().provider.name, self.kernel.sandbox.settings)
+
+    def preview_box(self) -> PreviewBox:
+        """`%preview`: this kernel's connection file, its sandbox's provider and execd endpoint."""
+        return PreviewBox(getattr(self.kernel.parent, "connection_file", "") or None,
+                          self.kernel.sandbox.wait().provider, self.kernel._execd_endpoint,
+                          self.kernel.sandbox.settings.preview_base_url)
 
     def describe_sandbox(self) -> dict[str, Any]:
         timeout = self.settings["timeout"]

@@ -30,6 +30,7 @@ import time
 from typing import Any
 
 from ..daemonctl import listen_unix
+from . import portrelay
 from . import wsframes as ws
 from .http import HttpError, Request, RequestReader, bad_request, http_response
 from .ptysessions import KIND_REPLAY, KIND_STDIN, SIGNALS, PtySession, SessionTable, StartFailed
@@ -373,6 +374,7 @@ class ExecdServer:
         self.close_timeout = close_timeout
         self.request_timeout = request_timeout
         self.sessions = SessionTable(kill_grace, self.session_class)
+        self.ports = portrelay.PortRelays()  # `/ports`: relays to the box's own loopback (%preview)
         self._listeners: list[socket.socket] = []
         # A listening socket made by whoever started the box (so the box cannot swap the file the
         # host connects to); `unix_path` then only names it.
@@ -503,6 +505,10 @@ class ExecdServer:
             return True
         elif match is not None:
             status, body = self._on_session(request, match.group(1))
+        elif portrelay.matches(request.path):
+            relayed, status, body = self.ports.dispatch(sock, request, rest)
+            if relayed:
+                return True
         else:
             raise HttpError(404, "NOT_FOUND", f"no such path: {request.path}")
         self._answer(sock, status, body)

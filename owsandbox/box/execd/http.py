@@ -17,7 +17,8 @@ from urllib.parse import parse_qs, urlsplit
 MAX_HEAD_BYTES = 64 * 1024
 MAX_BODY_BYTES = 1024 * 1024
 REASONS = {101: "Switching Protocols", 200: "OK", 201: "Created", 400: "Bad Request", 401: "Unauthorized",
-            404: "Not Found", 405: "Method Not Allowed", 409: "Conflict", 500: "Internal Server Error"}
+            404: "Not Found", 405: "Method Not Allowed", 409: "Conflict", 500: "Internal Server Error",
+           502: "Bad Gateway", 504: "Gateway Timeout"}
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _REQUEST_LINE = re.compile(rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+) (\S+) HTTP/1\.[01]")
 

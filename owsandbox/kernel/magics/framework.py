@@ -59,6 +59,7 @@ class MagicContext(Protocol):
     def page(self, text: str, withheld: Withheld | None = None) -> None: ...
     def subshell_shells(self) -> dict[str, str]: ...  # shell name → the kernel subshell whose cells run on it
     def usage(self) -> dict[str, Any]: ...  # what the sandbox uses now, as the Kernel Usage panel gets it
+    def preview_box(self) -> Any: ...  # %preview: the kernel's connection file, provider and execd endpoint
 
 
 @dataclass

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from ..errors import UsageError
 from . import attach as attach_magics
 from . import files as file_magics
+from . import preview as preview_magics
 from . import sandbox as sandbox_magics
 from . import shells as shell_magics
 from . import teaching as teaching_magics
@@ -57,4 +58,5 @@ class MagicTable(Mapping[tuple[str, str], Magic]):
 
 def all_magics() -> MagicTable:
     return MagicTable([*file_magics.FILE_MAGICS, *shell_magics.SHELL_MAGICS, *attach_magics.ATTACH_MAGICS,
-                       *sandbox_magics.SANDBOX_MAGICS, *teaching_magics.TEACHING_MAGICS])
+                       *sandbox_magics.SANDBOX_MAGICS, *teaching_magics.TEACHING_MAGICS,
+                       *preview_magics.PREVIEW_MAGICS])

@@ -1,0 +1,139 @@
+"""A byte tunnel to a port in a box, through the box's execd endpoint (`GET /ports/{port}/tcp`).
+
+The host opens it on the execd Unix socket the host itself made, with the token from the host's own
+record of the sandbox (`terminal.locate`), never from anything the box wrote. The box makes the TCP
+connection inside its own network namespace (`box/execd/portrelay.py`), so a port of the host cannot
+be reached this way. `upgrade_request` and `read_answer` are the wire format; `open_tunnel` (blocking,
+for the kernel's probe and the benchmark) and `open_tunnel_stream` (tornado, for the server's proxy)
+use them, and `close_port` asks the box to cut every open relay to a port.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+UPGRADE = "owsandbox-tcp"  # as box/execd/portrelay.py answers it
+MAX_HEAD_BYTES = 64 * 1024
+CONNECT_TIMEOUT_SECONDS = 10.0
+
+
+class TunnelRefused(RuntimeError):
+    """The box would not relay to the port: `status` (502: nothing listens there) and its message."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+def upgrade_request(port: int, headers: Mapping[str, str]) -> bytes:
+    """The request that turns an execd connection into a tunnel to `port` (headers: the token's)."""
+    lines = [f"GET /ports/{int(port)}/tcp HTTP/1.1", "Host: localhost", "Connection: Upgrade", f"Upgrade: {UPGRADE}"]
+    lines += [f"{name}: {value}" for name, value in headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def read_answer(head: bytes, body: bytes = b"") -> None:
+    """Nothing when `head` (up to its blank line) is the box's 101; TunnelRefused with the box's words
+    (its JSON `code` and `message`) otherwise."""
+    status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
+    parts = status_line.split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+        raise TunnelRefused(502, "BAD_ANSWER", f"the sandbox's execd endpoint answered {status_line[:80]!r}, not HTTP")
+    status = int(parts[1])
+    if status == 101:
+        return
+    code, message = "ERROR", body.decode("utf-8", "replace")[:500] or status_line
+    try:
+        said: Any = json.loads(body)
+        if isinstance(said, dict):
+            code, message = str(said.get("code", code)), str(said.get("message") or said.get("error") or message)
+    except ValueError:
+        pass
+    if status == 404 and code == "NOT_FOUND":
+        message = ("the sandbox's daemon has no port relay (it predates %preview): restart the kernel "
+                   f"to start a daemon that has one ({message})")
+    raise TunnelRefused(status, code, message)
+
+
+def _content_length(head: bytes) -> int:
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length" and value.strip().isdigit():
+            return min(int(value.strip()), MAX_HEAD_BYTES)
+    return 0
+
+
+def open_tunnel(unix_socket: str, headers: Mapping[str, str], port: int,
+                timeout: float = CONNECT_TIMEOUT_SECONDS) -> socket.socket:
+    """A connected socket whose bytes are `port`'s in the box (blocking); TunnelRefused, or OSError
+    when the endpoint cannot be reached."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(unix_socket)
+        sock.sendall(upgrade_request(port, headers))
+        data = b""
+        while not data.endswith(b"\r\n\r\n"):  # byte by byte: nothing of the port's is read here
+            chunk = sock.recv(1)
+            if not chunk:
+                raise TunnelRefused(502, "BAD_ANSWER", "the sandbox's execd endpoint closed without answering")
+            data += chunk
+            if len(data) > MAX_HEAD_BYTES:
+                raise TunnelRefused(502, "BAD_ANSWER", "the sandbox's execd endpoint answered an oversized head")
+        head = data[:-4]
+        if not head.startswith(b"HTTP/1.1 101"):
+            length, rest = _content_length(head), b""
+            while len(rest) < length and (chunk := sock.recv(4096)):
+                rest += chunk
+            read_answer(head, rest)
+        sock.settimeout(None)
+        return sock
+    except BaseException:
+        sock.close()
+        raise
+
+
+def close_port(unix_socket: str, headers: Mapping[str, str], port: int,
+               timeout: float = CONNECT_TIMEOUT_SECONDS) -> int:
+    """Ask the box to cut every open relay to `port`; how many it cut."""
+    from ..channel.control import UnixHTTPConnection
+
+    conn = UnixHTTPConnection(unix_socket, timeout=timeout)
+    try:
+        conn.request("DELETE", f"/ports/{int(port)}", headers=dict(headers))
+        answer = conn.getresponse()
+        body = answer.read(MAX_HEAD_BYTES)
+    finally:
+        conn.close()
+    if answer.status != 200:
+        read_answer(f"HTTP/1.1 {answer.status} -".encode(), body)
+    return int(json.loads(body).get("closed", 0))
+
+
+async def open_tunnel_stream(unix_socket: str, headers: Mapping[str, str], port: int) -> Any:
+    """A tornado IOStream whose bytes are `port`'s in the box; TunnelRefused, or OSError when the
+    endpoint cannot be reached."""
+    from tornado.iostream import IOStream, StreamClosedError
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stream = IOStream(sock, max_buffer_size=4 * 1024 * 1024)
+    try:
+        await stream.connect(unix_socket)
+        await stream.write(upgrade_request(port, headers))
+        head = await stream.read_until(b"\r\n\r\n", max_bytes=MAX_HEAD_BYTES)
+        if not head.startswith(b"HTTP/1.1 101"):
+            length = _content_length(head)
+            body = await stream.read_bytes(length) if length else b""
+            read_answer(head[:-4], body)
+        return stream
+    except StreamClosedError as exc:
+        stream.close()
+        raise TunnelRefused(502, "UNREACHABLE", f"the sandbox's execd endpoint closed: {exc.real_error or exc}") \
+            from None
+    except BaseException:
+        stream.close()
+        raise
