@@ -1,10 +1,11 @@
-"""How the suite is spread over pytest-xdist's workers: units of work, the longest first.
+"""How the suite is spread over pytest-xdist's workers: a module at a time, the longest first.
 
-A unit is one test, unless its tests share something costly that each worker would otherwise start
-again: the tests of a module that uses a module-scoped fixture (a kernel, a JupyterHub, a gateway) are
-one unit, so that fixture starts once; every test that uses the tests' own dockerd is in the unit
-`docker`, so that one worker starts one dockerd and loads the test images into it once. Tests marked
-`xdist_group(NAME)` by hand form the unit NAME.
+A module's tests run in one worker, one after another, as they do without workers: they share
+module-scoped fixtures (a kernel, a JupyterHub, a gateway), and often names too (a kernel key, a
+student's account, a state folder), which two workers would otherwise use at once. Every module with a
+test on the tests' own dockerd (its `docker` fixture, or an engine fixture given "docker") is in the one
+unit `docker`, so that one worker starts one dockerd and loads the test images into it once. Tests
+marked `xdist_group(NAME)` by hand form the unit NAME.
 
 Units start longest first, so that a long one never starts last while the other workers sit idle: by
 the seconds the last run on this checkout recorded (pytest's cache), else by those in
@@ -23,33 +24,33 @@ from xdist.scheduler import LoadScopeScheduling
 
 DURATIONS_KEY = "owsandbox/unit-seconds"
 RECORDED = Path(__file__).with_name("durations.json")
-SHARED_SCOPES = ("module", "class", "package")
 
 
-def group_of(item: pytest.Item) -> str | None:
-    """The unit `item` must share with others (None: a unit of its own)."""
-    if any(mark.args or mark.kwargs for mark in item.iter_markers("xdist_group")):
-        return None  # named by hand: xdist's own suffix names it
+def uses_docker(item: pytest.Item) -> bool:
+    """Whether the test runs on the tests' own dockerd: its fixture, or an engine fixture given "docker"
+    (tests/containers.py: engine_of)."""
     callspec = getattr(item, "callspec", None)
-    if "docker" in getattr(item, "fixturenames", ()) or "docker" in (callspec.params.values() if callspec else ()):
-        return "docker"  # the fixture itself, or an engine fixture that takes it (tests/containers.py: engine_of)
-    info = getattr(item, "_fixtureinfo", None)
-    for definitions in (info.name2fixturedefs.values() if info is not None else ()):
-        if any(definition.scope in SHARED_SCOPES for definition in definitions):
-            return item.nodeid.split("::", 1)[0]
-    return None
+    return "docker" in getattr(item, "fixturenames", ()) or "docker" in (callspec.params.values() if callspec else ())
+
+
+def module_of(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
 
 
 def mark_groups(items: list[pytest.Item]) -> None:
-    """Give each test that shares a unit the `xdist_group` mark that names it (before xdist reads them)."""
+    """Give each test the `xdist_group` mark of its unit (before xdist reads them): its module's, or
+    `docker`; a group named by hand is kept."""
+    on_docker = {module_of(item) for item in items if uses_docker(item)}
     for item in items:
-        group = group_of(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+        if any(mark.args or mark.kwargs for mark in item.iter_markers("xdist_group")):
+            continue
+        module = module_of(item)
+        item.add_marker(pytest.mark.xdist_group("docker" if module in on_docker else module))
 
 
 def unit_of(nodeid: str) -> str:
-    """The unit of a collected test: its `xdist_group` (the `@NAME` suffix xdist adds) or the test itself."""
+    """The unit of a collected test: its `xdist_group` (the `@NAME` suffix xdist adds; every test has
+    one when the run has workers) or the test itself."""
     if nodeid.rfind("@") > nodeid.rfind("]"):
         return nodeid.rsplit("@", 1)[1]
     return nodeid

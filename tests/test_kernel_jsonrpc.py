@@ -312,7 +312,7 @@ def test_a_saved_conversation_replays_against_the_same_and_a_changed_server(kern
     assert ": 4 answers the same, 0 different\n" in same.text() and "ended #2 replay" in same.text()
     changed = kernel.run(f"%replay talk.jsonl --against {server} --changed")
     assert changed.status == "error" and changed.error["ename"] == "ReplayDiffers"
-    assert changed.error["evalue"] == "1 of 4 answers differ from talk.jsonl: id 2 (tools/call)"
+    assert changed.error["evalue"] == "1 of 4 answers differs from talk.jsonl: id 2 (tools/call)"
     diff = changed.text()
     assert "≠ id 2 (tools/call)\n" in diff and '-        "text": "echo: hello",' in diff
     assert '+        "text": "ECHO: hello",' in diff

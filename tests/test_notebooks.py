@@ -399,7 +399,7 @@ def test_debugging_a_json_rpc_server(debugging):
     assert ": 5 answers the same, 1 different\n≠ id 2 (tools/call)\n" in said
     assert '-        "text": "5",' in said and '+        "text": "23",' in said
     error = [o for o in changed.outputs if o["output_type"] == "error"][0]
-    assert error["evalue"] == "1 of 6 answers differ from tools-session.jsonl: id 2 (tools/call)"
+    assert error["evalue"] == "1 of 6 answers differs from tools-session.jsonl: id 2 (tools/call)"
     assert text(cell(nb, "%attach --kill 2")).startswith("ended #2 tools")
 
 

@@ -30,6 +30,17 @@ def test_a_project_folder_beside_the_private_folder_is_taken() -> None:
     refuse_workspace("/tmp/own", "/tmp/owsandbox-1000", WHAT)  # a sibling whose name starts alike
 
 
+def test_the_private_folder_is_not_looked_for_when_the_workspace_is_the_whole_machine() -> None:
+    """Finding a private folder outside `/` fails: that error must not hide the one that says why."""
+    def no_private_folder() -> str:
+        raise AssertionError("looked for a private folder outside /")
+
+    with pytest.raises(WorkspaceRefused, match="the workspace cannot be /"):
+        refuse_workspace("/", no_private_folder, "the sockets")
+    with pytest.raises(WorkspaceRefused, match="holds /run/user/1/owsandbox-1"):
+        refuse_workspace("/run/user/1", lambda: "/run/user/1/owsandbox-1", "the sockets")
+
+
 def test_the_providers_refuse_through_the_one_refusal() -> None:
     """bubblewrap and the container provider name their private folder; the checks are the policy's."""
     from owsandbox.host.providers import bwrap, container

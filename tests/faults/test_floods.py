@@ -171,7 +171,7 @@ def test_an_attached_program_printing_500_mb_of_records_keeps_kernel_and_daemon_
     cursor = int(re.search(r"cursor (\d+)", header).group(1))  # type: ignore[union-attr]
     print(sampler.report(f"%attach of {ATTACH_RECORDS} records ({cursor / 1e6:.0f} MB)", seconds))
     assert sampler.peaks["kernel"] < KERNEL_BOUND_KB and sampler.peaks["daemon"] < DAEMON_BOUND_KB, sampler.peaks
-    assert "exited with code 0" in header and f"{ATTACH_RECORDS} records" in header, header
+    assert "exited with code 0" in header and f"{ATTACH_RECORDS:,} records" in header, header
     assert lines[-1].startswith(f'← {{"n": {ATTACH_RECORDS}, ') and cursor > 450_000_000, (header, lines[-1:])
 
 

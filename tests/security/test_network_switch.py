@@ -64,7 +64,7 @@ def test_network_on_reaches_out_never_the_hosts_loopback_and_off_ends_it(kernel_
     first = kernel.run(fetch(network.url + "hello.txt"))
     assert "· no network ·" in first.notes() and first.status == "error", first.outputs
     assert "unreachable" in first.text("stderr")
-    shown = kernel.run("%network").of_type("execute_result")[0]["data"]["text/plain"]
+    shown = kernel.run("%network").text()
     assert shown.startswith("network: none: own network namespace")
 
     on = kernel.run("%network on")

@@ -9,6 +9,8 @@ says what it is, so that a change here changes all of them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ... import settings
 from ...protocol.paths import inside
 
@@ -28,14 +30,18 @@ class WorkspaceRefused(ValueError):
     """The workspace folder cannot be a sandbox's writable folder; the message says why."""
 
 
-def refuse_workspace(folder: str, private: str, private_is: str) -> None:
+def refuse_workspace(folder: str, private: str | Callable[[], str], private_is: str) -> None:
     """WorkspaceRefused when `folder` may not be a box's writable workspace: a system folder (a box
     that may write there isolates nothing), or one holding `private`, this machine's private folder
-    for its boxes (`private_is` says what it holds and what a box that wrote there could do)."""
+    for its boxes (`private_is` says what it holds and what a box that wrote there could do). `private`
+    may be a function that finds it: it is asked only for a folder that is not a system folder (finding
+    one outside `/` fails, and that error would hide this one)."""
     if folder in SYSTEM_FOLDERS:
         raise WorkspaceRefused(
             f"the workspace cannot be {folder}: a sandbox that may write there isolates nothing. Open the "
             "notebook from a project folder, or set OWSANDBOX_WORKSPACE to one")
+    if callable(private):
+        private = private()
     if inside(private, folder):
         raise WorkspaceRefused(
             f"the workspace {folder} holds {private}, {private_is}. Open the notebook from a project folder, "

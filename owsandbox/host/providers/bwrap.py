@@ -233,7 +233,7 @@ class BwrapProvider(GuardedWorkspace, LocalProvider):
     # -- what the box is made of ---------------------------------------------------------------
 
     def check_workspace(self) -> None:
-        refuse_workspace(self.cwd, str(runtime_root(avoid=self.cwd)),
+        refuse_workspace(self.cwd, lambda: str(runtime_root(avoid=self.cwd)),
                          "the private folder of the sandboxes' sockets, logs and the runner this machine runs for "
                          "them: a sandbox that may write there could make this machine run its code")
 
@@ -522,6 +522,12 @@ class BwrapProvider(GuardedWorkspace, LocalProvider):
                  if len(levels := namespace_pids(pid)) >= 2 and levels[-1] == 1 and levels[-2] == reported]
         if found:
             return min(found)[1]  # the outermost such namespace: the sandbox's own
+        try:  # its init gone already: a sandbox that ended as it started (starved, say) says why in its log
+            self.daemon.wait(1)
+        except subprocess.TimeoutExpired:
+            pass
+        if self.daemon.poll() is not None:
+            raise RuntimeError(f"bubblewrap did not start the sandbox: {self._log_tail() or 'no message'}")
         raise RuntimeError(f"bubblewrap reported its sandbox's init as pid {reported} of its namespace, and no "
                            f"process under pid {self.daemon.pid} is that one")
 

@@ -255,7 +255,7 @@ class ContainerProvider(GuardedWorkspace, ExecProvider):
     def check_workspace(self) -> None:
         if "," in self.host_cwd:  # (no system folder has one: the order of the checks does not matter)
             raise WorkspaceRefused(f"the workspace {self.host_cwd} has a comma, which a container mount cannot name")
-        refuse_workspace(self.host_cwd, str(runtime_root(avoid=self.host_cwd)),
+        refuse_workspace(self.host_cwd, lambda: str(runtime_root(avoid=self.host_cwd)),
                          "this machine's private folder of the containers' leases and logs: a container that may "
                          "write there could keep itself alive")
 
