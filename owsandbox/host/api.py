@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from .client import Call, Notification, RunnerClient
 
 CallFn = Callable[..., Any]  # call(method, params, timeout=SECONDS) -> the result, or raises RunnerError
-StartFn = Callable[..., "Call"]  # start(method, params, on_notification=..., on_done=...) -> the call in flight
+StartFn = Callable[..., "Call"]  # start(method, params, on_notification=...) -> the call in flight (a future)
 
 
 class SandboxAPI:
@@ -53,10 +53,10 @@ class SandboxAPI:
 
     # -- shells ---------------------------------------------------------------------------------
 
-    def start_run(self, params: M.RunParams, on_notification: Notification | None = None,
-                  on_done: Callable[[], None] | None = None) -> Call:
-        """`shell.run`, not waited for: live output goes to `on_notification`, the result to the call."""
-        return self._starter()(SHELL_RUN, dict(params), on_notification=on_notification, on_done=on_done)
+    def start_run(self, params: M.RunParams, on_notification: Notification | None = None) -> Call:
+        """`shell.run`, not waited for: live output goes to `on_notification`, the result to the call
+        (a future: `asyncio.wrap_future(call)` awaits it)."""
+        return self._starter()(SHELL_RUN, dict(params), on_notification=on_notification)
 
     def run(self, params: M.RunParams, timeout: float) -> M.RunResult:
         return self._call(SHELL_RUN, dict(params), timeout=timeout)

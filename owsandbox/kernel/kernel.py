@@ -421,23 +421,24 @@ class OwSandboxKernel(Kernel):
         provider = workspace.provider
         counted = provider.limit_counters()
         stops = self.stops_for(parent)
-        call = self._start_run(client, shell, params, stops, on_notification=on_frame,
-                               on_done=lambda: loop.call_soon_threadsafe(wake.set))
+        call = self._start_run(client, shell, params, stops, on_notification=on_frame)
+        finished = asyncio.wrap_future(call)  # its answer, awaited here (a cancelled cell leaves the call be)
+        finished.add_done_callback(lambda _: wake.set())
         try:
             while True:
                 await self._news(wake, output)
                 wake.clear()
-                ended = call.done.is_set()  # a prompt that came with the end is asked of nobody
+                ended = finished.done()  # a prompt that came with the end is asked of nobody
                 await self._show(parent, output, shell, None if ended else prompts)
                 if ended:
                     break
-                await asyncio.sleep(BATCH_SECONDS)
+                # What comes next is gathered for BATCH_SECONDS into one message, unless the command ends first.
+                await asyncio.wait((finished,), timeout=BATCH_SECONDS)
         finally:
             prompts.close()  # the command has ended (or the cell was cancelled): its open prompt too
             stops.ended(shell, call.request_id)
-        if call.error is not None:
-            raise call.error
-        result = call.value
+            finished.cancel()  # a cell cancelled first stops awaiting: the call's answer, when it comes, goes nowhere
+        result = finished.result()  # the call's RunnerError, raised
         self.sandbox.remember_folder(shell, result.get("cwd"))
         output.finish(result)
         await self._show(parent, output, shell)
