@@ -27,7 +27,7 @@ import signal
 import threading
 import time
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ipykernel.kernelbase import Kernel
 
@@ -36,7 +36,6 @@ from .. import protocol as P
 from ..host.api import SandboxAPI
 from ..protocol.methods import SHELL_INPUT_WANTED, SHELL_OUTPUT
 from ..terminal.locate import kernel_key
-from .attach.session import AttachManager
 from .cell.budget import Withheld
 from .cell.hints import network_hint
 from .cell.limit_names import named_limit
@@ -44,21 +43,21 @@ from .cell.outbox import Outbox
 from .cell.output import DEFAULT_OUTPUT_LIMIT, CellOutput, Display, InputWanted, Notice, Stream
 from .cell.pacing import pacer_from_env
 from .display import box_text
-from .display.rich import BoxDisplayIds, mime_for, rich_bundle
-from .editing.completion import CompletionContext, complete, inspect_word
+from .display.rich import BoxDisplayIds
 from .editing.stdin import CellPrompts, StdinChannel
 from .errors import CellError, UsageError
 from .history import CellHistory
-from .magics.files import read_whole
 from .magics.framework import ParsedCell, RunOnShell, parse_cell
-from .magics.placement import refuse_misplaced_cell_magic
 from .magics.shells import terminal_settings
-from .magics.table import MagicTable, all_magics
-from .magics.terminal_open import terminal_open
 from .sandbox import Sandbox, SandboxUnavailable
 from .stops import CellStops
 from .teaching.recording import Recorder, session_stem
 from .usage import UsageMeter
+
+if TYPE_CHECKING:  # imported where first used: a kernel's start does not wait for them (benchmarks/kernel_start.py)
+    from .attach.session import AttachManager
+    from .editing.completion import CompletionContext
+    from .magics.table import MagicTable
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +86,7 @@ class OwSandboxKernel(Kernel):
         super().__init__(**kwargs)
         self.sandbox = Sandbox(key=self._kernel_key())  # reads the settings: an invalid one is said to every cell
         self.sandbox.start_in_background()
-        configured = self.sandbox.settings
+        self._configured = configured = self.sandbox.settings
         pacer = pacer_from_env(configured)  # one for the kernel, subshells included (%output rate)
         self.settings: dict[str, Any] = {"shell": "main", "timeout": None, "output_limit": DEFAULT_OUTPUT_LIMIT,
                                          "pacer": pacer}
@@ -95,13 +94,13 @@ class OwSandboxKernel(Kernel):
         self.recorder = Recorder(lambda: self.sandbox.host_cwd, self._terminal_size, session_stem(),
                                  settings=configured)  # %record
         self.outbox.watch(self.recorder.saw)
-        self.magics: MagicTable = all_magics()
+        self._magics: MagicTable | None = None  # built when a cell first needs it (`magics`)
+        self._made_lock = threading.Lock()
         self._stops = {"": CellStops()}  # what a Stop ends, per lane: the main shell's cells, and each subshell's
         self._stops_lock = threading.Lock()
         self._displays = BoxDisplayIds()  # the ids `owdisplay --id` gave, in a namespace of their own
         self.history = CellHistory()
-        self.attach = AttachManager(self._attach_display, self._runner_call, self._execd_endpoint,
-                                    self._attach_registry, configured)
+        self._attach: AttachManager | None = None  # made by the first %attach or completion (`attach`)
         self._said_where = False
         self.stdin = StdinChannel(self.session, lambda: self.stdin_socket, self.log)
         self._subshells: dict[str, dict[str, Any]] = {}  # kernel subshell id → its settings, its own shell's name
@@ -109,6 +108,30 @@ class OwSandboxKernel(Kernel):
         self._subshells_lock = threading.Lock()
         self._usage = UsageMeter()
         self._usage_lock = threading.Lock()
+
+    # -- made when first needed ------------------------------------------------------------------
+
+    @property
+    def magics(self) -> MagicTable:
+        """Every magic the kernel knows (magics/table.py), built when a cell or a completion first asks:
+        their modules are imported then, not while the kernel starts."""
+        with self._made_lock:
+            if self._magics is None:
+                from .magics.table import all_magics
+
+                self._magics = all_magics()
+            return self._magics
+
+    @property
+    def attach(self) -> AttachManager:
+        """The programs `%attach` runs (attach/session.py), made when first asked for."""
+        with self._made_lock:
+            if self._attach is None:
+                from .attach.session import AttachManager
+
+                self._attach = AttachManager(self._attach_display, self._runner_call, self._execd_endpoint,
+                                             self._attach_registry, self._configured)
+            return self._attach
 
     # -- usage (JupyterLab's Kernel Usage panel) ------------------------------------------------
 
@@ -360,6 +383,10 @@ class OwSandboxKernel(Kernel):
     def _refuse_misplaced(self, code: str, shell_text: str) -> None:
         """A known cell magic on a line of `shell_text` (the part of `code` that goes to bash) is a
         UsageError naming it and its line in the cell (placement.py), before anything runs."""
+        if "%%" not in shell_text:
+            return  # no line can be one: most cells, which then need neither the check nor the magics' table
+        from .magics.placement import refuse_misplaced_cell_magic
+
         cells = [found.name for found in self.magics.values() if found.kind == "cell"]
         refuse_misplaced_cell_magic(shell_text, cells, code.count("\n") - shell_text.count("\n") + 1)
 
@@ -513,6 +540,9 @@ class OwSandboxKernel(Kernel):
     def _display_file(self, parent: dict[str, Any], event: Display, shell: str) -> None:
         """An `owdisplay` request of the box: its file shown, or a note saying why not. Whatever the
         file holds, the cell goes on: an error here would end the cell and lose its running command."""
+        from .display.rich import mime_for, rich_bundle
+        from .magics.files import read_whole
+
         context = _Context(self, parent)
         try:
             mime = mime_for(event.path, event.mime)
@@ -562,7 +592,8 @@ class OwSandboxKernel(Kernel):
         sent (its message's date), else now."""
         when = sent or datetime.now(timezone.utc)
         if subshell is None:
-            self.attach.cancel_waits()
+            if self._attach is not None:  # none was made: nothing waits
+                self._attach.cancel_waits()
             with self._stops_lock:
                 lanes = list(self._stops.values())
         else:
@@ -600,12 +631,16 @@ class OwSandboxKernel(Kernel):
         return reply
 
     def _completion_context(self) -> CompletionContext:
+        from .editing.completion import CompletionContext
+
         shell = self.settings_for(self.get_parent("shell"))["shell"]
         return CompletionContext(shell=shell, box=self.box, folder=lambda: self.shell_folder(shell),
                                  history=self.history.codes(200), magics=self.magics,
                                  attach_words=self.attach.words)
 
     async def do_complete(self, code: str, cursor_pos: int) -> dict[str, Any]:
+        from .editing.completion import complete
+
         loop = asyncio.get_running_loop()
         try:
             matches, start, end = await loop.run_in_executor(None, complete, self._completion_context(), code,
@@ -619,6 +654,8 @@ class OwSandboxKernel(Kernel):
 
     async def do_inspect(self, code: str, cursor_pos: int, detail_level: int = 0,
                          omit_sections: Any = ()) -> dict[str, Any]:
+        from .editing.completion import inspect_word
+
         loop = asyncio.get_running_loop()
         try:
             text = await loop.run_in_executor(None, inspect_word, self._completion_context(), code, cursor_pos)
@@ -645,7 +682,8 @@ class OwSandboxKernel(Kernel):
     async def do_shutdown(self, restart: bool) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         self.recorder.stop("the kernel restarted" if restart else "the kernel shut down")
-        await loop.run_in_executor(None, self.attach.close)  # programs keep running; cursors are saved
+        if self._attach is not None:
+            await loop.run_in_executor(None, self._attach.close)  # programs keep running; cursors are saved
         await loop.run_in_executor(None, self.sandbox.close, restart)
         return {"status": "ok", "restart": restart}
 
@@ -745,6 +783,8 @@ class _Context:
 
     def terminal_open(self) -> dict[str, Any]:
         """`%terminal open`: the command (and in JupyterLab the button) that opens a terminal in this sandbox."""
+        from .magics.terminal_open import terminal_open
+
         return terminal_open(getattr(self.kernel.parent, "connection_file", "") or None,
                              self.kernel.sandbox.wait().provider.name, self.kernel.sandbox.settings)
 

@@ -26,7 +26,6 @@ from typing import Any
 
 from ...box.daemonctl import serving
 from ...box.procstat import descendants, pid_alive, session_members
-from ...box.shell.registry import read_pids
 from ...logs import log_level_args
 from ...settings import Settings, settings_of
 from ..bundle import build_runner_zipapp
@@ -282,6 +281,8 @@ class LocalProvider(Provider):
 
     def _recorded_shells(self) -> list[int]:
         """The shells the daemon wrote down (they outlive a daemon that was killed), still bash."""
+        from ...box.shell.registry import read_pids  # with the box's shell code: not needed to start a kernel
+
         found = []
         for pid in read_pids(os.path.dirname(self.socket_path)):
             try:
