@@ -54,3 +54,17 @@ def test_a_provider_imported_when_first_asked_for_is_the_same_class():
     assert providers.enforcement_of("exec") == ExecProvider.enforcement
     with pytest.raises(AttributeError, match="has no attribute 'NoProvider'"):
         providers.NoProvider  # noqa: B018
+
+
+@pytest.mark.unit
+def test_the_sandbox_asks_what_isolates_it_when_first_needed_not_while_the_kernel_is_made(monkeypatch, tmp_path):
+    """`auto` probes bubblewrap with a process of its own: on the thread that starts the box, or for the banner."""
+    from owsandbox.kernel import sandbox as sandbox_module
+    from owsandbox.settings import Settings
+
+    asked: list[str] = []
+    monkeypatch.setattr(sandbox_module, "enforcement_of", lambda name: asked.append(name) or "bubblewrap")
+    made = sandbox_module.Sandbox(cwd=str(tmp_path), provider="auto", settings=Settings())
+    assert asked == []
+    assert made.isolation_note() == "isolated by bubblewrap" and made.enforcement == "bubblewrap"
+    assert asked == ["auto"]
