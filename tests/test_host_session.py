@@ -64,7 +64,7 @@ def test_failing_all_settles_and_forgets_every_call() -> None:
     calls = [call(session, name) for name in "abc"]
     session.fail_all(P.RunnerError(P.RUNNER_UNREACHABLE, "gone"))
     assert not session.calls
-    assert all(isinstance(c.error, P.RunnerUnreachable) and c.done.is_set() for c in calls)
+    assert all(isinstance(c.error, P.RunnerUnreachable) and c.done() for c in calls)
 
 
 # -- each shell's folder: the session is its one owner on the host -------------------------------
@@ -98,3 +98,34 @@ def test_a_result_without_a_folder_teaches_nothing() -> None:
     session = Session()
     session.ran({"shell": "main", "cwd": "", "command": "x"})
     assert session.folders == {}
+
+
+
+def test_a_call_is_a_future_settled_once_that_nobody_cancels() -> None:
+    """(The kernel awaits it with `asyncio.wrap_future`: test_kernel_prompts and the kernel tests run that.)"""
+    from concurrent.futures import Future
+
+    made = Call("a", "shell.run", b"frame", None)
+    assert isinstance(made, Future) and not made.done() and made.error is None
+    assert made.cancel() is False and not made.cancelled()  # it may run in the box: only shell.interrupt stops it
+    seen: list[object] = []
+    made.add_done_callback(lambda done: seen.append(done.result()))
+    made.settle({"exit_code": 0})  # as the pump thread settles it
+    assert seen == [{"exit_code": 0}]
+    made.settle(error=P.RunnerError(P.RUNNER_RESTARTED, P.RESTARTED_MESSAGE))  # a late second answer changes nothing
+    assert made.result(0) == {"exit_code": 0} and made.error is None
+    failed = Call("b", "shell.run", b"frame", None)
+    failed.settle(error=P.RunnerError(P.RUNNER_UNREACHABLE, "gone"))
+    assert isinstance(failed.error, P.RunnerUnreachable)
+    with pytest.raises(P.RunnerUnreachable):
+        failed.result(0)
+
+
+def test_waiting_past_the_timeout_is_the_builtin_timeout_error_and_forgets_the_call() -> None:
+    from owsandbox.host.client import RunnerClient
+
+    client = RunnerClient(lambda: None)  # type: ignore[arg-type,return-value]  # never connected: no pipe is opened
+    waiting = call(client._session, "late")
+    with pytest.raises(TimeoutError, match="no answer to shell.run within 0.01 s"):
+        client.wait(waiting, 0.01)
+    assert "late" not in client._session.calls

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from concurrent.futures import Future
 from typing import Any
 
 import pytest
@@ -434,20 +435,17 @@ def test_a_new_prompt_abandons_the_one_before():
 # script. The kernel object is real (no sockets but the stdin pair above); what it would send on
 # iopub is recorded.
 
-class FakeCall:
-    def __init__(self, request_id: str, on_notification: Any, on_done: Any) -> None:
+class FakeCall(Future):
+    """A call in flight, a future of its result as the real one (`host.client.Call`)."""
+
+    def __init__(self, request_id: str, on_notification: Any) -> None:
+        super().__init__()
         self.request_id = request_id
         self.on_notification = on_notification
-        self.on_done = on_done
-        self.done = threading.Event()
-        self.value: Any = None
-        self.error: Any = None
 
     def settle(self, value: dict[str, Any]) -> None:
-        if not self.done.is_set():
-            self.value = value
-            self.done.set()
-            self.on_done()
+        if not self.done():
+            self.set_result(value)
 
 
 class FakeBox:
@@ -497,14 +495,13 @@ class FakeBox:
         return ["fake"]
 
     # the client
-    def start_call(self, method: str, params: dict[str, Any], on_notification: Any = None,
-                   on_done: Any = None) -> FakeCall:
+    def start_call(self, method: str, params: dict[str, Any], on_notification: Any = None) -> FakeCall:
         if method == "shell.interrupt":
             self.interrupted.set()
-            return FakeCall("interrupt", None, lambda: None)
+            return FakeCall("interrupt", None)
         assert method == "shell.run"
         self.run_params = params
-        call = self.call_obj = FakeCall("run-1", on_notification, on_done)
+        call = self.call_obj = FakeCall("run-1", on_notification)
         threading.Thread(target=self.script, args=(self, call), daemon=True).start()
         return call
 

@@ -38,6 +38,7 @@ from owsandbox.host.workspace import RunnerWorkspace
 from owsandbox.host.wstransport import CLOSE_TIMEOUT_SECONDS, ExecdPipeTransport, ExecdTransportError
 
 from .conftest import DEFAULT_KERNEL_NAME
+from .daemon_restart import restart_daemon
 from .kernel_session import KernelSession
 from .ports import free_port
 from .processes import wait_for_file
@@ -123,7 +124,7 @@ def test_the_runner_is_copied_into_a_box_once_per_version(fresh_runtime, make_pr
     assert second.uploads == 0 and second.runner_path == first.runner_path
     assert runner.stat().st_mtime_ns == stamp
     assert second.socket_path != first.socket_path  # a daemon of its own
-    first.restart_daemon()  # a new daemon of a known version needs no copy either
+    restart_daemon(first)  # a new daemon of a known version needs no copy either
     assert first.uploads == 1 and runner.stat().st_mtime_ns == stamp
 
 

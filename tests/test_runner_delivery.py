@@ -18,6 +18,7 @@ from owsandbox.host.executor import RunnerExecutor
 from owsandbox.host.providers.local import LocalProvider
 
 from .conftest import box_with_release
+from .daemon_restart import restart_daemon
 from .processes import wait_for_file
 from .test_runner_shells import run_in_background, wait_until_busy
 from .waiting import wait_until
@@ -81,7 +82,7 @@ def test_a_restarted_daemon_fails_the_running_command_as_unknown(box, workspace)
     ex.run("cd deep && export LOST=1")
     worker, result = run_in_background(lambda: ex.run("sleep 30"))
     wait_until_busy(client)
-    provider.restart_daemon()
+    restart_daemon(provider)
     worker.join(30)
     assert "outcome of this command is unknown" in result["error"]
     assert result["exit_code"] is None

@@ -11,29 +11,45 @@ execd-compatible endpoint.
 
 from __future__ import annotations
 
-from .channel import ExecdJsonLineChannel
-from .control import ExecdControl
-from .endpoint import ExecdEndpoint
-from .errors import (
-    BadFrame,
-    BadRecord,
-    ChannelDetached,
-    ChannelTakenOver,
-    ExecdAlreadyConnected,
-    ExecdError,
-    ExecdHTTPError,
-    ExecdNotFound,
-    ExecdServerError,
-    ExecdUnauthorized,
-    ExecdUnreachable,
-    ExecdUnsupported,
-    JsonLineError,
-    LineTooLong,
-    ProgramExited,
-    ReplayGap,
-)
-from .execdws import REPLAY, STDERR, STDIN, STDOUT
-from .jsonlines import JsonLineDecoder, Record, StderrText
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .channel import ExecdJsonLineChannel
+    from .control import ExecdControl
+    from .endpoint import ExecdEndpoint
+    from .errors import (
+        BadFrame,
+        BadRecord,
+        ChannelDetached,
+        ChannelTakenOver,
+        ExecdAlreadyConnected,
+        ExecdError,
+        ExecdHTTPError,
+        ExecdNotFound,
+        ExecdServerError,
+        ExecdUnauthorized,
+        ExecdUnreachable,
+        ExecdUnsupported,
+        JsonLineError,
+        LineTooLong,
+        ProgramExited,
+        ReplayGap,
+    )
+    from .execdws import REPLAY, STDERR, STDIN, STDOUT
+    from .jsonlines import JsonLineDecoder, Record, StderrText
+
+# Each name is imported from its module when first asked for: a kernel that only needs `ExecdEndpoint` at
+# its start (terminal/locate.py) does not pay for the WebSocket channel and its dependencies then.
+_FROM = {
+    "ExecdJsonLineChannel": "channel", "ExecdControl": "control", "ExecdEndpoint": "endpoint",
+    **dict.fromkeys(("BadFrame", "BadRecord", "ChannelDetached", "ChannelTakenOver", "ExecdAlreadyConnected",
+                     "ExecdError", "ExecdHTTPError", "ExecdNotFound", "ExecdServerError", "ExecdUnauthorized",
+                     "ExecdUnreachable", "ExecdUnsupported", "JsonLineError", "LineTooLong", "ProgramExited",
+                     "ReplayGap"), "errors"),
+    **dict.fromkeys(("REPLAY", "STDERR", "STDIN", "STDOUT"), "execdws"),
+    **dict.fromkeys(("JsonLineDecoder", "Record", "StderrText"), "jsonlines"),
+}
 
 __all__ = [
     "REPLAY", "STDERR", "STDIN", "STDOUT",
@@ -42,3 +58,12 @@ __all__ = [
     "ExecdUnauthorized", "ExecdUnreachable", "ExecdUnsupported", "JsonLineDecoder", "JsonLineError", "LineTooLong",
     "ProgramExited", "Record", "ReplayGap", "StderrText",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _FROM.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # asked once
+    return value

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CallFn = Callable[..., Any]  # call(method, params, timeout=SECONDS) -> the result, or raises RunnerError
-StartFn = Callable[..., "Call"]  # start(method, params, on_notification=..., on_done=...) -> the call in flight
+StartFn = Callable[..., "Call"]  # start(method, params, on_notification=...) -> the call in flight (a future)
 
 
 class SandboxAPI:
@@ -62,13 +62,13 @@ class SandboxAPI:
 
     def start_run(self, params: M.RunParams, on_output: Callable[[M.OutputFrame], None] | None = None,
                   on_progress: Callable[[M.ProgressFrame], None] | None = None,
-                  on_input_wanted: Callable[[M.InputWanted], None] | None = None,
-                  on_done: Callable[[], None] | None = None) -> Call:
-        """`shell.run`, not waited for: each live frame to the handler of its kind, the result to the call."""
+                  on_input_wanted: Callable[[M.InputWanted], None] | None = None) -> Call:
+        """`shell.run`, not waited for: each live frame to the handler of its kind, the result to the call
+        (a future: `asyncio.wrap_future(call)` awaits it)."""
         handlers: dict[str, Callable[[Any], None] | None] = {
             SHELL_OUTPUT: on_output, SHELL_PROGRESS: on_progress, SHELL_INPUT_WANTED: on_input_wanted}
         routed = live_router(handlers) if any(handlers.values()) else None
-        return self._starter()(SHELL_RUN, dict(params), on_notification=routed, on_done=on_done)
+        return self._starter()(SHELL_RUN, dict(params), on_notification=routed)
 
     def run(self, params: M.RunParams, timeout: float) -> M.RunResult:
         return self._call(SHELL_RUN, dict(params), timeout=timeout)

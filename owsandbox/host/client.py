@@ -17,6 +17,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Protocol
 
 from .. import protocol as P
@@ -53,33 +55,40 @@ class Transport(Protocol):
     def stderr_tail(self) -> str: ...
 
 
-class Call:
-    """One request in flight, as `start_call` hands it out: `done` is set once it is answered, then
-    `value` is its result or `error` the `RunnerError` it failed with (`wait` raises it). The client
-    alone settles it, from its reader thread, or with `RunnerRestarted`/`RunnerUnreachable` when the
-    sandbox restarted or went away; a caller only reads it."""
-
-    __slots__ = ("request_id", "method", "frame", "on_notification", "done", "value", "error", "sent_to",
-                 "on_done")
+class Call(Future):
+    """One request in flight, as `start_call` hands it out: a `concurrent.futures.Future` of its
+    result, which fails with the `RunnerError` the daemon answered (`result()` raises it). A thread
+    blocks on `result()`, a coroutine awaits `asyncio.wrap_future(call)`, and `add_done_callback` runs
+    once it is settled. The client alone settles it, from its reader thread, or with
+    `RunnerRestarted`/`RunnerUnreachable` when the sandbox restarted or went away; a caller only reads
+    it. It cannot be cancelled: the request may already run in the box, and only `shell.interrupt`
+    stops it (so `cancel()` says False, and an awaiting coroutine that is cancelled leaves it alone)."""
 
     def __init__(self, request_id: str, method: str, frame: bytes, on_notification: Notification | None) -> None:
+        super().__init__()
         self.request_id = request_id
         self.method = method
         self.frame = frame
         self.on_notification = on_notification
-        self.done = threading.Event()
-        self.value: Any = None
-        self.error: P.RunnerError | None = None
         self.sent_to: str | None = None  # the instance it was sent to, once sent
-        self.on_done: Callable[[], None] | None = None
 
     def settle(self, value: Any = None, error: P.RunnerError | None = None) -> None:
-        if self.done.is_set():
-            return
-        self.value, self.error = value, error
-        self.done.set()
-        if self.on_done is not None:
-            self.on_done()
+        """Its answer, once: a later one (a replay, a restart after the answer) changes nothing."""
+        try:
+            if error is not None:
+                self.set_exception(error)
+            else:
+                self.set_result(value)
+        except InvalidStateError:
+            pass
+
+    def cancel(self) -> bool:
+        return False
+
+    @property
+    def error(self) -> BaseException | None:
+        """The error it failed with, without waiting: None while unanswered or once answered with a result."""
+        return self.exception(0) if self.done() else None
 
 
 class RunnerClient:
@@ -193,7 +202,7 @@ class RunnerClient:
             resume_id = f"{self._prefix}-resume-{next(self._ids)}"
             frames.append(P.encode(P.request(resume_id, SESSION_RESUME, {"last_seq": adoption.resume_from})))
             resume = Call(resume_id, SESSION_RESUME, b"", None)
-            resume.done.set()  # nobody waits; its answer is only logged
+            resume.settle()  # nobody waits (its answer is only logged), and it is never sent again
             self._session.calls[resume_id] = resume
         elif adoption.kind == "restarted":
             log.warning("the runner restarted (instance %s, was %s): commands in flight are unknown",
@@ -342,7 +351,9 @@ class RunnerClient:
         return self.wait(call, timeout)
 
     def start_call(self, method: str, params: dict[str, Any] | None = None,
-                   on_notification: Notification | None = None, on_done: Callable[[], None] | None = None) -> Call:
+                   on_notification: Notification | None = None) -> Call:
+        """Send a request and return it in flight (a future of its answer); live notifications for it go
+        to `on_notification`, on the client's reader thread."""
         params = dict(params or {})
         if method == SHELL_RUN:
             with self._lock:
@@ -353,7 +364,6 @@ class RunnerClient:
             raise P.RunnerError(P.INVALID_REQUEST, f"the request is {len(frame)} bytes, larger than the runner's "
                                                    f"limit of {self.max_frame_bytes} bytes; nothing was sent")
         call = Call(request_id, method, frame, on_notification)
-        call.on_done = on_done
         with self._lock:
             if self._closed:
                 raise P.RunnerError(P.RUNNER_UNREACHABLE, "the runner client is closed")
@@ -379,13 +389,14 @@ class RunnerClient:
             self._reconnecting = False
 
     def wait(self, call: Call, timeout: float | None = None) -> Any:
-        if not call.done.wait(timeout):
+        """`call`'s result, blocking this thread; its RunnerError raised, or TimeoutError past
+        `timeout` (then the call is forgotten: an answer that comes later is dropped)."""
+        try:
+            return call.result(timeout)
+        except FutureTimeout:  # not the builtin TimeoutError before Python 3.11
             with self._lock:
                 self._session.calls.pop(call.request_id, None)
-            raise TimeoutError(f"no answer to {call.method} within {timeout:g} s")
-        if call.error is not None:
-            raise call.error
-        return call.value
+            raise TimeoutError(f"no answer to {call.method} within {timeout:g} s") from None
 
     def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
         with self._lock:

@@ -15,7 +15,6 @@ import threading
 from typing import Any
 
 from .. import protocol as P
-from ..box.shell.registry import ShellRegistry
 from ..protocol import messages as M
 from .api import SandboxAPI
 from .client import RunnerClient
@@ -79,6 +78,8 @@ class DirectExecutor:
     """The shell `main` in this process, kept as the daemon keeps its shells: no daemon, no isolation."""
 
     def __init__(self, cwd: str | None = None) -> None:
+        from ..box.shell.registry import ShellRegistry  # the box's shells, here: imported only for `direct`
+
         self.cwd = os.path.abspath(cwd or os.getcwd())
         self._shells = ShellRegistry(self.cwd)
         self._session = Session()  # the shell's folder, as a client's session keeps it

@@ -78,7 +78,7 @@ class Session:
             for call in adoption.lost:
                 del self.calls[call.request_id]
         for call in self.calls.values():
-            if not call.done.is_set():
+            if not call.done():
                 call.sent_to = self.instance_id
                 adoption.send.append(call)
         return adoption

@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ipykernel._version import kernel_protocol_version
 from ipykernel.kernelbase import Kernel
@@ -38,7 +38,6 @@ from .. import protocol as P
 from ..host.api import SandboxAPI
 from ..protocol import messages as M
 from ..terminal.locate import kernel_key
-from .attach.session import AttachManager
 from .cell.budget import Withheld
 from .cell.hints import network_hint
 from .cell.limit_names import named_limit
@@ -47,22 +46,22 @@ from .cell.output import DEFAULT_OUTPUT_LIMIT, CellOutput, Display, InputWanted,
 from .cell.pacing import pacer_from_env
 from .cell.run import cell_run
 from .display import box_text
-from .display.rich import BoxDisplayIds, mime_for, rich_bundle
-from .editing.completion import CompletionContext, complete, inspect_word
+from .display.rich import BoxDisplayIds
 from .editing.stdin import CellPrompts, StdinChannel
 from .errors import CellError, UsageError
 from .history import CellHistory
-from .magics.files import read_whole
 from .magics.framework import ParsedCell, RunOnShell, parse_cell
-from .magics.placement import refuse_misplaced_cell_magic
-from .magics.preview import PreviewBox
 from .magics.shells import terminal_settings
-from .magics.table import MagicTable, all_magics
-from .magics.terminal_open import terminal_open
 from .sandbox import Sandbox, SandboxUnavailable
 from .stops import CellStops
 from .teaching.recording import Recorder, session_stem
 from .usage import UsageMeter, cell_usage
+
+if TYPE_CHECKING:  # imported where first used: a kernel's start does not wait for them (benchmarks/kernel_start.py)
+    from .attach.session import AttachManager
+    from .editing.completion import CompletionContext
+    from .magics.preview import PreviewBox
+    from .magics.table import MagicTable
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +90,7 @@ class OwSandboxKernel(Kernel):
         super().__init__(**kwargs)
         self.sandbox = Sandbox(key=self._kernel_key())  # reads the settings: an invalid one is said to every cell
         self.sandbox.start_in_background()
-        configured = self.sandbox.settings
+        self._configured = configured = self.sandbox.settings
         pacer = pacer_from_env(configured)  # one for the kernel, subshells included (%output rate)
         self.settings: dict[str, Any] = {"shell": "main", "timeout": None, "output_limit": DEFAULT_OUTPUT_LIMIT,
                                          "pacer": pacer}
@@ -99,13 +98,13 @@ class OwSandboxKernel(Kernel):
         self.recorder = Recorder(lambda: self.sandbox.host_cwd, self._terminal_size, session_stem(),
                                  settings=configured)  # %record
         self.outbox.watch(self.recorder.saw)
-        self.magics: MagicTable = all_magics()
+        self._magics: MagicTable | None = None  # built when a cell first needs it (`magics`)
+        self._made_lock = threading.Lock()
         self._stops = {"": CellStops()}  # what a Stop ends, per lane: the main shell's cells, and each subshell's
         self._stops_lock = threading.Lock()
         self._displays = BoxDisplayIds()  # the ids `owdisplay --id` gave, in a namespace of their own
         self.history = CellHistory()
-        self.attach = AttachManager(self._attach_display, self._runner_call, self._execd_endpoint,
-                                    self._attach_registry, configured)
+        self._attach: AttachManager | None = None  # made by the first %attach or completion (`attach`)
         self._said_where = False
         self.stdin = StdinChannel(self.session, lambda: self.stdin_socket, self.log)
         self._subshells: dict[str, dict[str, Any]] = {}  # kernel subshell id → its settings, its own shell's name
@@ -114,6 +113,30 @@ class OwSandboxKernel(Kernel):
         self._usage = UsageMeter()
         self._usage_lock = threading.Lock()
         self._cell_usage: dict[str, dict[str, Any]] = {}  # a running cell's msg_id -> what its command used
+
+    # -- made when first needed ------------------------------------------------------------------
+
+    @property
+    def magics(self) -> MagicTable:
+        """Every magic the kernel knows (magics/table.py), built when a cell or a completion first asks:
+        their modules are imported then, not while the kernel starts."""
+        with self._made_lock:
+            if self._magics is None:
+                from .magics.table import all_magics
+
+                self._magics = all_magics()
+            return self._magics
+
+    @property
+    def attach(self) -> AttachManager:
+        """The programs `%attach` runs (attach/session.py), made when first asked for."""
+        with self._made_lock:
+            if self._attach is None:
+                from .attach.session import AttachManager
+
+                self._attach = AttachManager(self._attach_display, self._runner_call, self._execd_endpoint,
+                                             self._attach_registry, self._configured)
+            return self._attach
 
     # -- usage (JupyterLab's Kernel Usage panel) ------------------------------------------------
 
@@ -393,6 +416,10 @@ class OwSandboxKernel(Kernel):
     def _refuse_misplaced(self, code: str, shell_text: str) -> None:
         """A known cell magic on a line of `shell_text` (the part of `code` that goes to bash) is a
         UsageError naming it and its line in the cell (placement.py), before anything runs."""
+        if "%%" not in shell_text:
+            return  # no line can be one: most cells, which then need neither the check nor the magics' table
+        from .magics.placement import refuse_misplaced_cell_magic
+
         cells = [found.name for found in self.magics.values() if found.kind == "cell"]
         refuse_misplaced_cell_magic(shell_text, cells, code.count("\n") - shell_text.count("\n") + 1)
 
@@ -449,23 +476,24 @@ class OwSandboxKernel(Kernel):
         counted = provider.limit_counters()
         stops = self.stops_for(parent)
         call = self._start_run(client, shell, params, stops, on_output=woken(output.live),
-                               on_input_wanted=woken(output.input_wanted),
-                               on_done=lambda: loop.call_soon_threadsafe(wake.set))
+                               on_input_wanted=woken(output.input_wanted))
+        finished = asyncio.wrap_future(call)  # its answer, awaited here (a cancelled cell leaves the call be)
+        finished.add_done_callback(lambda _: wake.set())
         try:
             while True:
                 await self._news(wake, output)
                 wake.clear()
-                ended = call.done.is_set()  # a prompt that came with the end is asked of nobody
+                ended = finished.done()  # a prompt that came with the end is asked of nobody
                 await self._show(parent, output, shell, None if ended else prompts)
                 if ended:
                     break
-                await asyncio.sleep(BATCH_SECONDS)
+                # What comes next is gathered for BATCH_SECONDS into one message, unless the command ends first.
+                await asyncio.wait((finished,), timeout=BATCH_SECONDS)
         finally:
             prompts.close()  # the command has ended (or the cell was cancelled): its open prompt too
             stops.ended(shell, call.request_id)
-        if call.error is not None:
-            raise call.error
-        result = call.value
+            finished.cancel()  # a cell cancelled first stops awaiting: the call's answer, when it comes, goes nowhere
+        result = finished.result()  # the call's RunnerError, raised
         self._count_usage(parent, result.get("usage"))
         output.finish(result)
         await self._show(parent, output, shell)
@@ -540,6 +568,9 @@ class OwSandboxKernel(Kernel):
     def _display_file(self, parent: dict[str, Any], event: Display, shell: str) -> None:
         """An `owdisplay` request of the box: its file shown, or a note saying why not. Whatever the
         file holds, the cell goes on: an error here would end the cell and lose its running command."""
+        from .display.rich import mime_for, rich_bundle
+        from .magics.files import read_whole
+
         context = _Context(self, parent)
         try:
             mime = mime_for(event.path, event.mime)
@@ -589,7 +620,8 @@ class OwSandboxKernel(Kernel):
         sent (its message's date), else now."""
         when = sent or datetime.now(timezone.utc)
         if subshell is None:
-            self.attach.cancel_waits()
+            if self._attach is not None:  # none was made: nothing waits
+                self._attach.cancel_waits()
             with self._stops_lock:
                 lanes = list(self._stops.values())
         else:
@@ -627,12 +659,16 @@ class OwSandboxKernel(Kernel):
         return reply
 
     def _completion_context(self) -> CompletionContext:
+        from .editing.completion import CompletionContext
+
         shell = self.settings_for(self.get_parent("shell"))["shell"]
         return CompletionContext(shell=shell, box=self.box, folder=lambda: self.shell_folder(shell),
                                  history=self.history.codes(200), magics=self.magics,
                                  attach_words=self.attach.words)
 
     async def do_complete(self, code: str, cursor_pos: int) -> dict[str, Any]:
+        from .editing.completion import complete
+
         loop = asyncio.get_running_loop()
         try:
             matches, start, end = await loop.run_in_executor(None, complete, self._completion_context(), code,
@@ -646,6 +682,8 @@ class OwSandboxKernel(Kernel):
 
     async def do_inspect(self, code: str, cursor_pos: int, detail_level: int = 0,
                          omit_sections: Any = ()) -> dict[str, Any]:
+        from .editing.completion import inspect_word
+
         loop = asyncio.get_running_loop()
         try:
             text = await loop.run_in_executor(None, inspect_word, self._completion_context(), code, cursor_pos)
@@ -672,7 +710,8 @@ class OwSandboxKernel(Kernel):
     async def do_shutdown(self, restart: bool) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         self.recorder.stop("the kernel restarted" if restart else "the kernel shut down")
-        await loop.run_in_executor(None, self.attach.close)  # programs keep running; cursors are saved
+        if self._attach is not None:
+            await loop.run_in_executor(None, self._attach.close)  # programs keep running; cursors are saved
         await loop.run_in_executor(None, self.sandbox.close, restart)
         return {"status": "ok", "restart": restart}
 
@@ -772,11 +811,15 @@ class _Context:
 
     def terminal_open(self) -> dict[str, Any]:
         """`%terminal open`: the command (and in JupyterLab the button) that opens a terminal in this sandbox."""
+        from .magics.terminal_open import terminal_open
+
         return terminal_open(getattr(self.kernel.parent, "connection_file", "") or None,
                              self.kernel.sandbox.wait().provider.name, self.kernel.sandbox.settings)
 
     def preview_box(self) -> PreviewBox:
         """`%preview`: this kernel's connection file, its sandbox's provider and execd endpoint."""
+        from .magics.preview import PreviewBox
+
         return PreviewBox(getattr(self.kernel.parent, "connection_file", "") or None,
                           self.kernel.sandbox.wait().provider, self.kernel._execd_endpoint,
                           self.kernel.sandbox.settings.preview_base_url)

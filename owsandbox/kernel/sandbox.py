@@ -11,6 +11,7 @@ import logging
 import os
 import threading
 import time
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,6 @@ class Sandbox:
         self.host_cwd = str(Path(cwd or settings.workspace or os.getcwd()).resolve())
         self.cwd = self.host_cwd
         self.provider_name = provider or settings.provider or DEFAULT_PROVIDER
-        self.enforcement = enforcement_of(self.provider_name)
         self._workspace: RunnerWorkspace | None = None
         self._error: str | None = problem
         self._ready = threading.Event()
@@ -63,6 +63,13 @@ class Sandbox:
         except ValueError as exc:
             self._error = str(exc)
             self._ready.set()
+
+    @cached_property
+    def enforcement(self) -> str:
+        """What isolates the box, known before it starts (for the banner): asked when first needed, so that
+        `auto`'s probe of bubblewrap (a process of its own) runs beside the kernel's start, on the thread
+        that starts the box, rather than before the kernel can answer."""
+        return enforcement_of(self.provider_name)
 
     def isolation_note(self) -> str:
         """One plain sentence on what the sandbox isolates."""

@@ -203,7 +203,7 @@ def test_200_relay_kills_lose_and_repeat_nothing(local_box, workspace: Path) -> 
         wait_until(lambda: client.connected and client.reconnects >= KILLS, RECONNECT_WAIT,
                    "the client to be back after the last kill", interval=0.01)
     assert client.reconnects == KILLS and client.restarts == 0, (seed, client.reconnects, client.restarts)
-    pending = [call.method for call in list(client._session.calls.values()) if not call.done.is_set()]
+    pending = [call.method for call in list(client._session.calls.values()) if not call.done()]
     assert not pending, f"seed={seed}: calls still waiting: {pending}"
     # Every killed relay was reaped: only the current one is left.
     relays = [pid for pid in children(os.getpid()) if f"attach --socket {provider.socket_path}" in command_line(pid)]

@@ -75,7 +75,10 @@ def main() -> int:
                 answer = snapshot_step(workspace.provider, step["snapshot"])
             elif "restart" in step:
                 assert workspace is not None
-                workspace.provider.restart_daemon()
+                provider = workspace.provider
+                with provider._lifecycle:  # as tests/daemon_restart.py does it (this script runs alone)
+                    provider._stop_daemon()
+                    provider._start_daemon()
                 answer = {"restarted": True}
             elif "close" in step or "release" in step:
                 if workspace is not None:

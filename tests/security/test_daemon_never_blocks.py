@@ -88,7 +88,7 @@ def test_a_catastrophic_search_blocks_neither_other_shells_nor_the_listing_nor_s
     assert client.wait(busy, ANSWER_BOUND_S)["error"].startswith("interrupted")
 
     assert searching, "fs.search did not start a process of its own: it runs inside the daemon"
-    assert not search.done.is_set(), "the other calls were answered only after the search ended"
+    assert not search.done(), "the other calls were answered only after the search ended"
     assert search_children(daemon) == searching, "the search process ended before the other calls were answered"
     print(f"\n[measure] while the catastrophic search ran: shell.run (a new shell) {run_s * 1000:.0f} ms, "
           f"shell.list {list_s * 1000:.1f} ms, shell.interrupt {stop_s * 1000:.1f} ms")

@@ -7,14 +7,46 @@ a provider in one place, `resolve`.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from .base import Provider
 from .bwrap import BwrapProvider, auto_enforcement, auto_provider, bwrap_problem
-from .container import ContainerProvider
-from .exec import ExecProvider
 from .local import LocalProvider
+
+if TYPE_CHECKING:
+    from .container import ContainerProvider
+    from .exec import ExecProvider
+
+
+class _Deferred:
+    """The factory of a provider whose module is imported when the provider is first asked for, so a
+    kernel imports only the provider it uses (and its dependencies) when it starts."""
+
+    def __init__(self, module: str, name: str) -> None:
+        self.module, self.name = module, name
+
+    def provider_class(self) -> type[Provider]:
+        return getattr(importlib.import_module(self.module, __name__), self.name)
+
+    def __call__(self, *args: Any, **options: Any) -> Provider:
+        return self.provider_class()(*args, **options)
+
+    @property
+    def enforcement(self) -> str:
+        return self.provider_class().enforcement
+
+
+_DEFERRED = {"ContainerProvider": _Deferred(".container", "ContainerProvider"),
+             "ExecProvider": _Deferred(".exec", "ExecProvider")}
+
+
+def __getattr__(name: str) -> Any:
+    deferred = _DEFERRED.get(name)
+    if deferred is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return deferred.provider_class()
 
 
 def opensandbox_provider(*args: Any, **options: Any) -> Provider:
@@ -32,8 +64,8 @@ DIRECT = "direct"
 RUNNER_PROVIDERS: dict[str, Callable[..., Provider]] = {
     "auto": auto_provider,
     "bwrap": BwrapProvider,
-    "container": ContainerProvider,
-    "exec": ExecProvider,
+    "container": _DEFERRED["ContainerProvider"],
+    "exec": _DEFERRED["ExecProvider"],
     "local": LocalProvider,
     "opensandbox": opensandbox_provider,
 }

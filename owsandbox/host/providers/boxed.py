@@ -91,7 +91,7 @@ class ProgramBoxProvider(Provider):
         self.box_folder = ""  # where the daemon started; a relay starts it there again if it died
         self.uploads = 0  # how many times this provider copied the zipapp into the box
         self._zipapp_cache: tuple[str, bytes] | None = None
-        self._lifecycle = threading.RLock()  # restart_daemon() and a reconnecting client may race
+        self._lifecycle = threading.RLock()  # a restart of the daemon and a reconnecting client may race
 
     # -- what a subclass says -----------------------------------------------------------------
 
@@ -154,11 +154,6 @@ class ProgramBoxProvider(Provider):
         self.daemon_info = answer.get("daemon", {})
         self.reused = bool(answer.get("reused"))
         self.box_folder = answer.get("cwd") or ""
-
-    def restart_daemon(self) -> None:
-        with self._lifecycle:
-            self._run_bootstrap(self._args("stop", remove=False))
-            self._start()
 
     def release(self) -> None:
         """Leave the daemon lingering in the box for a kernel that restarts."""

@@ -66,6 +66,7 @@ from ..logpump import LogPump
 from ..privatedir import runtime_root
 from ..programs import host_program, mark_box_writable
 from .local import _LAUNCHER, LocalProvider
+from .questions import SnapshotSite
 
 BOX_RUN = "/run/owsandbox"  # where the daemon keeps its own files, inside the box
 BOX_RUNNER = f"{BOX_RUN}/runner.pyz"
@@ -628,6 +629,11 @@ class BwrapProvider(GuardedWorkspace, LocalProvider):
             if self.daemon_pid is not None and not _same_process(self.daemon_pid, self._init_start):
                 self.daemon_pid = None  # gone, and its pid may already be another process's
         return super().open_runner()
+
+    def snapshot_site(self) -> SnapshotSite:
+        """Snapshots are taken here: the workspace is this machine's folder, and the box stops whole
+        around a restore (its PID namespace's init killed, then a new box)."""
+        return SnapshotSite(self.guarded_folder(), self.workspace_guard(), self.stopped)
 
     @contextmanager
     def stopped(self) -> Iterator[None]:

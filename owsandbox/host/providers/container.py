@@ -64,6 +64,7 @@ from ..privatedir import runtime_root
 from ..programs import host_program, mark_box_writable
 from .boxed import BoxError
 from .exec import ExecProvider, stdin_program
+from .questions import SnapshotSite
 
 IMAGE_ENV = settings.IMAGE
 ENGINE_ENV = settings.ENGINE
@@ -645,6 +646,11 @@ class ContainerProvider(GuardedWorkspace, ExecProvider):
         except BoxError as exc:
             raise BoxError(f"{note}; it could not be made again: {exc}") from None
         self._find_cgroup()
+
+    def snapshot_site(self) -> SnapshotSite:
+        """Snapshots are taken here: the workspace is this machine's folder, and the box stops whole
+        around a restore (the container removed, then a new one)."""
+        return SnapshotSite(self.guarded_folder(), self.workspace_guard(), self.stopped)
 
     @contextmanager
     def stopped(self) -> Iterator[None]:

@@ -39,6 +39,8 @@ def stdin_program(args: dict[str, Any], stdin: bytes = b"") -> str:
 class ExecProvider(ProgramBoxProvider):
     name = "exec"
     enforcement = "the box"
+    snapshots_refused = ("its box keeps its files where this machine cannot reach them (ssh, a container of its "
+                         "own): the box would have to copy them itself, and nothing the box writes is trusted here")
 
     def __init__(self, cwd: str | os.PathLike[str] | None = None, prefix: list[str] | str | None = None,
                  python: str = "python3", key: str | None = None, linger_seconds: float = 300.0,

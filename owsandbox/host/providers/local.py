@@ -26,7 +26,6 @@ from typing import Any
 
 from ...box.daemonctl import serving
 from ...box.procstat import descendants, pid_alive, session_members
-from ...box.shell.registry import read_pids
 from ...logs import log_level_args
 from ...protocol.paths import inside
 from ...settings import Settings, settings_of
@@ -122,6 +121,9 @@ class LocalProvider(Provider):
     network_fixed = ("there is no sandbox here (no isolation): commands use this machine's network as you do, and "
                      "nothing turns it off for them")
     shares_host_files = True  # the daemon runs on this machine (bwrap binds the workspace at its own path)
+    snapshots_refused = ("it runs commands on this machine with your permissions, in no box: nothing could stop "
+                         "what a cell started while the files go back, and a restore would write wherever your own "
+                         "files are. Use the bwrap or container provider")
 
     def __init__(self, cwd: str | os.PathLike[str] | None = None, runner_path: str | os.PathLike[str] | None = None,
                  relay_silence_seconds: float = 60.0, python: str | None = None, start_timeout: float = 20.0,
@@ -141,7 +143,7 @@ class LocalProvider(Provider):
         self.daemon: subprocess.Popen[bytes] | None = None
         self.daemon_pid: int | None = None
         self.daemon_info: dict[str, Any] = {}
-        self._lifecycle = threading.RLock()  # restart_daemon() and a reconnecting client may race
+        self._lifecycle = threading.RLock()  # a restart of the box and a reconnecting client may race
 
     def create(self) -> None:
         # checked once: it may warn
@@ -279,6 +281,8 @@ class LocalProvider(Provider):
 
     def _recorded_shells(self) -> list[int]:
         """The shells the daemon wrote down (they outlive a daemon that was killed), still bash."""
+        from ...box.shell.registry import read_pids  # with the box's shell code: not needed to start a kernel
+
         found = []
         for pid in read_pids(os.path.dirname(self.socket_path)):
             try:
@@ -288,11 +292,6 @@ class LocalProvider(Provider):
             except OSError:
                 continue
         return found
-
-    def restart_daemon(self) -> None:
-        with self._lifecycle:
-            self._stop_daemon()
-            self._start_daemon()
 
     def _claim_state(self, folder: Path) -> None:
         """Hold the keyed state folder while this kernel uses it (`claimed`), so no other start sweeps it."""

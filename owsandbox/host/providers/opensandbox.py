@@ -70,6 +70,8 @@ class OpenSandboxProvider(ProgramBoxProvider):
     enforcement = "the OpenSandbox sandbox"
     network_fixed = ("an OpenSandbox sandbox has its own network, set by its server (its network policy), not by "
                      "owsandbox: its commands reach what the sandbox reaches")
+    snapshots_refused = ("the files are in the OpenSandbox sandbox, not on this machine: the box would have to copy "
+                         "them itself, and nothing the box writes is trusted here")
 
     def __init__(self, cwd: str | os.PathLike[str] | None = None, url: str | None = None,
                  headers: Mapping[str, str] | None = None, python: str = "python3", key: str | None = None,

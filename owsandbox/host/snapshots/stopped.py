@@ -2,10 +2,11 @@
 side of the workspace, with the box stopped around a restore.
 
 Only a provider whose workspace is a folder of this machine bound into a box that the host can stop
-whole takes snapshots: `bwrap` (its PID namespace's init killed, then a new box) and `container` (the
-container removed, then a new one). A restore stops the box first, because a program still running
-in it (a background job, a double-forked daemon) could write while the files go back, and the new box
-comes with an empty /tmp, as a restored lab should. The others are refused, each with its reason.
+whole takes snapshots (it offers a `snapshot_site`): `bwrap` (its PID namespace's init killed, then a
+new box) and `container` (the container removed, then a new one). A restore stops the box first,
+because a program still running in it (a background job, a double-forked daemon) could write while
+the files go back, and the new box comes with an empty /tmp, as a restored lab should. The others are
+refused, each with its reason (`snapshots_refused`).
 
 The baseline a kernelspec names (`OWSANDBOX_BASELINE`, `owsandbox install --baseline`) is a snapshot
 name or a folder of this machine (a course's starting files), which is taken into the store as
@@ -18,23 +19,16 @@ import os
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ... import settings
 from .hostpaths import locate
 from .store import BASELINE, RestoreReport, SaveReport, Scope, SnapshotError, SnapshotInfo, SnapshotStore
 
-BASELINE_ENV = settings.BASELINE
+if TYPE_CHECKING:
+    from ..providers.questions import BoxQuestions
 
-REFUSED = {
-    "local": "it runs commands on this machine with your permissions, in no box: nothing could stop what a cell "
-             "started while the files go back, and a restore would write wherever your own files are. Use the "
-             "bwrap or container provider",
-    "exec": "its box keeps its files where this machine cannot reach them (ssh, a container of its own): the "
-            "box would have to copy them itself, and nothing the box writes is trusted here",
-    "opensandbox": "the files are in the OpenSandbox sandbox, not on this machine: the box would have to copy "
-                   "them itself, and nothing the box writes is trusted here",
-}
+BASELINE_ENV = settings.BASELINE
 
 
 class SnapshotsRefused(SnapshotError):
@@ -51,21 +45,14 @@ class Target:
     stopped: Callable[[], AbstractContextManager[Any]]
 
 
-def target_of(provider: Any) -> Target:
-    """The snapshot target of a running provider, or SnapshotsRefused naming why not."""
-    from ..providers.bwrap import BwrapProvider
-    from ..providers.container import ContainerProvider
-
-    if isinstance(provider, ContainerProvider):
-        folder = provider.host_cwd
-    elif isinstance(provider, BwrapProvider):
-        folder = provider.cwd
-    else:
-        name = getattr(provider, "name", type(provider).__name__)
-        reason = REFUSED.get(name, "it does not say how to stop its box while the host puts the files back")
-        raise SnapshotsRefused(f"snapshots are not available with the {name} provider: {reason}")
-    folder = os.path.realpath(folder)
-    return Target(folder, Scope.of_guard(provider.workspace_guard(), folder), provider.stopped)
+def target_of(provider: BoxQuestions) -> Target:
+    """The snapshot target of a running provider (its `snapshot_site`), or SnapshotsRefused naming why not."""
+    site = provider.snapshot_site()
+    if site is None:
+        raise SnapshotsRefused(f"snapshots are not available with the {provider.name} provider: "
+                               f"{provider.snapshots_refused}")
+    folder = os.path.realpath(site.folder)
+    return Target(folder, Scope.of_guard(site.guard, folder), site.stopped)
 
 
 def baseline_setting(env: settings.Settings | Mapping[str, str] | None = None) -> str | None:

@@ -15,7 +15,6 @@ from typing import Any
 
 from ..cell.terminal_text import shown_text
 from ..errors import UsageError
-from . import untrusted
 
 RICH_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif",
               ".svg": "image/svg+xml", ".html": "text/html", ".htm": "text/html", ".md": "text/markdown",
@@ -82,6 +81,8 @@ def mime_for(path: str, given: str = "") -> str:
 
 
 def _allowed(mime: str) -> str:
+    from . import untrusted  # the sanitisers, imported with the first file shown (not at the kernel's start)
+
     try:
         return untrusted.check_type(mime)
     except untrusted.RefusedType as exc:
@@ -93,6 +94,8 @@ def rich_bundle(data: bytes, mime: str, path: str) -> dict[str, Any]:
     only allowed types, HTML in a frame that runs no script, Markdown without raw HTML, and no
     terminal controls in any text (taken out before the rest is made safe, so that what is checked
     is what is shown)."""
+    from . import untrusted
+
     mime = _allowed(mime)
     text = shown_text(data.decode("utf-8", "replace"))
     path = shown_text(path)
