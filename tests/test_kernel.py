@@ -359,8 +359,10 @@ def test_owdisplay_shows_a_file_and_updates_it_by_id(kernel, module_workspace):
     shown = first.of_type("display_data")[0]
     assert base64.b64decode(shown["data"]["image/png"]) == png_bytes(2, 2)
     assert shown["transient"]["display_id"] == "owsandbox-box-fig"  # the box's ids: a namespace of their own
-    kinds = [m["msg_type"] for m in first.outputs if m["msg_type"] in ("stream", "display_data")]
-    assert kinds.index("display_data") > 0  # shown in order, after "before"
+    order = [m["content"].get("text") or m["content"].get("transient", {}).get("display_id")
+             for m in first.outputs if m["msg_type"] in ("stream", "display_data")]
+    before, fig = order.index("before\n"), order.index("owsandbox-box-fig")  # (a dimmed note is display_data too)
+    assert before < fig < order.index("after\n"), order  # shown in order
     second = kernel.run("owdisplay plot2.png --id fig")
     update = second.of_type("update_display_data")[0]
     assert base64.b64decode(update["data"]["image/png"]) == png_bytes(3, 3)

@@ -14,6 +14,14 @@ class OwSandboxConformance(jupyter_kernel_test.KernelTests):
     language_name = "bash"
     file_extension = ".sh"
 
+    @classmethod
+    def setUpClass(cls) -> None:
+        super().setUpClass()
+        # The kernel's first cell says where commands run (a note of its own): said here, before the
+        # tests that count a cell's outputs, whichever of them comes first.
+        reply = cls.kc.execute_interactive("true", timeout=120)
+        assert reply["content"]["status"] == "ok", reply
+
     code_hello_world = "echo 'hello, world'"
     code_stderr = "echo 'to stderr' >&2"
     code_generate_error = "false"

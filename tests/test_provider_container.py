@@ -578,7 +578,7 @@ def test_the_kernelspec_takes_an_image_and_an_engine():
     assert (args.image, args.engine, args.limit) == ("img:1", "podman", ["memory=1G"])
     with pytest.raises(SystemExit):
         _parser().parse_args(["install", "--engine", "lxc"])
-    assert resolve("container") is ContainerProvider
+    assert resolve("container").provider_class() is ContainerProvider  # imported when first asked for
     assert container_name(1000, "kernel-1/2 x") == "owsandbox-1000-kernel-1-2-x"
 
 

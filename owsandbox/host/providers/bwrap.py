@@ -324,8 +324,10 @@ class BwrapProvider(GuardedWorkspace, LocalProvider):
         for path, kind in guard.mounts_in_order():
             if kind == "top":
                 args += ["--ro-bind", path, path]
-            elif kind in ("writable", "pinned"):
+            elif kind == "writable":
                 args += ["--bind", path, path]
+            elif kind == "pinned":  # gone since the scan (a notebook in a busy /tmp): nothing below it to keep
+                args += ["--bind-try", path, path]
             elif kind == "read-only":
                 args += ["--ro-bind", path, path]
             elif os.path.isdir(path) and not os.path.islink(path):
