@@ -8,22 +8,17 @@ unit `docker`, so that one worker starts one dockerd and loads the test images i
 marked `xdist_group(NAME)` by hand form the unit NAME.
 
 Units start longest first, so that a long one never starts last while the other workers sit idle: by
-the seconds the last run on this checkout recorded (pytest's cache), else by those in
-tests/durations.json (a run's record, kept with the tests: a stale figure only changes the order),
-else by size.
+the seconds the last run on this checkout recorded (pytest's cache), else by size.
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 from xdist.scheduler import LoadScopeScheduling
 
 DURATIONS_KEY = "owsandbox/unit-seconds"
-RECORDED = Path(__file__).with_name("durations.json")
 
 
 def uses_docker(item: pytest.Item) -> bool:
@@ -62,20 +57,10 @@ def longest_first(units: dict[str, dict[str, bool]], seconds: dict[str, float]) 
 
 
 def recorded_seconds(config: Any) -> dict[str, float]:
-    """Each unit's seconds: the last run's on this checkout over the kept record's."""
-    seconds: dict[str, float] = {}
-    for source in (_read_json(RECORDED), getattr(config, "cache", None) and config.cache.get(DURATIONS_KEY, {})):
-        if isinstance(source, dict):
-            seconds.update({str(unit): float(value) for unit, value in source.items()
-                            if isinstance(value, (int, float))})
-    return seconds
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+    """Each unit's seconds, as the last run on this checkout recorded them."""
+    recorded = config.cache.get(DURATIONS_KEY, {}) if getattr(config, "cache", None) else {}
+    return {str(unit): float(value) for unit, value in recorded.items()
+            if isinstance(value, (int, float))} if isinstance(recorded, dict) else {}
 
 
 class ModuleScheduling(LoadScopeScheduling):

@@ -69,29 +69,7 @@ class PreviewHandler(JupyterHandler):
     async def get(self, kernel_id: str, port: str, path: str | None) -> None:
         await self._proxy(kernel_id, port, path)
 
-    @allow_unauthenticated  # the preview's own capability, or the server's login: see _proxy
-    async def head(self, kernel_id: str, port: str, path: str | None) -> None:
-        await self._proxy(kernel_id, port, path)
-
-    @allow_unauthenticated  # the preview's own capability, or the server's login: see _proxy
-    async def post(self, kernel_id: str, port: str, path: str | None) -> None:
-        await self._proxy(kernel_id, port, path)
-
-    @allow_unauthenticated  # the preview's own capability, or the server's login: see _proxy
-    async def put(self, kernel_id: str, port: str, path: str | None) -> None:
-        await self._proxy(kernel_id, port, path)
-
-    @allow_unauthenticated  # the preview's own capability, or the server's login: see _proxy
-    async def delete(self, kernel_id: str, port: str, path: str | None) -> None:
-        await self._proxy(kernel_id, port, path)
-
-    @allow_unauthenticated  # the preview's own capability, or the server's login: see _proxy
-    async def patch(self, kernel_id: str, port: str, path: str | None) -> None:
-        await self._proxy(kernel_id, port, path)
-
-    @allow_unauthenticated  # the preview's own capability, or the server's login: see _proxy
-    async def options(self, kernel_id: str, port: str, path: str | None) -> None:
-        await self._proxy(kernel_id, port, path)
+    head = post = put = delete = patch = options = get  # every method is proxied alike
 
     # -- finding the box --------------------------------------------------------------------
 
