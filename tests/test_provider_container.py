@@ -586,10 +586,12 @@ def test_the_kernelspec_takes_an_image_and_an_engine():
 
 def test_one_engines_start_never_sweeps_a_live_box_of_another_engine(podman, docker, debian_image, tmp_path,
                                                                      monkeypatch):
-    """A podman kernel and a Docker kernel side by side (the docs' own example): Docker's start sweeps
-    this user's folders of dead boxes, and the podman box's folder (old, its lease renewed, its container
-    unknown to Docker) must stay, its box running on past its lease limit. A folder Docker can prove dead
-    (its own record, a lease long expired, no container) goes; another engine's never does."""
+    """A podman kernel and a Docker kernel side by side with the same key (the docs' own example, and two
+    kernelspecs for one notebook): each engine keeps its boxes' state in a folder of its own, so the two
+    never share one. Docker's start sweeps its folder of dead boxes, and the podman box's folder (old, its
+    lease renewed, its container unknown to Docker) must stay, its box running on past its lease limit. A
+    folder Docker can prove dead (its own record, a lease long expired, no container) goes; another
+    engine's never does, even one put in Docker's folder."""
     for found in (podman, docker):
         for name, value in found.settings.items():
             monkeypatch.setenv(name, value)
@@ -598,7 +600,7 @@ def test_one_engines_start_never_sweeps_a_live_box_of_another_engine(podman, doc
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     on_podman = ContainerProvider(tmp_path / "a", image=debian_image, engine=podman.path, linger_seconds=2,
-                                  relay_silence_seconds=0)
+                                  relay_silence_seconds=0, key="kernel-on-two-engines")
     with running(on_podman) as (_, podman_client):
         folder = on_podman.state_dir
         assert folder is not None and json.loads((folder / "engine.json").read_text())["lease_limit"] == \
@@ -606,11 +608,15 @@ def test_one_engines_start_never_sweeps_a_live_box_of_another_engine(podman, doc
         long_ago = time.time() - 3600
         os.utime(folder, (long_ago, long_ago))  # the folder itself looks old; only its lease is renewed
         uid = os.getuid()
-        dead_docker = folder.parent / f"owsandbox-{uid}-test-dead-docker"
-        dead_podman = folder.parent / f"owsandbox-{uid}-test-dead-podman"
         docker_image = docker.image()
-        on_docker = ContainerProvider(tmp_path / "b", image=docker_image, engine=docker.path, relay_silence_seconds=0)
+        on_docker = ContainerProvider(tmp_path / "b", image=docker_image, engine=docker.path, relay_silence_seconds=0,
+                                      key="kernel-on-two-engines")
         on_docker._use_engine()
+        docker_folder = folder.parent.parent / on_docker.engine_folder_name()
+        assert docker_folder != folder.parent
+        docker_folder.mkdir(mode=0o700, exist_ok=True)
+        dead_docker = docker_folder / f"owsandbox-{uid}-test-dead-docker"
+        dead_podman = docker_folder / f"owsandbox-{uid}-test-dead-podman"  # another engine's, in Docker's folder
         for dead, identity in ((dead_docker, on_docker.engine_identity()), (dead_podman, on_podman.engine_identity())):
             dead.mkdir(mode=0o700)
             (dead / "engine.json").write_text(json.dumps({"engine": identity, "lease_limit": 2.5}))
@@ -619,6 +625,7 @@ def test_one_engines_start_never_sweeps_a_live_box_of_another_engine(podman, doc
         try:
             with running(on_docker) as (_, docker_client):
                 assert RunnerExecutor(docker_client).run("echo on-docker")["output"] == "on-docker\n"
+                assert on_docker.state_dir == docker_folder / on_podman.container  # same key, folders apart
                 assert folder.is_dir() and (folder / "lease").is_file(), "Docker's start swept the podman box"
                 assert not dead_docker.exists() and dead_podman.is_dir()
                 renewed = (folder / "lease").stat().st_mtime

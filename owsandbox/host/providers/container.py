@@ -413,6 +413,13 @@ class ContainerProvider(GuardedWorkspace, ExecProvider):
         chosen = {name: os.environ[name] for name in ENGINE_SETTINGS if name in os.environ}
         return json.dumps([self.engine_name, os.path.realpath(self.engine), chosen], sort_keys=True)
 
+    def engine_folder_name(self) -> str:
+        """The folder of this engine's boxes in the runtime folder: one per engine, so that a podman and a
+        Docker kernel (or two dockerds) with the same key never share a state folder, and a sweep only
+        ever looks at its own engine's."""
+        digest = hashlib.sha256(self.engine_identity().encode()).hexdigest()[:12]
+        return f"{self.engine_name}-{digest}"
+
     def _record_engine(self) -> None:
         assert self.state_dir is not None
         record = self.state_dir / ENGINE_RECORD
@@ -469,7 +476,8 @@ class ContainerProvider(GuardedWorkspace, ExecProvider):
     def _sweep(self, found: dict[str, tuple[str, str, str]]) -> None:
         """Remove this user's ended containers (Docker's, run without `--rm`; podman's that `--rm` did not
         take, after a reboot say), and the folders here of containers long gone (a kernel killed for good
-        leaves its folder)."""
+        leaves its folder). Only this engine's folder is looked in, and even there a folder goes only when
+        its record proves it dead."""
         for name, (state, _, _) in found.items():
             if state == "ended" and name != self.container:
                 self._remove(name)
@@ -576,7 +584,9 @@ class ContainerProvider(GuardedWorkspace, ExecProvider):
             self._use_engine()
             self.check_workspace()
             self.guard = None  # scanned again: the workspace may have changed since the last start
-            self.state_dir = runtime_root(avoid=self.host_cwd) / self.container
+            engine_folder = runtime_root(avoid=self.host_cwd) / self.engine_folder_name()
+            engine_folder.mkdir(mode=0o700, exist_ok=True)
+            self.state_dir = engine_folder / self.container
             self.state_dir.mkdir(mode=0o700, exist_ok=True)
             try:
                 self._renew_lease()
