@@ -447,6 +447,10 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "before its first test when it is missing (outside every test's timeout)")
     config.addinivalue_line("markers", "needs_owsandbox_image: the session builds tests/containers.py's owsandbox "
                                        "image before its first test when it is missing")
+    if (config.getoption("markexpr", "") or "").strip() == "unit":
+        from . import fuzz_budget  # the fast tier tries fewer examples per property
+
+        fuzz_budget.scale = fuzz_budget.FAST_TIER_SCALE
     import json
     import os
     import sys

@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 from owsandbox.box.shell.capture import ShellChatter, WholeLines
 from owsandbox.box.shell.terminal import DEV_TTY, PseudoTerminal, controlling_terminal, terminal_of
 
-FUZZ = settings(max_examples=300, deadline=None, database=None, derandomize=True,
+from .fuzz_budget import examples
+
+FUZZ = settings(max_examples=examples(300), deadline=None, database=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow])
 
 

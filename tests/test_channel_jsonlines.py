@@ -27,6 +27,8 @@ from owsandbox.channel.jsonlines import (
     StderrText,
 )
 
+from .fuzz_budget import examples
+
 pytestmark = pytest.mark.unit
 
 
@@ -339,7 +341,7 @@ def _split(draw: st.DrawFn, frames: list[tuple[int, bytes]]) -> list[bytes]:
     return split
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(stream=_streams(), data=st.data())
 def test_any_split_into_frames_yields_the_same_records_offsets_and_stderr(stream: Any, data: st.DataObject) -> None:
     values, frames = stream
@@ -356,7 +358,7 @@ def test_any_split_into_frames_yields_the_same_records_offsets_and_stderr(stream
     assert pieces.position == total
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(values=st.lists(_objects, min_size=1, max_size=6), noise=st.lists(st.lists(_stderr_lines, max_size=2),
        min_size=6, max_size=6), data=st.data())
 def test_resuming_from_any_record_replays_exactly_the_records_after_it(
@@ -383,7 +385,7 @@ def test_resuming_from_any_record_replays_exactly_the_records_after_it(
     assert records(feed_all(resumed, frames_after)) == live[index:]
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(since=st.integers(0, 300), frames=st.lists(st.tuples(st.integers(0, 5), st.binary(max_size=40) |
        st.lists(st.sampled_from([b"{", b"}", b'"', b"\n", b":", b"1", b"[", b" ", b"\xe2\x80\xa8", b"a"]),
                 max_size=30).map(b"".join)), max_size=12), offsets=st.lists(st.integers(0, 400), max_size=12))

@@ -15,6 +15,7 @@ from owsandbox.kernel.editing import completeness
 from owsandbox.kernel.editing.completeness import check
 from owsandbox.kernel.magics.framework import parse_cell
 
+from .fuzz_budget import examples
 from .steps import lines_run
 
 STEPS_PER_CHARACTER = 64  # lines of the checker run per character of a cell, at most: one pass (about 8 to 26)
@@ -546,14 +547,14 @@ def _assert_an_answer(code: str) -> None:
 
 
 @pytest.mark.unit
-@settings(max_examples=3000, deadline=None, database=None)
+@settings(max_examples=examples(3000), deadline=None, database=None)
 @given(st.lists(st.sampled_from(ALPHABET), max_size=40).map("".join))
 def test_never_raises_on_bashlike_input(code: str) -> None:
     _assert_an_answer(code)
 
 
 @pytest.mark.unit
-@settings(max_examples=1000, deadline=None, database=None)
+@settings(max_examples=examples(1000), deadline=None, database=None)
 @given(st.text(max_size=80))
 def test_never_raises_on_any_text(code: str) -> None:
     _assert_an_answer(code)

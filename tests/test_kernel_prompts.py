@@ -25,9 +25,10 @@ from jupyter_client.session import Session
 from owsandbox.kernel.cell.output import CellOutput, Display, InputWanted, Notice, Stream
 from owsandbox.kernel.editing.stdin import EOF, CellPrompts, StdinChannel, answers
 
+from .fuzz_budget import examples
 from .waiting import wait_until
 
-FUZZ = settings(max_examples=300, deadline=None, database=None, derandomize=True,
+FUZZ = settings(max_examples=examples(300), deadline=None, database=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 

@@ -12,9 +12,11 @@ from hypothesis import strategies as st
 
 from owsandbox.kernel.cell.terminal_text import TerminalText, plain
 
+from .fuzz_budget import examples
+
 pytestmark = pytest.mark.unit
 
-FUZZ = settings(max_examples=400, deadline=None, database=None, derandomize=True,
+FUZZ = settings(max_examples=examples(400), deadline=None, database=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 SGR = re.compile(r"\x1b\[[0-9;:]*m")
 

@@ -51,10 +51,12 @@ from owsandbox.kernel.magics.files import _span
 from owsandbox.kernel.magics.framework import parse_cell
 from owsandbox.kernel.magics.table import all_magics
 
-FUZZ = settings(max_examples=300, deadline=None, database=None, derandomize=True, print_blob=True,
+from ..fuzz_budget import examples
+
+FUZZ = settings(max_examples=examples(300), deadline=None, database=None, derandomize=True, print_blob=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                        HealthCheck.filter_too_much])
-FEWER = settings(FUZZ, max_examples=150)
+FEWER = settings(FUZZ, max_examples=examples(150))
 
 
 # ── shared strategies ───────────────────────────────────────────────────────────────────────────
@@ -655,7 +657,7 @@ def _option_words() -> list[str]:
 
 @pytest.mark.unit
 @pytest.mark.parametrize("key", sorted(MAGICS), ids=lambda key: f"{'%%' if key[0] == 'cell' else '%'}{key[1]}")
-@settings(FUZZ, max_examples=120)
+@settings(FUZZ, max_examples=examples(120))
 @given(tokens=st.lists(st.one_of(st.sampled_from(_option_words()), st.text(max_size=8)), max_size=8))
 def test_every_magic_parser_accepts_or_says_usage(key: tuple[str, str], tokens: list[str]) -> None:
     try:

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from owsandbox.box.shell.lines import DISPLAY_TYPES
 from owsandbox.kernel.display import untrusted
 
+from ..fuzz_budget import examples
 from ..kernel_session import KernelSession
 from ..steps import lines_run
 
@@ -332,7 +333,7 @@ FRAGMENTS = ["`", "``", "```", "~~~", "\n", "\n\n", "    ", "\t", " ", "\\", "<"
 
 
 @pytest.mark.unit
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.sampled_from(FRAGMENTS), max_size=40).map("".join))
 def test_no_markdown_made_of_attack_pieces_renders_anything_that_runs(source: str) -> None:
     shown_markdown(source)
