@@ -44,8 +44,8 @@ from .kernel_ws import KernelWebSocket
 from .machine_lock import ensure_user
 from .plain_python import PlainPython, _link_tree, make_plain_python
 from .ports import free_port
-from .processes import PinnedProcesses, command_line, descendants, name, stop_watched
-from .waiting import WaitTimeout, wait_until
+from .processes import PinnedProcesses, command_line, descendants, name, parent_of, stop_watched
+from .waiting import WaitTimeout, patience, wait_until
 
 KERNEL_NAME = "owsandbox"  # as `owsandbox install` names it
 KERNEL_DISPLAY_NAME = "Sandbox (bash)"
@@ -244,7 +244,7 @@ class StudentSpawner(LocalProcessSpawner):
 
 # Each student's server, as that student, from an environment every user can read.
 c.JupyterHub.spawner_class = StudentSpawner
-c.LocalProcessSpawner.term_timeout = 15
+c.LocalProcessSpawner.term_timeout = 60  # a server ends as soon as its kernels are shut down
 c.Spawner.cmd = [{python!r}, "-m", "jupyterhub.singleuser"]
 c.Spawner.environment = {{**{environment!r}, "OWSANDBOX_LIMITS": lambda spawner: LIMITS[spawner.user.name]}}
 c.Spawner.notebook_dir = "~"
@@ -415,7 +415,8 @@ class Hub:
         running STOP_SECONDS later, or run by a student, is killed. What was left, by pid."""
         started = time.monotonic()
         try:
-            left = stop_watched(self.process, self.processes, self.remember_processes, settle=STOP_SECONDS)
+            left = stop_watched(self.process, self.processes, self.remember_processes,
+                                settle=patience(STOP_SECONDS), grace=patience(STOP_SECONDS))
             print(f"every process seen under the hub had ended, or was killed, {time.monotonic() - started:.1f} s "
                   "after the stop began")
         finally:
@@ -499,8 +500,11 @@ class Hub:
         """The pid of `user`'s single-user server (found by its owner and command)."""
         uid = self.students[user].account.pw_uid
         found = [p for p in processes_of(uid) if "jupyterhub.singleuser" in command_line(p)]
-        assert len(found) == 1, found
-        return found[0]
+        # A child the server has forked and not yet exec'd (a kernel or a terminal starting) still shows
+        # its command line: the server is the one whose parent is not one of them.
+        roots = [p for p in found if parent_of(p) not in found]
+        assert len(roots) == 1, {p: command_line(p) for p in found}
+        return roots[0]
 
     def stop_server(self, user: str) -> None:
         """DELETE the user's server with the admin token; return once the hub says it is stopped."""
@@ -511,4 +515,4 @@ class Hub:
             model = self.request("GET", f"/hub/api/users/{user}", token=self.admin_token)[1]
             return not model.get("servers") and model.get("pending") is None
 
-        wait_until(stopped, STOP_SECONDS, f"the hub to stop {user}'s server", interval=0.1)
+        wait_until(stopped, patience(STOP_SECONDS), f"the hub to stop {user}'s server", interval=0.1)

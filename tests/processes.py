@@ -15,8 +15,8 @@ from owsandbox.host.providers.local import descendants, pid_alive
 
 from .waiting import WaitTimeout, wait_until
 
-__all__ = ["PinnedProcesses", "children", "command_line", "connected_to", "descendants", "name", "pid_alive",
-           "wait_for_file", "wait_gone"]
+__all__ = ["PinnedProcesses", "children", "command_line", "connected_to", "descendants", "name", "parent_of",
+           "pid_alive", "wait_for_file", "wait_gone"]
 
 
 def _stat_ppid(pid: str) -> int | None:
@@ -25,6 +25,11 @@ def _stat_ppid(pid: str) -> int | None:
             return int(f.read().rsplit(")", 1)[1].split()[1])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def parent_of(pid: int) -> int | None:
+    """The parent's pid of a process, or None once it is gone."""
+    return _stat_ppid(str(pid))
 
 
 def connected_to(pid: int, port: int) -> bool:
@@ -128,9 +133,9 @@ class PinnedProcesses:
 
 
 def stop_watched(process: subprocess.Popen[bytes] | None, processes: PinnedProcesses,
-                 remember: Callable[[], object], settle: float = 15) -> dict[int, str]:
+                 remember: Callable[[], object], settle: float = 15, grace: float = 30) -> dict[int, str]:
     """Stop a server whose processes are watched: `remember()` what runs now, terminate it (kill it
-    after 30 s), `remember()` again (what appeared meanwhile), then the watched processes still
+    after `grace` s), `remember()` again (what appeared meanwhile), then the watched processes still
     running `settle` s later, killed and returned by pid."""
     left: dict[int, str] = {}
     try:
@@ -139,7 +144,7 @@ def stop_watched(process: subprocess.Popen[bytes] | None, processes: PinnedProce
             if process.poll() is None:
                 process.terminate()
                 try:
-                    process.wait(30)
+                    process.wait(grace)
                 except subprocess.TimeoutExpired:
                     process.kill()
                     process.wait(10)

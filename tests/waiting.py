@@ -8,11 +8,12 @@ announce itself (a message, an event, a pidfd), wait on that instead.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
-__all__ = ["WaitTimeout", "wait_until"]
+__all__ = ["WaitTimeout", "patience", "wait_until"]
 
 T = TypeVar("T")
 
@@ -33,3 +34,11 @@ def wait_until(condition: Callable[[], T], timeout: float, what: str, interval: 
             seen = "" if value is None or value is False else f" (last seen: {value!r})"
             raise WaitTimeout(f"timed out after {timeout:g} s waiting for {what}{seen}")
         time.sleep(interval)
+
+
+def patience(seconds: float) -> float:
+    """A bound of `seconds` on a quiet machine, stretched by how busy this one is now (its load average
+    per core, at least 1): for the few waits that need a bound on how long something takes, not only
+    whether it comes, so that they hold on a loaded machine and still fail on a stuck one."""
+    load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    return seconds * max(1.0, load)
