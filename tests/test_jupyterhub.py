@@ -21,6 +21,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,9 +39,10 @@ from .hub import (
     processes_of,
     sandbox_of,
 )
+from .machine_lock import machine_lock
 from .plain_python import as_user
 from .processes import PinnedProcesses, command_line, descendants, pid_alive
-from .waiting import patience
+from .waiting import WaitTimeout, patience, wait_until
 
 pytestmark = pytest.mark.system
 
@@ -79,6 +81,11 @@ class Classroom:
 @pytest.fixture(scope="module")
 def classroom() -> Iterator[Classroom]:
     _require_hub()
+    with machine_lock("classroom-users"):  # the students are system users: one classroom on the machine at a time
+        yield from _classroom()
+
+
+def _classroom() -> Iterator[Classroom]:
     a, b = class_of(2)
     hub = Hub([a, b])
     kernels: dict[str, HubKernel] = {}
@@ -348,7 +355,10 @@ def test_stopping_a_students_server_ends_their_sandboxes(classroom: Classroom):
     finally:
         pinned.kill()
         pinned.close()
-    assert processes_of(b.account.pw_uid) == []
+    # Nothing of B's is left, started before the stop or during it (each reaped as it ends).
+    with suppress(WaitTimeout):
+        wait_until(lambda: not processes_of(b.account.pw_uid), patience(10), "B's processes to end", interval=0.1)
+    assert processes_of(b.account.pw_uid) == [], {pid: command_line(pid) for pid in processes_of(b.account.pw_uid)}
     assert not os.path.exists(box.state_dir)
     assert classroom.kernel(classroom.a).run("echo A unaffected").text() == "A unaffected\n"
 

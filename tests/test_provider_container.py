@@ -509,7 +509,8 @@ def test_rootless_podman_run_by_a_plain_user(podman, debian_image):
                             ROOTLESS_USER], check=True)
     base = Path(tempfile.mkdtemp(prefix="owsbx-rootless-"))  # where the plain user may read (not pytest's 0700 folder)
     try:
-        _rootless_run(podman, debian_image, user, base)
+        with machine_lock("rootless-user"):  # one system user, and podman's one pause process of theirs
+            _rootless_run(podman, debian_image, user, base)
     finally:
         # Rootless podman leaves a pause process (catatonit) holding the user's namespaces: end it.
         for folder in (base / "runtime", Path(f"/tmp/podman-run-{user.pw_uid}")):
