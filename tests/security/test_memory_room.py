@@ -5,6 +5,9 @@ wait, and a small one that leaves room runs cells. As root (a cgroup) and as a p
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -15,6 +18,9 @@ from owsandbox.host.providers import bwrap
 from owsandbox.host.workspace import RunnerWorkspace
 
 from ..conftest import require_bwrap
+from ..plain_python import as_user
+from ..waiting import wait_until
+from .conftest import plain_user
 from .test_syscalls import python_in_box
 
 HOLD = """
@@ -64,6 +70,36 @@ def test_a_limit_too_small_to_start_is_named_at_start(attacker_factory, home: Pa
         f"(at least {floor})"), answer
 
 
+def test_a_process_limit_the_user_is_already_at_is_named_at_start(attacker_factory, home: Path, who: str):
+    """Without a cgroup the processes limit is RLIMIT_NPROC, which counts every process and thread of the
+    user on the machine (a student's Jupyter server and kernels among them): a user already running more
+    than the limit gets a sandbox refused at bubblewrap's first clone. The error names the limit, what it
+    counts and how many the user runs, instead of bubblewrap's bare "Resource temporarily unavailable"."""
+    if who == "root":
+        pytest.skip("root is never refused by RLIMIT_NPROC, and a cgroup counts only the box's own processes")
+    user = plain_user()
+    sleep = ["sleep", "600"]
+    argv = as_user(user.pw_name, sleep, {"PATH": "/usr/bin:/bin"}) if os.getuid() == 0 else sleep
+    sleepers = [subprocess.Popen(argv, start_new_session=True) for _ in range(24)]
+    try:
+        wait_until(lambda: L.tasks_of(user.pw_uid) >= 24, 30, "the user's 24 sleepers to run")
+        attacker = attacker_factory()
+        answer = attacker.step(start={"cwd": str(home / "project"), "runner_path": attacker.runner,
+                                      "limits": ["pids=16"]})
+    finally:
+        for sleeper in sleepers:
+            os.killpg(sleeper.pid, signal.SIGKILL)
+            sleeper.wait()
+    if answer.get("started"):
+        assert attacker.step(describe=True)["limits enforced by"].startswith("cgroup"), answer
+        pytest.skip("this plain user has a cgroup of its own, which counts only the box's processes")
+    error = answer.get("error", "")
+    assert error.startswith("LimitTooSmall: processes=16 was reached as the sandbox started"), answer
+    assert f"every process and thread of user {user.pw_uid} on this machine" in error, error
+    runs = int(error.split("that user runs ")[1].split()[0])
+    assert runs >= 24, error
+
+
 def test_a_small_limit_with_room_runs_cells_on_several_shells(attacker_factory, home: Path):
     """As a plain user, memory=256M once ran no cell at all: the daemon's threads reserved more
     address space (malloc arenas, 8 MiB stacks) than the limit, and the first cell waited forever."""
@@ -91,6 +127,17 @@ def test_a_sandbox_starved_as_it_starts_is_named_by_what_it_left(monkeypatch, en
                                                   f"{enforcement}: it ran out of memory as it started"):
             RunnerWorkspace(provider, folder)
         assert provider.state_dir is None  # its one-off folder went with it
+
+
+@pytest.mark.unit
+def test_a_refused_process_is_told_by_what_the_clone_or_fork_said():
+    assert L.refused_a_process("box| bwrap: Creating new namespace failed: Resource temporarily unavailable")
+    assert L.refused_a_process("bash: fork: retry: Resource temporarily unavailable")
+    assert not L.refused_a_process("bwrap: Can't mount proc on /newroot/proc: Operation not permitted")
+    shown = str(L.out_of_processes(L.Limits.parse(["pids=64"]), "cgroup", "bwrap: clone: Resource temporarily "
+                                                                          "unavailable"))
+    assert shown.startswith("processes=64 left the sandbox no room to start (bwrap: clone: Resource") and \
+        "OWSANDBOX_LIMITS=pids=" in shown
 
 
 @pytest.mark.unit

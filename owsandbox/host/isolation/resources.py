@@ -310,10 +310,49 @@ def too_small(limits: Limits, kind: str, failure: str) -> LimitTooSmall:
                          "OWSANDBOX_LIMITS=memory=... or --limit memory=...")
 
 
+_NO_PROCESS = "Resource temporarily unavailable"  # EAGAIN: what fork and clone say at RLIMIT_NPROC or pids.max
+
+
+def refused_a_process(log_tail: str) -> bool:
+    """Whether a sandbox that did not start was refused a new process (bubblewrap's clone of its
+    namespaces, or a fork in the box), as the processes limit refuses one."""
+    return _NO_PROCESS in log_tail
+
+
+def tasks_of(uid: int) -> int:
+    """How many processes and threads `uid` runs on this machine now: what RLIMIT_NPROC counts."""
+    count = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+            if int(fields["Uid"].split()[0]) == uid:
+                count += int(fields["Threads"])
+        except (OSError, KeyError, ValueError, IndexError):
+            continue  # ended meanwhile
+    return count
+
+
+def out_of_processes(limits: Limits, kind: str, failure: str) -> LimitTooSmall:
+    """The error for a sandbox refused a process as it started (`failure`: what it said), with what the
+    limit counts: under rlimits every process and thread of this user on the machine, not only the box's."""
+    said = failure.strip()[-500:]
+    if kind == "rlimits":
+        uid = os.getuid()
+        return LimitTooSmall(f"processes={limits.pids} was reached as the sandbox started ({said}): without a cgroup "
+                             f"the limit counts every process and thread of user {uid} on this machine, the Jupyter "
+                             f"server's and the kernels' included, and that user runs {tasks_of(uid)} now. Set a "
+                             "larger one with OWSANDBOX_LIMITS=pids=... or --limit pids=..., or end some of them")
+    return LimitTooSmall(f"processes={limits.pids} left the sandbox no room to start ({said}): set a larger one "
+                         "with OWSANDBOX_LIMITS=pids=... or --limit pids=...")
+
+
 def enforce(limits: Limits) -> Enforcement:
     """A cgroup where one can be made, else rlimits."""
     return CgroupEnforcement.make(limits) or Enforcement(limits)
 
 
 __all__ = ["MIN_MEMORY", "Enforcement", "CgroupEnforcement", "LimitTooSmall", "Limits", "check_room", "enforce",
-           "human_size", "parse_size", "starved", "too_small"]
+           "human_size", "out_of_processes", "parse_size", "refused_a_process", "starved", "tasks_of", "too_small"]

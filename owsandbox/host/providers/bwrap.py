@@ -58,6 +58,8 @@ from ..isolation.resources import (
     check_room,
     enforce,
     human_size,
+    out_of_processes,
+    refused_a_process,
     starved,
     too_small,
 )
@@ -455,6 +457,8 @@ class BwrapProvider(GuardedWorkspace, LocalProvider):
             # Said by what it left, not guessed from the number: an OOM kill, or a process refused memory.
             if starved(str(exc), self._last_counters or self.enforcer.counters()):
                 raise too_small(self.limits, self.enforcer.kind, str(exc)) from exc
+            if refused_a_process(str(exc)):
+                raise out_of_processes(self.limits, self.enforcer.kind, str(exc)) from exc
             raise
         if self.network_mode == "pasta" and not wrapper:
             self._attach_network()
