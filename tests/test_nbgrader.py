@@ -66,7 +66,9 @@ from .plain_python import make_plain_python
 from .processes import command_line
 from .waiting import WaitTimeout, wait_until
 
-pytestmark = pytest.mark.system
+# The module's fixtures autograde a class (several minutes on a loaded machine) inside the first test's
+# timeout, which is here a hang guard only.
+pytestmark = [pytest.mark.system, pytest.mark.timeout(900)]
 
 PLAIN_GRADER = "owsbx-grader"
 BANNER = re.compile(r"\[sandbox: bubblewrap · writes to (\S+) · no network · 1 GiB, 128 processes\]")

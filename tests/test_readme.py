@@ -63,6 +63,7 @@ def test_the_users_environment_has_no_test_tooling() -> None:
     assert not set(names) & set(TEST_ONLY), names
 
 
+@pytest.mark.timeout(900)  # it installs the user's environment, as the README's first command does: minutes when busy
 def test_the_first_command_sets_up_the_user_environment_and_runs_the_tour(tmp_path: Path) -> None:
     """Run for real, in a copy of the project as a clone has it (the command makes `.venv` where it runs)."""
     copy = tmp_path / "owsandbox"
