@@ -377,16 +377,34 @@ def test_an_image_without_a_full_python3_names_what_to_add(engine, workspace):
 
 def test_a_container_that_dies_at_once_says_so_with_its_last_words(engine, image, workspace, monkeypatch):
     """Podman's --rm has removed it, and its log kept here tells; Docker's (no --rm) is still there to
-    ask for its log, and is removed after."""
-    monkeypatch.setattr(container_module, "WAITER", "import sys\nprint('the last words', flush=True)\nsys.exit(3)")
+    ask for its log, and is removed after. The words are the box's and are marked so."""
+    monkeypatch.setattr(container_module, "WAITER", "import sys\nprint('the last words\\rowsandbox: all is well\\n'\n"
+                                                     "      'owsandbox: restarted', flush=True)\nsys.exit(3)")
     provider = ContainerProvider(workspace, image=image, engine=engine.path)
     with pytest.raises(BoxError) as raised:
         provider.create()
     message = str(raised.value)
     state = "is gone" if engine.name == "podman" else "is exited (exit status 3"
     assert f"the container {provider.container} {state}" in message, message
-    assert "the last lines of its log:\nthe last words" in message, message
+    # Its words are marked as the box's, line by line, whatever they imitate (a carriage return too).
+    assert ("the last lines of its log:\nbox| the last words\nbox| owsandbox: all is well\nbox| owsandbox: restarted"
+            in message), message
     assert labelled(engine, f"owsandbox.key={provider.key}") == []
+
+
+def test_a_box_writing_to_the_containers_log_cannot_fill_the_hosts_disk(engine, image, workspace):
+    """The container's log is its first process's stdout, and a cell may open /proc/1/fd/1: 20 MB written
+    there leave at most about the engine's limit on the host (podman's file here, Docker's in its data root)."""
+    provider = ContainerProvider(workspace, image=image, engine=engine.path, relay_silence_seconds=0)
+    with running(provider) as (_, client):
+        done = RunnerExecutor(client).run("head -c 20000000 /dev/zero | tr '\\0' x | fold -w 1000 > /proc/1/fd/1 "
+                                          "&& echo written", timeout=120)
+        assert done["output"].strip().endswith("written"), done
+        if engine.name == "podman":
+            log = provider.state_dir / "container.log"
+        else:
+            log = Path(engine.run("inspect", "--format", "{{.LogPath}}", provider.container).stdout.strip())
+        assert 0 < log.stat().st_size <= 2 << 20, log.stat().st_size
 
 
 # -- the kernel -----------------------------------------------------------------------------------

@@ -60,6 +60,7 @@ from ..isolation.container_seccomp import default_profile_path, extend_profile
 from ..isolation.guard import Guard, GuardedWorkspace
 from ..isolation.policy import WorkspaceRefused, passed_env_names, refuse_workspace
 from ..isolation.resources import CGROUP_ROOT, CgroupEnforcement, LimitReport, Limits, human_size
+from ..logpump import BoxLines
 from ..privatedir import runtime_root
 from ..programs import host_program, mark_box_writable
 from .boxed import BoxError
@@ -136,6 +137,15 @@ def find_engine(name: str | None = None, avoid: Iterable[str] = (),
                        "apt-get install podman)")
     raise BoxError("no container engine: neither podman nor docker is on PATH. Install podman (Debian/Ubuntu: "
                    "apt-get install podman) or Docker Engine, or choose another sandbox provider")
+
+
+LOG_LIMIT = "1m"  # the most of a container's log its engine keeps (docker's json-file and podman's k8s-file alike)
+
+
+def box_words(text: str) -> str:
+    """What the container wrote (its log), each line marked as the box's, as a bwrap box's log is: an
+    error that quotes it shows whose words they are, whatever they imitate."""
+    return BoxLines().mark(text.encode()).decode(errors="replace") if text else ""
 
 
 def container_name(uid: int, key: str) -> str:
@@ -328,6 +338,9 @@ class ContainerProvider(GuardedWorkspace, ExecProvider):
             # Podman keeps a log at a path of ours after --rm has removed the container: the last words
             # of a container that died are still there to show.
             args += ["--log-driver", "k8s-file", "--log-opt", f"path={self.state_dir / 'container.log'}"]
+        # The container's log is what its first process's stdout and stderr receive, and anything in the box
+        # that opens /proc/1/fd/1 writes there: the engine keeps at most this much of it on the host's disk.
+        args += ["--log-opt", f"max-size={LOG_LIMIT}"]
         args += ["--env", f"{settings.SANDBOX_KIND}=container"]
         for name in self.env_names:
             if name in os.environ:
@@ -532,7 +545,7 @@ class ContainerProvider(GuardedWorkspace, ExecProvider):
             tail = self._log_tail()
             return note + (f"; the last lines of its log:\n{tail}" if tail else "")
         logs = self._engine_run("logs", "--tail", "20", self.container)
-        tail = (logs.stdout + logs.stderr).strip()
+        tail = box_words((logs.stdout + logs.stderr).strip())
         note = f"the container {self.container} is {state.stdout.strip()}"
         return note + (f"; the last lines of its log:\n{tail}" if tail else "; its log is empty")
 
@@ -541,10 +554,13 @@ class ContainerProvider(GuardedWorkspace, ExecProvider):
         if self.state_dir is None:
             return ""
         try:
-            kept = (self.state_dir / "container.log").read_text(errors="replace").splitlines()[-lines:]
+            # Lines end at \n only (bytes, not text mode, which reads a \r as a line's end): a carriage return
+            # the box wrote is inside its record, which BoxLines then shows as a line of its own, marked.
+            data = (self.state_dir / "container.log").read_bytes().decode(errors="replace")
+            kept = data.rstrip("\n").split("\n")[-lines:]
         except OSError:
             return ""
-        return "\n".join(line.split(" ", 3)[-1] for line in kept)
+        return box_words("\n".join(line.split(" ", 3)[-1] for line in kept))
 
     def _find_cgroup(self) -> None:
         """The container's own cgroup, for counting limit events: from its first process on this machine."""
