@@ -33,16 +33,17 @@ KERNEL_NAME = "owsandbox-remote"
 USER = "student"
 
 
-def install_spec(prefix: Path, hosts: list[str], workspace: Path, extra: list[str] | None = None) -> Path:
+def install_spec(prefix: Path, hosts: list[str], workspace: Path, extra: list[str] | None = None,
+                 name: str = KERNEL_NAME) -> Path:
     """The kernelspec, as docs/how-to/gateways.md says: `owsandbox install --kernel-provisioner distributed
     --hosts ...`, its workspace on the hosts named (a login's home, root's here, is not the tests' to write)."""
     owsandbox = Path(sys.executable).parent / "owsandbox"
     done = subprocess.run([str(owsandbox), "install", "--kernel-provisioner", "distributed", "--hosts", ",".join(hosts),
-                           "--prefix", str(prefix), "--name", KERNEL_NAME, "--provider", "bwrap",
+                           "--prefix", str(prefix), "--name", name, "--provider", "bwrap",
                            "--env", f"OWSANDBOX_WORKSPACE={workspace}", *(extra or [])],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    return prefix / "share" / "jupyter" / "kernels" / KERNEL_NAME
+    return prefix / "share" / "jupyter" / "kernels" / name
 
 
 class ProvisionedServer:

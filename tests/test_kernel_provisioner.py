@@ -14,6 +14,7 @@ the server as JupyterLab does: REST and the kernel's WebSocket.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,8 @@ from .provisioned_server import ProvisionedServer, install_spec
 from .waiting import wait_until
 
 pytestmark = [pytest.mark.system]
+
+ROOT_WORKSPACE = "owsandbox-remote-root"  # a spec whose workspace is /, which the launcher refuses
 
 
 @dataclass
@@ -46,6 +49,7 @@ def place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Place]:
         workspace = network.folder / "work"
         workspace.mkdir()
         install_spec(prefix, [host.address for host in network.hosts], workspace)
+        install_spec(prefix, [host.address for host in network.hosts], Path("/"), name=ROOT_WORKSPACE)
         server = ProvisionedServer(network, prefix, tmp_path_factory.mktemp("server") / "server.log",
                                    ["--KernelManager.transport_encryption=required"])
         processes = PinnedProcesses()
@@ -155,3 +159,20 @@ def test_a_restart_stays_on_its_host_and_keeps_the_sandbox(place: Place) -> None
     assert not pid_alive(pid), "the first kernel process outlived its restart"
     after = place.processes.add_tree(seen[-1])
     delete(place, kernel_id, [*box, *after])
+
+
+def test_a_refused_launch_is_the_servers_error_at_once_with_the_reason(place: Place) -> None:
+    """The provisioner has no local process to see fail: without the launcher's refusal answer it would
+    wait out its whole launch timeout (180 s) for a kernel that never started. Jupyter Server answers a
+    500 without the reason ("Unhandled error"); its log has it, as an error (not only in --debug's lines),
+    and not hidden behind a complaint about missing CurveZMQ keys, which the provisioner checks first."""
+    started = time.monotonic()
+    status, body = place.server.request("POST", "/api/kernels", {"name": ROOT_WORKSPACE})
+    assert status == 500, (status, body)
+    said = "owsandbox refused this kernel: the workspace would be /"
+    wait_until(lambda: any(line.startswith("[E") and said in line for line in place.server.log().splitlines()), 10,
+               "the refusal in an error line of the server's log")
+    assert "did not return valid CurveZMQ keys" not in place.server.log()
+    assert time.monotonic() - started < 60, "the refusal waited for the launch timeout"
+    for host in place.network.hosts:
+        assert not [p for p in host.processes() if "gateway-kernel" in command_line(p)]

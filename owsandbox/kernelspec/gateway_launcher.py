@@ -359,15 +359,23 @@ def check_place(environ: dict[str, str] | None = None) -> None:
                               "(owsandbox install --provider ...; --provider local to accept no isolation)")
 
 
-def refusal(kernel_id: str, reason: str) -> dict[str, Any]:
-    """The answer that tells the gateway the kernel was refused, and why (see the module's docstring)."""
-    return {"kernel_id": kernel_id, "pid": os.getpid(), "pgid": os.getpgid(0), "shell_port": REFUSED + reason}
+def refusal(kernel_id: str, reason: str, curve: str | None = None) -> dict[str, Any]:
+    """The answer that tells the gateway the kernel was refused, and why (see the module's docstring). Where the
+    server asked for transport encryption (`curve`), it has a key pair too: gateway_provisioners checks for the
+    keys first, and would report their absence ("the launcher ... predates transport encryption") instead of
+    the refusal, which it reports as the shell port that is not a number."""
+    answer = {"kernel_id": kernel_id, "pid": os.getpid(), "pgid": os.getpgid(0), "shell_port": REFUSED + reason}
+    try:
+        keys = curve_keys(curve)
+    except LaunchError:
+        keys = {}
+    return {**answer, **{name: key.decode() for name, key in keys.items()}}
 
 
 def tell_refused(args: argparse.Namespace, reason: str) -> None:
     """Send `refusal` to the gateway, if it can be: a failure here leaves the gateway to its timeout."""
     try:
-        send_to_gateway(args.address, encrypted(refusal(args.kernel_id, reason), args.public_key))
+        send_to_gateway(args.address, encrypted(refusal(args.kernel_id, reason, args.curve), args.public_key))
     except LaunchError as exc:
         log.warning("the gateway was not told of the refusal: %s", exc)
 
