@@ -6,7 +6,8 @@ The setup of tests/test_kernel_provisioner.py (tests/gateway_hosts.py, tests/pro
 own sshd (TEST-NET-2 addresses inside the namespaces only), kernels on bubblewrap started by
 gateway_provisioners' DistributedProvisioner (owsandbox's subclass: round-robin, a restart stays on its
 host) through `owsandbox gateway-kernel`. `--rounds` times per host (round-robin alternates them):
-`POST /api/kernels` to the first cell's result (the WebSocket opened meanwhile), a restart to the first
+`POST /api/kernels` to its answer (the provisioner has the kernel's connection information) and to the
+first cell's result (the WebSocket opened meanwhile), a restart to the first
 result after it (the box's /tmp kept), and `DELETE` to its answer and to the last process of the kernel
 and its sandbox gone. `--encryption` is the server's transport-encryption policy (`required`: every
 ZMQ message CurveZMQ, as the test runs it; `disabled`: the server's default).
@@ -41,12 +42,14 @@ def kernel_process(network: GatewayNetwork, kernel_id: str) -> tuple[Host, int] 
     return None
 
 
-def one_round(server: ProvisionedServer, network: GatewayNetwork) -> tuple[str, float, float, float, float]:
-    """(host address, POST -> first result, restart -> first result, DELETE answered, every process gone)."""
+def one_round(server: ProvisionedServer, network: GatewayNetwork) -> tuple[str, float, float, float, float, float]:
+    """(host address, POST -> first result, restart -> first result, DELETE answered, every process gone,
+    POST answered)."""
     pinned = PinnedProcesses()
     try:
         started = time.perf_counter()
         kernel_id = server.start_kernel()
+        answered_post = time.perf_counter() - started
         ws = server.websocket(kernel_id)
         assert ws.run("echo ready", 60).text() == "ready\n"
         first = time.perf_counter() - started
@@ -71,7 +74,7 @@ def one_round(server: ProvisionedServer, network: GatewayNetwork) -> tuple[str, 
         answered = time.perf_counter() - started
         left = wait_gone(list(pinned.seen), 30)
         assert not left, f"left after DELETE: {[pinned.seen[p] for p in left]}"
-        return host.address, first, restart, answered, time.perf_counter() - started
+        return host.address, first, restart, answered, time.perf_counter() - started, answered_post
     finally:
         pinned.close()
 
@@ -98,9 +101,10 @@ def main() -> None:
           f"load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
     for address in sorted({r[0] for r in rounds}):
         mine = [r for r in rounds if r[0] == address]
-        first, restart, answered, gone = ([r[i] for r in mine] for i in range(1, 5))
+        first, restart, answered, gone, post = ([r[i] for r in mine] for i in range(1, 6))
         print(f"{address}: POST -> first result median {statistics.median(first):.2f} s "
-              f"(min {min(first):.2f}, max {max(first):.2f}); restart -> first result median "
+              f"(min {min(first):.2f}, max {max(first):.2f}; POST answered {statistics.median(post):.2f} s); "
+              f"restart -> first result median "
               f"{statistics.median(restart):.2f} s (max {max(restart):.2f}); DELETE answered "
               f"{statistics.median(answered):.2f} s, every process gone {statistics.median(gone):.2f} s "
               f"({len(mine)} kernels)")
