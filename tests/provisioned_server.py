@@ -50,20 +50,21 @@ class ProvisionedServer:
     """One `jupyter server` in the gateway namespace, spoken to over REST and WebSockets."""
 
     def __init__(self, network: GatewayNetwork, spec_prefix: Path, log_path: Path,
-                 extra_args: list[str] | None = None) -> None:
+                 extra_args: list[str] | None = None, port: int = PORT) -> None:
         self.network = network
+        self.port = port
         self.token = secrets.token_hex(16)
         self.log_path = log_path
-        root = network.folder / "server-root"
+        root = network.folder / f"server-root-{port}"
         root.mkdir(exist_ok=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "GP_", "KERNEL_", "OWSANDBOX_"))}
         env.update(HOME=str(network.home), JUPYTER_PATH=str(spec_prefix / "share" / "jupyter"),
-                   JUPYTER_RUNTIME_DIR=str(network.folder / "server-runtime"),
-                   JUPYTER_CONFIG_DIR=str(network.folder / "server-config"),
+                   JUPYTER_RUNTIME_DIR=str(network.folder / f"server-runtime-{port}"),
+                   JUPYTER_CONFIG_DIR=str(network.folder / f"server-config-{port}"),
                    GP_RESPONSE_IP=GATEWAY_ADDRESSES[0], GP_KERNEL_LOG_DIR=str(network.folder),
                    KERNEL_USERNAME=USER)
         jupyter_server = Path(sys.executable).parent / "jupyter-server"
-        argv = network.in_gateway([str(jupyter_server), "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={PORT}",
+        argv = network.in_gateway([str(jupyter_server), "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
                                    "--ServerApp.port_retries=0", f"--IdentityProvider.token={self.token}",
                                    f"--ServerApp.root_dir={root}", "--ServerApp.allow_root=True",
                                    "--ServerApp.open_browser=False", "--debug", *(extra_args or [])])
@@ -105,8 +106,8 @@ class ProvisionedServer:
 
     def request(self, method: str, path: str, body: dict[str, Any] | None = None,
                 timeout: float = 240) -> tuple[int, Any]:
-        conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=timeout)
-        conn.sock = socket_in(self.network.gateway, ("127.0.0.1", PORT), timeout)
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        conn.sock = socket_in(self.network.gateway, ("127.0.0.1", self.port), timeout)
         try:
             conn.request(method, path, body=json.dumps(body) if body is not None else None,
                          headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"})
@@ -125,8 +126,8 @@ class ProvisionedServer:
         return body["id"]
 
     def websocket(self, kernel_id: str) -> KernelWebSocket:
-        sock = socket_in(self.network.gateway, ("127.0.0.1", PORT))
-        return KernelWebSocket(f"ws://127.0.0.1:{PORT}/api/kernels/{kernel_id}/channels", self.token, USER,
+        sock = socket_in(self.network.gateway, ("127.0.0.1", self.port))
+        return KernelWebSocket(f"ws://127.0.0.1:{self.port}/api/kernels/{kernel_id}/channels", self.token, USER,
                                sock=sock)
 
     def stop(self) -> None:

@@ -176,3 +176,26 @@ def test_a_refused_launch_is_the_servers_error_at_once_with_the_reason(place: Pl
     assert time.monotonic() - started < 60, "the refusal waited for the launch timeout"
     for host in place.network.hosts:
         assert not [p for p in host.processes() if "gateway-kernel" in command_line(p)]
+
+
+def test_stopping_the_server_ends_its_remote_kernels_and_their_sandboxes(place: Place, tmp_path: Path) -> None:
+    """An operator stops JupyterLab (SIGTERM) with kernels running: a second server of the same spec, on
+    another port, is stopped with its kernel busy; nothing of the kernel stays on its host."""
+    server = ProvisionedServer(place.network, place.network.folder / "spec", tmp_path / "second.log",
+                               ["--KernelManager.transport_encryption=required"], port=8890)
+    try:
+        kernel_id = server.start_kernel()
+        host, pid = kernel_on(place, kernel_id)
+        ws = server.websocket(kernel_id)
+        try:
+            assert ws.run("echo here > /tmp/mark", 60).status == "ok"
+            tree = pin(place, pid)
+            ws.send("sleep 300")  # busy when the server stops
+        finally:
+            ws.close()
+    finally:
+        server.stop()
+    assert server.process.returncode is not None
+    left = wait_gone(list(tree), 30)
+    assert not left, f"still running after the server stopped: {[tree[p] for p in left]}"
+    assert not left_on(host, kernel_id), left_on(host, kernel_id)
