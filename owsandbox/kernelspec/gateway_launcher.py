@@ -41,6 +41,15 @@ port is the reason (`REFUSED`), which the gateway rejects at once, quoting it in
 Once the gateway has a real answer the launcher says so on stderr (`READY`): `owsandbox gateway-docker`
 waits for that line in the container's output.
 
+gateway_provisioners' remote provisioners (the same process proxies, for a plain Jupyter server without a
+gateway: `owsandbox install --kernel-provisioner distributed`) speak the same protocol, and the server
+may also ask for transport encryption: `--transport-encryption auto|required` (its own spec's spelling,
+an empty value when it asks for none; owsandbox's spec passes it as one word,
+`--transport-encryption=POLICY`). Then the kernel gets a CurveZMQ key pair of its own, in its connection
+file (ipykernel binds its ports as a CurveZMQ server with it) and in the answer, from which the server's
+clients take it; a refusal carries one too, or the provisioner would report the missing keys instead
+of the reason. A value it does not know is refused, not ignored.
+
 Needs pycryptodomex (the gateway uses it on its side too): `pip install 'owsandbox[gateway]'`.
 """
 
