@@ -65,6 +65,7 @@ def kernel_dict(
     hosts: list[str] | None = None,
     docker: str | None = None,
     launch_timeout: float | None = None,
+    kernel_provisioner: str | None = None,
 ) -> dict[str, Any]:
     """The content of kernel.json.
 
@@ -76,11 +77,20 @@ def kernel_dict(
     remote kernelspec (owsandbox.kernelspec.gateway); with `gateway` "docker", `image` is the image of
     the kernels' containers and `docker` the gateway's docker client, not the container provider's;
     `launch_timeout` is the gateway's launch timeout the spec asks for (its default when None).
+    `kernel_provisioner` ("distributed") and `hosts` make it the spec of a kernel provisioner that starts the
+    kernel on those hosts for a plain Jupyter server (owsandbox.kernelspec.gateway), with no gateway.
     """
-    if launch_timeout is not None and not gateway:
-        raise ValueError("--launch-timeout is for --enterprise-gateway: the gateway's wait for a kernel to start")
-    if hosts and not gateway:
-        raise ValueError("--hosts is for --enterprise-gateway ssh")
+    remote = gateway or kernel_provisioner
+    if gateway and kernel_provisioner:
+        raise ValueError("--enterprise-gateway and --kernel-provisioner are two ways to start the kernel on another "
+                         "host (through a gateway, or by the Jupyter server itself): choose one")
+    if launch_timeout is not None and not remote:
+        raise ValueError("--launch-timeout is for --enterprise-gateway and --kernel-provisioner: the wait for a "
+                         "remote kernel to start")
+    if hosts and not remote:
+        raise ValueError("--hosts is for --enterprise-gateway ssh and --kernel-provisioner distributed")
+    if kernel_provisioner and docker:
+        raise ValueError("--docker is for --enterprise-gateway docker, not --kernel-provisioner")
     if docker and gateway != "docker":
         raise ValueError("--docker is for --enterprise-gateway docker")
     gateway_image = None
@@ -134,6 +144,10 @@ def kernel_dict(
         from .gateway import gateway_spec
 
         spec = gateway_spec(spec, gateway, hosts, executable, gateway_image, docker, launch_timeout)
+    elif kernel_provisioner:
+        from .gateway import provisioner_spec
+
+        spec = provisioner_spec(spec, kernel_provisioner, hosts, executable, launch_timeout)
     return spec
 
 
@@ -180,6 +194,7 @@ def install(
     hosts: list[str] | None = None,
     docker: str | None = None,
     launch_timeout: float | None = None,
+    kernel_provisioner: str | None = None,
 ) -> str:
     """Install the kernelspec and return the folder it landed in.
 
@@ -203,7 +218,7 @@ def install(
         staged = write_kernelspec(
             Path(tmp) / name, provider=provider, env=env, display_name=display_name, executable=sys.executable,
             limits=limits, image=image, engine=engine, baseline=baseline, record=record, gateway=gateway,
-            hosts=hosts, docker=docker, launch_timeout=launch_timeout,
+            hosts=hosts, docker=docker, launch_timeout=launch_timeout, kernel_provisioner=kernel_provisioner,
         )
         return KernelSpecManager().install_kernel_spec(str(staged), name, user=user, prefix=prefix)
 
@@ -289,15 +304,21 @@ def _parser() -> argparse.ArgumentParser:
                       help="a kernelspec for Jupyter Enterprise Gateway: kernels started over ssh on --hosts "
                            "(its DistributedProcessProxy), or in containers of --image (its DockerProcessProxy), "
                            "by owsandbox's own launchers")
+    inst.add_argument("--kernel-provisioner", default=None, choices=("distributed",), metavar="distributed",
+                      help="a kernelspec for a plain Jupyter server (no gateway) that starts kernels over ssh on "
+                           "--hosts: gateway_provisioners' DistributedProvisioner, with owsandbox's launcher; a "
+                           "restart stays on its host (pip install 'owsandbox[provisioners]' where the server runs)")
     inst.add_argument("--hosts", default=None, metavar="H1,H2",
-                      help="the hosts Enterprise Gateway starts kernels on, in turn (with --enterprise-gateway)")
+                      help="the hosts kernels are started on, in turn (with --enterprise-gateway ssh or "
+                           "--kernel-provisioner distributed)")
     inst.add_argument("--docker", default=None, metavar="PATH",
                       help="the docker client that starts the kernels' containers on the gateway's host (with "
                            "--enterprise-gateway docker; default: the one on PATH)")
     inst.add_argument("--launch-timeout", default=None, type=float, metavar="SECONDS",
                       help="how long the gateway waits for a kernel to start, asked for by the spec as "
                            "KERNEL_LAUNCH_TIMEOUT (with --enterprise-gateway; default: 180, the gateway's own is 30; "
-                           "a request's KERNEL_LAUNCH_TIMEOUT wins)")
+                           "a request's KERNEL_LAUNCH_TIMEOUT wins); with --kernel-provisioner, the provisioner's "
+                           "launch_timeout")
 
     uninst = commands.add_parser("uninstall", help="remove an installed kernelspec",
                                  description="Remove an installed owsandbox kernelspec.")
@@ -327,7 +348,8 @@ def main(argv: list[str] | None = None) -> int:
                        display_name=args.display_name, provider=args.provider, env=dict(args.env),
                        limits=args.limit, image=args.image, engine=args.engine, baseline=args.baseline,
                        record=args.record, gateway=args.enterprise_gateway, hosts=hosts,
-                       docker=args.docker, launch_timeout=args.launch_timeout)
+                       docker=args.docker, launch_timeout=args.launch_timeout,
+                       kernel_provisioner=args.kernel_provisioner)
     except ValueError as e:
         print(f"owsandbox install: error: {e}", file=sys.stderr)
         return 2

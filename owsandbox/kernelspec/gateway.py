@@ -34,10 +34,21 @@ The gateway takes the spec's value as the default a request may override (a `KER
 in the request's env wins: jupyter_server's GatewayClient always sends one, its own 40 s unless
 set), and the launcher reads the same value to know how long to wait for the gateway's first
 contact before it ends a kernel nobody reached.
+
+`owsandbox install --kernel-provisioner distributed --hosts H1,H2` writes the same remote kernel for a
+plain Jupyter server, without a gateway: its `metadata.kernel_provisioner` names gateway_provisioners'
+DistributedProvisioner (the gateway's ssh process proxy as a jupyter_client kernel provisioner), through
+owsandbox's subclass of it that keeps a restarted kernel on its host, where its sandbox waits for it
+(owsandbox.kernelspec.ssh_provisioner). The argv is the one above in the provisioner's spelling, and
+passes the server's transport-encryption policy as one word (`--transport-encryption=auto`, or an
+empty value), which the launcher honours with CurveZMQ keys in the connection file: the spec says it
+supports `curve`. The launch timeout goes into the provisioner's config (its `launch_timeout`) and the
+spec's env (the launcher's wait for the first contact), as above.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shlex
@@ -81,14 +92,14 @@ def parse_hosts(text: str | None) -> list[str]:
     return list(dict.fromkeys(hosts))
 
 
-def launcher_command(executable: str) -> str:
+def launcher_command(executable: str, flag: str = "--enterprise-gateway") -> str:
     """The `owsandbox` command beside `executable`, checked to be there and to be one shell word."""
     command = Path(executable).parent / "owsandbox"
     if not Path(executable).is_absolute() or not command.is_file():
-        raise ValueError(f"--enterprise-gateway: no owsandbox command beside {executable} ({command}); install "
+        raise ValueError(f"{flag}: no owsandbox command beside {executable} ({command}); install "
                          "the spec with the Python that has owsandbox installed")
     if shlex.quote(str(command)) != str(command):
-        raise ValueError(f"--enterprise-gateway: the gateway runs the kernel through a shell line, and the path "
+        raise ValueError(f"{flag}: the kernel is started through a shell line on the host, and the path "
                          f"{command} is not one shell word; install owsandbox under a path without spaces")
     return str(command)
 
@@ -144,6 +155,37 @@ def _remote(spec: dict[str, Any], kind: str, argv: list[str], proxy_config: dict
                              "launch_timeout": launch_timeout}
     env = {**(spec.get("env") or {}), LAUNCH_TIMEOUT: str(launch_timeout)}
     return {**spec, "argv": argv, "env": env, "metadata": metadata}
+
+
+PROVISIONERS = {"distributed": "owsandbox-distributed-provisioner"}  # --kernel-provisioner KIND: its entry point
+PROVISIONER_ARGS = ["--kernel-id", "{kernel_id}", "--response-address", "{response_address}",
+                    "--public-key", "{public_key}", "--port-range", "{port_range}",
+                    "--transport-encryption={transport_encryption}"]
+
+
+def provisioner_spec(spec: dict[str, Any], kind: str, hosts: list[str] | None, executable: str,
+                     launch_timeout: float | None = None) -> dict[str, Any]:
+    """`spec` (owsandbox's kernel.json) turned into the kernelspec of a jupyter_client kernel provisioner
+    that starts the kernel on `hosts` (see the module's docstring)."""
+    if kind not in PROVISIONERS:
+        raise ValueError(f"--kernel-provisioner {kind!r}: the kinds are {', '.join(PROVISIONERS)} "
+                         "(gateway_provisioners' DistributedProvisioner: ssh to --hosts)")
+    if not hosts:
+        raise ValueError(f"--kernel-provisioner {kind} needs --hosts H1,H2: the hosts the Jupyter server starts "
+                         "kernels on over ssh")
+    seconds = check_launch_timeout(launch_timeout)
+    if importlib.util.find_spec("gateway_provisioners") is None:
+        raise ValueError(f"--kernel-provisioner {kind}: gateway_provisioners is not installed beside owsandbox here, "
+                         "where the Jupyter server runs the provisioner: pip install 'owsandbox[provisioners]'")
+    metadata = dict(spec.get("metadata") or {})
+    metadata["kernel_provisioner"] = {"provisioner_name": PROVISIONERS[kind],
+                                      "config": {"remote_hosts": hosts, "launch_timeout": seconds}}
+    metadata["supported_encryption"] = ["curve"]
+    metadata["owsandbox"] = {**metadata.get("owsandbox", {}), "kernel_provisioner": kind, "hosts": hosts,
+                             "launch_timeout": seconds}
+    env = {**(spec.get("env") or {}), LAUNCH_TIMEOUT: str(seconds)}
+    return {**spec, "argv": [launcher_command(executable, "--kernel-provisioner"), "gateway-kernel",
+                             *PROVISIONER_ARGS], "env": env, "metadata": metadata}
 
 
 def gateway_spec(spec: dict[str, Any], kind: str, hosts: list[str] | None, executable: str,

@@ -41,6 +41,15 @@ port is the reason (`REFUSED`), which the gateway rejects at once, quoting it in
 Once the gateway has a real answer the launcher says so on stderr (`READY`): `owsandbox gateway-docker`
 waits for that line in the container's output.
 
+gateway_provisioners' remote provisioners (the same process proxies, for a plain Jupyter server without a
+gateway: `owsandbox install --kernel-provisioner distributed`) speak the same protocol, and the server
+may also ask for transport encryption: `--transport-encryption auto|required` (its own spec's spelling,
+an empty value when it asks for none; owsandbox's spec passes it as one word,
+`--transport-encryption=POLICY`). Then the kernel gets a CurveZMQ key pair of its own, in its connection
+file (ipykernel binds its ports as a CurveZMQ server with it) and in the answer, from which the server's
+clients take it; a refusal carries one too, or the provisioner would report the missing keys instead
+of the reason. A value it does not know is refused, not ignored.
+
 Needs pycryptodomex (the gateway uses it on its side too): `pip install 'owsandbox[gateway]'`.
 """
 
@@ -88,6 +97,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
                           ("port-range", "LOWER..UPPER")):
         dest = name.replace("-", "_")
         parser.add_argument(f"--{name}", f"--RemoteProcessProxy.{name}", dest=dest, metavar=metavar)
+    # gateway_provisioners' policy for CurveZMQ on the kernel's ports: its own spec passes it as two words, one
+    # empty when the server asks for none; owsandbox's spec as one word, `--transport-encryption=POLICY`
+    parser.add_argument("--transport-encryption", dest="transport_encryption", nargs="?", default=None,
+                        metavar="auto|required|disabled")
     for ignored in ("spark-context-initialization-mode", "cluster-type"):  # the Python launcher's; no Spark here
         parser.add_argument(f"--{ignored}", f"--RemoteProcessProxy.{ignored}", dest=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -99,7 +112,36 @@ def parse(argv: list[str]) -> argparse.Namespace:
                           "--enterprise-gateway writes it")
     args.address = response_address(args.response_address)
     args.ports = port_range(args.port_range)
+    args.curve = curve_policy(args.transport_encryption)
     return args
+
+
+def curve_policy(text: str | None) -> str | None:
+    """`--transport-encryption`: "auto" or "required" (CurveZMQ keys in the connection file), or None: none
+    asked for (no value, "disabled", or the placeholder left by a server that substitutes none)."""
+    policy = (text or "").strip().lower()
+    if not policy or policy == "disabled" or (policy.startswith("{") and policy.endswith("}")):
+        return None
+    if policy not in ("auto", "required"):
+        raise LaunchError(f"--transport-encryption {text!r}: expected auto, required or disabled")
+    return policy
+
+
+def curve_keys(policy: str | None) -> dict[str, bytes]:
+    """A fresh CurveZMQ key pair for the kernel's ports when `policy` asks for one (what the connection file and
+    the answer carry); none when libzmq cannot do it and the policy is "auto", said in the kernel's log."""
+    if policy is None:
+        return {}
+    import zmq
+
+    if not zmq.has("curve"):
+        if policy == "required":
+            raise LaunchError("--transport-encryption required: this host's libzmq was built without CurveZMQ")
+        log.warning("the server asked for transport encryption (auto), and this host's libzmq has no CurveZMQ: "
+                    "the kernel's ports are not encrypted")
+        return {}
+    public, secret = zmq.curve_keypair()
+    return {"curve_publickey": public, "curve_secretkey": secret}
 
 
 def response_address(text: str) -> tuple[str, int]:
@@ -176,8 +218,10 @@ def connection_file(kernel_id: str) -> Path:
     return folder / f"kernel-{kernel_id}.json"
 
 
-def write_connection(path: Path, ip: str, ports: tuple[int, int]) -> dict[str, Any]:
-    """The kernel's five ports (chosen, then freed for the kernel to bind) and its key, written to `path`."""
+def write_connection(path: Path, ip: str, ports: tuple[int, int],
+                     curve: dict[str, bytes] | None = None) -> dict[str, Any]:
+    """The kernel's five ports (chosen, then freed for the kernel to bind), its key and `curve`'s keys (the
+    kernel's ports then speak CurveZMQ only), written to `path`."""
     from jupyter_client.connect import write_connection_file
 
     held = [bound_socket(ip, ports) for _ in KERNEL_PORTS]
@@ -185,7 +229,7 @@ def write_connection(path: Path, ip: str, ports: tuple[int, int]) -> dict[str, A
     for sock in held:
         sock.close()
     write_connection_file(str(path), ip=ip, key=secrets.token_hex(16).encode(), transport="tcp",
-                          signature_scheme="hmac-sha256", kernel_name="", **chosen)
+                          signature_scheme="hmac-sha256", kernel_name="", **chosen, **(curve or {}))
     return json.loads(path.read_text(encoding="utf-8"))
 
 
@@ -324,15 +368,23 @@ def check_place(environ: dict[str, str] | None = None) -> None:
                               "(owsandbox install --provider ...; --provider local to accept no isolation)")
 
 
-def refusal(kernel_id: str, reason: str) -> dict[str, Any]:
-    """The answer that tells the gateway the kernel was refused, and why (see the module's docstring)."""
-    return {"kernel_id": kernel_id, "pid": os.getpid(), "pgid": os.getpgid(0), "shell_port": REFUSED + reason}
+def refusal(kernel_id: str, reason: str, curve: str | None = None) -> dict[str, Any]:
+    """The answer that tells the gateway the kernel was refused, and why (see the module's docstring). Where the
+    server asked for transport encryption (`curve`), it has a key pair too: gateway_provisioners checks for the
+    keys first, and would report their absence ("the launcher ... predates transport encryption") instead of
+    the refusal, which it reports as the shell port that is not a number."""
+    answer = {"kernel_id": kernel_id, "pid": os.getpid(), "pgid": os.getpgid(0), "shell_port": REFUSED + reason}
+    try:
+        keys = curve_keys(curve)
+    except LaunchError:
+        keys = {}
+    return {**answer, **{name: key.decode() for name, key in keys.items()}}
 
 
 def tell_refused(args: argparse.Namespace, reason: str) -> None:
     """Send `refusal` to the gateway, if it can be: a failure here leaves the gateway to its timeout."""
     try:
-        send_to_gateway(args.address, encrypted(refusal(args.kernel_id, reason), args.public_key))
+        send_to_gateway(args.address, encrypted(refusal(args.kernel_id, reason, args.curve), args.public_key))
     except LaunchError as exc:
         log.warning("the gateway was not told of the refusal: %s", exc)
 
@@ -353,7 +405,7 @@ def launch(argv: list[str]) -> int:
         check_place()
         ip = gateway_side_address(args.address)
         path = connection_file(args.kernel_id)
-        info = write_connection(path, ip, args.ports)
+        info = write_connection(path, ip, args.ports, curve_keys(args.curve))
         signals = bound_socket(ip, args.ports)
         info.update(pid=os.getpid(), pgid=os.getpgid(0), comm_port=signals.getsockname()[1],
                     kernel_id=args.kernel_id)

@@ -1,0 +1,141 @@
+"""A plain `jupyter server` whose owsandbox kernels run on remote hosts, for the tests and the benchmark.
+
+No gateway: the server's own kernel manager starts each kernel through the kernelspec's provisioner,
+`owsandbox install --kernel-provisioner distributed --hosts H1,H2` (gateway_provisioners'
+DistributedProvisioner, subclassed by owsandbox). It is the test environment's own Jupyter server (the
+test extra has gateway_provisioners; the project's pins and its agree), run in the network namespace
+`gw` of tests/gateway_hosts.py, on that namespace's loopback, with HOME a folder holding the ssh key
+and the hosts' keys (paramiko reads `~/.ssh`), the spec found through JUPYTER_PATH, and the response
+address on the first host's pair. The tests run as root, whom gateway_provisioners refuses by default
+(its `unauthorized_users`), so the server names its kernels' user with KERNEL_USERNAME, as
+docs/how-to/gateways.md says.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import secrets
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from .gateway_hosts import GATEWAY_ADDRESSES, GatewayNetwork, socket_in
+from .kernel_ws import KernelWebSocket
+from .waiting import WaitTimeout, wait_until
+
+PORT = 8888  # on the gateway namespace's own loopback
+START_SECONDS = 90
+KERNEL_NAME = "owsandbox-remote"
+USER = "student"
+
+
+def install_spec(prefix: Path, hosts: list[str], workspace: Path, extra: list[str] | None = None,
+                 name: str = KERNEL_NAME) -> Path:
+    """The kernelspec, as docs/how-to/gateways.md says: `owsandbox install --kernel-provisioner distributed
+    --hosts ...`, its workspace on the hosts named (a login's home, root's here, is not the tests' to write)."""
+    owsandbox = Path(sys.executable).parent / "owsandbox"
+    done = subprocess.run([str(owsandbox), "install", "--kernel-provisioner", "distributed", "--hosts", ",".join(hosts),
+                           "--prefix", str(prefix), "--name", name, "--provider", "bwrap",
+                           "--env", f"OWSANDBOX_WORKSPACE={workspace}", *(extra or [])],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return prefix / "share" / "jupyter" / "kernels" / name
+
+
+class ProvisionedServer:
+    """One `jupyter server` in the gateway namespace, spoken to over REST and WebSockets."""
+
+    def __init__(self, network: GatewayNetwork, spec_prefix: Path, log_path: Path,
+                 extra_args: list[str] | None = None, port: int = PORT) -> None:
+        self.network = network
+        self.port = port
+        self.token = secrets.token_hex(16)
+        self.log_path = log_path
+        root = network.folder / f"server-root-{port}"
+        root.mkdir(exist_ok=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "GP_", "KERNEL_", "OWSANDBOX_"))}
+        env.update(HOME=str(network.home), JUPYTER_PATH=str(spec_prefix / "share" / "jupyter"),
+                   JUPYTER_RUNTIME_DIR=str(network.folder / f"server-runtime-{port}"),
+                   JUPYTER_CONFIG_DIR=str(network.folder / f"server-config-{port}"),
+                   GP_RESPONSE_IP=GATEWAY_ADDRESSES[0], GP_KERNEL_LOG_DIR=str(network.folder),
+                   KERNEL_USERNAME=USER)
+        jupyter_server = Path(sys.executable).parent / "jupyter-server"
+        argv = network.in_gateway([str(jupyter_server), "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
+                                   "--ServerApp.port_retries=0", f"--IdentityProvider.token={self.token}",
+                                   f"--ServerApp.root_dir={root}", "--ServerApp.allow_root=True",
+                                   "--ServerApp.open_browser=False", "--debug", *(extra_args or [])])
+        self._log = log_path.open("wb")
+        self.process = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.PIPE)
+        self._ready = threading.Event()
+        threading.Thread(target=self._pump, daemon=True).start()
+        if not self._ready.wait(START_SECONDS) or self.process.poll() is not None or not self._answers():
+            self.stop()
+            raise RuntimeError(f"the Jupyter server did not start: {self.log()[-3000:]}")
+
+    def _answers(self) -> bool:
+        """The server answers `/api/status` (it says it runs a moment before it listens)."""
+
+        def answered() -> bool:
+            if self.process.poll() is not None:
+                raise RuntimeError("the Jupyter server ended")
+            try:
+                return self.request("GET", "/api/status", timeout=5)[0] == 200
+            except OSError:
+                return False
+
+        try:
+            return wait_until(answered, 30, "the Jupyter server's /api/status", interval=0.1)
+        except (RuntimeError, WaitTimeout):
+            return False
+
+    def _pump(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self._log.write(line)
+            self._log.flush()
+            if b"is running at" in line:  # said once it listens
+                self._ready.set()
+        self._ready.set()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None,
+                timeout: float = 240) -> tuple[int, Any]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        conn.sock = socket_in(self.network.gateway, ("127.0.0.1", self.port), timeout)
+        try:
+            conn.request(method, path, body=json.dumps(body) if body is not None else None,
+                         headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"})
+            answer = conn.getresponse()
+            data = answer.read()
+            try:
+                return answer.status, json.loads(data) if data else None
+            except ValueError:
+                return answer.status, data.decode(errors="replace")
+        finally:
+            conn.close()
+
+    def start_kernel(self) -> str:
+        status, body = self.request("POST", "/api/kernels", {"name": KERNEL_NAME})
+        assert status == 201, (status, body)
+        return body["id"]
+
+    def websocket(self, kernel_id: str) -> KernelWebSocket:
+        sock = socket_in(self.network.gateway, ("127.0.0.1", self.port))
+        return KernelWebSocket(f"ws://127.0.0.1:{self.port}/api/kernels/{kernel_id}/channels", self.token, USER,
+                               sock=sock)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
