@@ -210,6 +210,8 @@ class Shell:
         return True
 
     def _begin_wait_over(self, cmd: Command) -> None:
+        """A stop has waited BEGIN_WAIT_SECONDS for bash to begin the line: signal it now, unless the
+        start mark came first (it was signalled then) or it has ended."""
         before, after = cmd.advance(CommandEvent.BEGIN_WAIT_OVER)
         if before not in SIGNALLED and after in SIGNALLED:
             self._start_stopping(cmd)
