@@ -1,4 +1,4 @@
-"""The snapshot store (owsandbox/host/snapshots/store.py), on real folders: a restore gives back exactly the
+"""The snapshot store (owsandbox/host/snapshots/), on real folders: a restore gives back exactly the
 tree that was saved and writes nothing outside the workspace, whatever the box left there (links out,
 a folder replaced by a link, a FIFO); unchanged contents are kept once; the limit holds; a store that
 is not what the host made is refused. The box's side (the store out of its reach, restores of what it
@@ -381,7 +381,7 @@ def test_providers_without_a_box_the_host_can_stop_are_refused_by_name(tmp_path)
 
 @pytest.mark.unit
 def test_a_tree_of_more_entries_than_a_snapshot_takes_is_a_clear_error(place, monkeypatch):
-    from owsandbox.host.snapshots import store as snapshots
+    from owsandbox.host.snapshots import walk as snapshots  # where a tree is listed
 
     monkeypatch.setattr(snapshots, "MAX_ENTRIES", 50)
     for number in range(60):
@@ -395,7 +395,7 @@ def test_a_tree_of_more_entries_than_a_snapshot_takes_is_a_clear_error(place, mo
 @pytest.mark.unit
 def test_a_box_that_makes_files_without_end_cannot_block_a_restore(place, monkeypatch):
     """Past what a listing holds, a restore removes everything as it reads it, then puts the snapshot back."""
-    from owsandbox.host.snapshots import store as snapshots
+    from owsandbox.host.snapshots import walk as snapshots  # where a tree is listed
 
     workspace = place["ws"]
     (workspace / "lab").mkdir()

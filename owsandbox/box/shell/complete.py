@@ -6,7 +6,7 @@ what the shell knows that a fresh bash does not: its functions, aliases and PATH
 shell writes while it is idle (`Shell.write_definitions`, asked for just before; a busy shell's file
 is the one it wrote when it was last idle, so a function defined in a cell completes once that cell
 has ended, also while the next one runs). Why the shell writes them only when asked, or idle after
-being asked once, is in bash.py: a file written after every command would tax every cell.
+being asked once, is in definitions.py: a file written after every command would tax every cell.
 Sourcing `declare -f` and `alias -p` output defines names without running any of them, and only
 builtins run after it, so no code of the user's runs at a Tab.
 

@@ -3,7 +3,7 @@ markers after it, and where its output goes; and the marks that come back in the
 
 Every line is built here, from values that are quoted for bash (`ansi_c_quote`) or are the host's
 own (tokens, descriptor numbers), so that nothing a command contains can end the line early or run
-in its place. The reader that finds the marks again is in bash.py and capture.py.
+in its place. The reader that finds the marks again is in reader.py and capture.py.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Snapshots of a sandbox's workspace: the store's file work (store.py) done by this machine on its own
-side of the workspace, with the box stopped around a restore.
+"""Snapshots of a sandbox's workspace: the store's file work (store.py and its parts) done by this
+machine on its own side of the workspace, with the box stopped around a restore.
 
 Only a provider whose workspace is a folder of this machine bound into a box that the host can stop
 whole takes snapshots (it offers a `snapshot_site`): `bwrap` (its PID namespace's init killed, then a

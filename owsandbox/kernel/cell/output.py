@@ -212,11 +212,11 @@ class CellOutput:
     def _emit(self, stream: str, text: str) -> None:
         self.displayed += len(text)
         self.budget.charge(len(text))
-        if stream == "note":  # the runner's own words (see box/shell/bash.py `_note`), not the program's
+        if stream == "note":  # the runner's own words (see box/shell/delivery.py `note`), not the program's
             self._release()
             self._events.append(Notice(text))
             return
-        if stream == "display":  # an `owdisplay` request, recognised by the shell (see box/shell/bash.py)
+        if stream == "display":  # an `owdisplay` request, recognised by the shell (see box/shell/reader.py)
             self._release()
             for request in display_requests(text):
                 self._events.append(Display(request.path, request.mime, request.display_id))

@@ -1,7 +1,7 @@
 """`%snapshot`, `%record` and `%%check`: the workspace's files saved and put back, the session recorded,
 an exercise checked, all from the notebook.
 
-The work is elsewhere: the snapshot store and its file work in `host/snapshots/store.py` (the box stopped
+The work is elsewhere: the snapshot store and its file work in `host/snapshots/` (the box stopped
 around a restore by `host/snapshots/stopped.py`), the asciicast transcript in `recording.py`, the
 check's script and its report in `checks.py`. Here each becomes a magic: what it says, and what a
 restore does to the kernel's shells (they start again in their folders, without their variables).
