@@ -1,9 +1,12 @@
-"""`%preview`: a server listening in a bubblewrap sandbox, fetched through a real Jupyter server.
+"""`%preview`: a server listening in a sandbox, fetched through a real Jupyter server.
 
 A real `jupyter lab` server (tests/lab_browser.Lab: its own folders, a token) runs the default kernel
-(bubblewrap) through its REST API; the test speaks to the kernel over the server's WebSocket, as a
-browser does. The server loads the `owsandbox.preview` extension from the `jupyter_server_config.d` file
-the package installs. In the box: `python3 -m http.server`, a server that echoes the headers it got and
+through its REST API; the test speaks to the kernel over the server's WebSocket, as a browser does.
+Each test runs on a bubblewrap kernel, and on a container kernel with podman and with Docker (the
+Debian test image of tests/containers.py, no network): the server reaches a bubblewrap box through the
+execd socket in its state folder, a container through the engine's `exec -i` relay recorded there.
+The server loads the `owsandbox.preview` extension from the `jupyter_server_config.d` file the package
+installs. In the box: `python3 -m http.server`, a server that echoes the headers it got and
 tries to set a cookie, and a WebSocket echo (tests/preview_apps, standard library only). A server on
 this machine's loopback shows that a port of the host cannot be previewed nor proxied.
 """
@@ -26,12 +29,14 @@ import pytest
 
 from owsandbox.preview import record
 from owsandbox.preview.headers import CSP
+from owsandbox.settings import SANDBOX_KIND
 from owsandbox.terminal import locate
 
 from .conftest import DEFAULT_KERNEL_NAME, require_bwrap
 from .kernel_ws import Cell, KernelWebSocket
 from .lab_browser import Lab, needs_linux_processes
 from .preview_apps import HEADERS_ECHO, WS_ECHO
+from .waiting import wait_until
 
 pytestmark = [pytest.mark.system]
 
@@ -75,6 +80,13 @@ class Previewing:
         cell = self.kernel.run(code, timeout=90)
         return cell
 
+    def restart(self) -> None:
+        """Restart the kernel through the server's API (the same key: the box lingers, or is reused)."""
+        status, _, body = self.fetch("POST", f"/api/kernels/{self.kernel_id}/restart")
+        assert status == 200, body
+        self.kernel.wait_for(lambda message: message.get("msg_type") == "status"
+                             and message["content"].get("execution_state") == "idle", 90, "the restarted kernel")
+
     def serve(self, command: str, port: int) -> None:
         """Start `command` in the box in the background and wait until `port` accepts there."""
         cell = self.run(f"nohup {command} >/dev/null 2>&1 &\n"
@@ -87,11 +99,22 @@ def _port() -> int:
     return random.randrange(20000, 30000)
 
 
-@pytest.fixture(scope="module")
-def previewing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Previewing]:
-    require_bwrap()
+def _kernel_env(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The server's (and so its kernels') environment for the sandbox asked for: bubblewrap, the default;
+    a container of the Debian test image on podman or on the tests' dockerd."""
+    if request.param == "bwrap":
+        require_bwrap()
+        return {}
+    engine = request.getfixturevalue(request.param)  # tests/containers.py: Podman, Docker
+    return {**engine.settings, "OWSANDBOX_PROVIDER": "container", "OWSANDBOX_IMAGE": engine.image(),
+            "OWSANDBOX_ENGINE": engine.path}
+
+
+@pytest.fixture(scope="module", params=["bwrap", "podman", "docker"])
+def previewing(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Previewing]:
+    env = _kernel_env(request)
     folder = tmp_path_factory.mktemp("preview")
-    lab = Lab(folder)
+    lab = Lab(folder, env=env)
     lab.root.mkdir()
     for script in (HEADERS_ECHO, WS_ECHO):
         shutil.copy(script, lab.root / script.name)
@@ -110,7 +133,10 @@ def previewing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Previewing]
         assert answer.status == 201, model
         kernel = KernelWebSocket(f"ws://{parts.hostname}:{parts.port}/api/kernels/{model['id']}/channels", lab.token)
         try:
-            yield Previewing(lab, model["id"], kernel, marker)
+            previewing = Previewing(lab, model["id"], kernel, marker)
+            kind = previewing.run(f"echo ${SANDBOX_KIND}")
+            assert kind.text().strip() == ("container" if env else "bwrap"), kind.outputs
+            yield previewing
         finally:
             kernel.close()
     finally:
@@ -269,6 +295,32 @@ def test_a_port_of_the_host_is_refused_by_the_magic_and_by_the_proxy(previewing:
         record.remove(state_dir, host_port)
     assert status == 502 and f"nothing listens on port {host_port} in the sandbox".encode() in body
     assert b"a page of the host" not in body
+
+
+@needs_linux_processes
+def test_a_restarted_kernel_keeps_its_previews_and_previews_again(previewing: Previewing):
+    port = _port()
+    serve = f"python3 -m http.server {port} --bind 127.0.0.1 --directory site"
+    previewing.serve(serve, port)
+    assert previewing.run(f"%preview {port}").status == "ok"
+    cap = previewing.capability(port)
+    previewing.restart()
+    # The same box, with its record of previews; a restart gives fresh shells, so the server started
+    # from a cell has ended with them.
+    assert previewing.path(port) in previewing.run("%preview --list").plain()
+    gone = f"nothing listens on port {port} in the sandbox".encode()
+    wait_until(lambda: gone in previewing.fetch("GET", f"{cap}/index.html", token=False)[2], 30,
+               "the server started from the old kernel's shell to end with it", interval=0.1)
+    # Started again, it is previewed again by the new kernel (whose own way into the box is new).
+    previewing.serve(serve, port)
+    again = previewing.run(f"%preview {port}")
+    assert again.status == "ok", again.outputs
+    status, _, _ = previewing.fetch("GET", f"{cap}/index.html", token=False)
+    assert status == 403
+    status, _, body = previewing.fetch("GET", f"{previewing.capability(port)}/index.html", token=False)
+    assert (status, body.decode()) == (200, f"<p>{previewing.marker}</p>")
+    stopped = previewing.run(f"%preview stop {port}")
+    assert "is no longer previewed" in stopped.text(), stopped.outputs
 
 
 @pytest.mark.parametrize("line, error", [
