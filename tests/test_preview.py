@@ -27,6 +27,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from owsandbox.host.providers import container_door
 from owsandbox.preview import record
 from owsandbox.preview.headers import CSP
 from owsandbox.settings import SANDBOX_KIND
@@ -333,3 +334,33 @@ def test_bad_uses_are_refused_with_words(previewing: Previewing, line: str, erro
     assert cell.status == "error" and error in cell.error["evalue"], cell.outputs
 
 
+def test_the_server_reaches_a_container_only_as_the_hosts_record_says(previewing: Previewing):
+    connection_file = previewing.lab.runtime / f"kernel-{previewing.kernel_id}.json"
+    state_dir = locate.state_folder(locate.sandbox_key(str(connection_file)))
+    if not isinstance(locate.door_in(state_dir), container_door.ContainerDoor):
+        pytest.skip("a bubblewrap box is reached through the host's socket (the tests above)")
+    port = _port()
+    previewing.serve(f"python3 -m http.server {port} --bind 127.0.0.1 --directory site", port)
+    assert previewing.run(f"%preview {port}").status == "ok"
+    cap = previewing.capability(port)
+    # The record is the host's, in a folder the box never sees (only the lease is bound in, read-only).
+    looked = previewing.run(f"ls {state_dir} {state_dir.parent} 2>&1")
+    assert looked.text().count("No such file or directory") == 2, looked.outputs
+    kept = (state_dir / container_door.RECORD).read_text()
+    try:
+        # A relay that ends without the box's answer: a 502 with what it said (here the box's python3).
+        changed = {**json.loads(kept), "runner": "/run/owsandbox/not-the-runner.pyz"}
+        (state_dir / container_door.RECORD).write_text(json.dumps(changed))
+        status, _, body = previewing.fetch("GET", f"{cap}/index.html", token=False)
+        assert status == 502 and b"the relay into the container ended without the box's answer" in body, body
+        assert b"not-the-runner.pyz" in body and previewing.marker.encode() not in body
+        # A record that would have the engine run with more than its own settings is never used.
+        changed = {**json.loads(kept), "engine_env": {"LD_PRELOAD": "/tmp/x.so"}}
+        (state_dir / container_door.RECORD).write_text(json.dumps(changed))
+        status, _, body = previewing.fetch("GET", f"{cap}/index.html", token=False)
+        assert status == 404 and b"has engine settings other than the engine's own" in body, body
+    finally:
+        (state_dir / container_door.RECORD).write_text(kept)
+    status, _, body = previewing.fetch("GET", f"{cap}/index.html", token=False)
+    assert (status, body.decode()) == (200, f"<p>{previewing.marker}</p>")
+    assert previewing.run(f"%preview stop {port}").status == "ok"

@@ -20,6 +20,8 @@ UPGRADE = "owsandbox-tcp"  # as box/execd/portrelay.py answers it
 MAX_HEAD_BYTES = 64 * 1024
 CONNECT_TIMEOUT_SECONDS = 10.0
 STREAM_BUFFER_BYTES = 4 * 1024 * 1024
+RELAY_STDERR_BYTES = 1000  # of a relay command's stderr, kept for its error
+RELAY_END_SECONDS = 5.0  # how long a relay that closed is waited for, for its words
 
 
 class TunnelRefused(RuntimeError):
@@ -130,8 +132,9 @@ async def open_command_stream(argv: Sequence[str], env: Mapping[str, str], heade
                               port: int) -> Any:
     """The same through a relay command (a container's `ENGINE exec -i NAME ... forward`, whose stdin and
     stdout are the endpoint's bytes): it runs on one end of a socket pair, the IOStream is the other end.
-    The command is killed when the stream closes (and reaped by asyncio); its own end comes when the box
-    closes the connection."""
+    The command is killed when the stream closes, and reaped; its own end comes when the box closes the
+    connection. A relay that ends without the box's answer (the container is gone, the engine refused)
+    is a TunnelRefused with the last of what it said on stderr (at most RELAY_STDERR_BYTES are kept)."""
     import asyncio
 
     from tornado.iostream import IOStream
@@ -139,13 +142,15 @@ async def open_command_stream(argv: Sequence[str], env: Mapping[str, str], heade
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         process = await asyncio.create_subprocess_exec(*argv, stdin=theirs, stdout=theirs,
-                                                        stderr=asyncio.subprocess.DEVNULL, env=dict(env),
+                                                        stderr=asyncio.subprocess.PIPE, env=dict(env),
                                                         start_new_session=True)
     except BaseException:
         ours.close()
         raise
     finally:
         theirs.close()
+    said = bytearray()
+    reading = _keep(asyncio.ensure_future(_stderr_tail(process.stderr, said)))
     stream = IOStream(ours, max_buffer_size=STREAM_BUFFER_BYTES)
 
     def _end() -> None:
@@ -154,10 +159,38 @@ async def open_command_stream(argv: Sequence[str], env: Mapping[str, str], heade
                 process.kill()
             except ProcessLookupError:
                 pass
-        asyncio.ensure_future(process.wait())  # reaped, whenever it ends
+        _keep(asyncio.ensure_future(process.wait()))  # reaped, whenever it ends
 
     stream.set_close_callback(_end)
-    return await _upgraded(stream, headers, port, None)
+    try:
+        return await _upgraded(stream, headers, port, None)
+    except TunnelRefused as exc:
+        if exc.code != "UNREACHABLE":
+            raise
+        try:  # its end and all it said
+            status = await asyncio.wait_for(process.wait(), RELAY_END_SECONDS)
+            await asyncio.wait_for(asyncio.shield(reading), RELAY_END_SECONDS)
+        except asyncio.TimeoutError:
+            status = process.returncode
+        words = bytes(said).decode("utf-8", "replace").strip() or f"exit status {status}"
+        raise TunnelRefused(502, "UNREACHABLE", f"the relay into the container ended without the box's answer "
+                                                f"({words})") from None
+
+
+_TASKS: set[Any] = set()  # the relays' stderr readers and reapers, held until done
+
+
+def _keep(task: Any) -> Any:
+    _TASKS.add(task)
+    task.add_done_callback(_TASKS.discard)
+    return task
+
+
+async def _stderr_tail(pipe: Any, said: bytearray) -> None:
+    """Read the relay's stderr to its end (so it never blocks on it), keeping only its last bytes."""
+    while chunk := await pipe.read(4096):
+        said += chunk
+        del said[:-RELAY_STDERR_BYTES]
 
 
 async def _upgraded(stream: Any, headers: Mapping[str, str], port: int, connecting: Any) -> Any:

@@ -33,6 +33,10 @@ whichever is on PATH, podman first). The engine must run on this machine: the wo
   and whose lease has not moved for that limit and `STATE_SWEEP_SECONDS` more. Another engine's folder
   is never touched: removing it would take the lease away from a box that engine still runs (the box
   would end itself), and this engine cannot see that box.
+* **Its door**: each time the runner starts or is found, the folder here records how the box's execd
+  endpoint is reached (`container_door`: this engine's `exec -i` of the runner's `forward`, with the
+  engine's settings and the daemon's token), so that the Jupyter server's `%preview` proxy reaches the
+  box as the kernel does, without a network.
 * **Limit events** are read from the container's own cgroup (OOM kills, refused forks), on this
   machine, where the box cannot write: found from its first process's `/proc/PID/cgroup`.
 """
