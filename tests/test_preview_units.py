@@ -254,3 +254,13 @@ def test_a_terminal_for_a_containers_kernel_says_it_is_a_container(tmp_path: Pat
     folder = _container_folder(tmp_path, "docker-ba9876543210")
     with pytest.raises(locate.NoSandbox, match=f"is a container \\(docker\\).*docker exec -it {folder.name} bash"):
         locate.sandbox_of(Path(f"/r/{KEY}.json"))
+
+
+@pytest.mark.parametrize("engine", ["podman", "docker"])
+def test_the_server_looks_in_the_folders_the_container_provider_makes(tmp_path: Path, engine: str):
+    from owsandbox.host.providers.container import ContainerProvider
+
+    provider = ContainerProvider(tmp_path, image="localhost/x:1", engine=engine, key=KEY)
+    provider.engine = f"/usr/bin/{engine}"  # as _use_engine finds it (no engine is run here)
+    assert locate._ENGINE_FOLDER.fullmatch(provider.engine_folder_name())
+    assert provider.container == container_name(os.getuid(), KEY)
