@@ -10,7 +10,13 @@ read to the end. The server's peak resident memory (VmHWM) before and after the 
 the answer is streamed, not held. For comparison, the same through the tunnel alone (the execd
 relay, no Jupyter server), the floor the proxy adds to.
 
-Run: `python benchmarks/preview.py [--rounds N] [--size-mb 50] [--kernel NAME]`. Prints one line a figure.
+With `--provider container --image IMAGE [--engine podman|docker]` the kernel runs in a container
+(the server, and so its kernels, get OWSANDBOX_PROVIDER, OWSANDBOX_IMAGE and OWSANDBOX_ENGINE; the
+engine's own settings, such as CONTAINERS_CONF or DOCKER_HOST, come from this environment): the proxy
+and the relay alone then reach the box through the engine's `exec -i` relay, one per connection.
+
+Run: `python benchmarks/preview.py [--rounds N] [--size-mb 50] [--kernel NAME] [--provider bwrap|container
+--image IMAGE --engine podman|docker]`. Prints one line a figure.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import http.client
 import json
 import os
 import secrets
+import socket
 import statistics
 import subprocess
 import sys
@@ -40,11 +47,12 @@ def _vm_hwm_kib(pid: int) -> int:
 
 
 class Server:
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, kernel_env: dict[str, str]) -> None:
         self.folder = folder
         self.token = secrets.token_hex(16)
         runtime = folder / "runtime"
-        env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime), "JUPYTER_CONFIG_DIR": str(folder / "config")}
+        env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime), "JUPYTER_CONFIG_DIR": str(folder / "config"),
+               **kernel_env}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "jupyter_server", "--no-browser", "--ServerApp.ip=127.0.0.1", "--ServerApp.port=0",
              "--ServerApp.port_retries=0", f"--IdentityProvider.token={self.token}",
@@ -133,21 +141,60 @@ def download(port: int, path: str, token: str) -> tuple[int, float]:
     return total, took
 
 
-def tunnel_figures(state_dir: Path, port: int, rounds: int, size: int) -> tuple[list[float], float]:
-    """First byte and MB/s through the execd relay alone (no Jupyter server)."""
-    from owsandbox.preview.tunnel import open_tunnel
-    from owsandbox.terminal.locate import endpoint_in
+class _Relayed:
+    """A tunnel through a container's recorded relay command: the socket and the command, ended together."""
 
-    endpoint = endpoint_in(state_dir)
+    def __init__(self, door: Any, port: int) -> None:
+        from owsandbox.preview.tunnel import read_answer, upgrade_request
+
+        self.sock, theirs = socket.socketpair()
+        self.process = subprocess.Popen(door.argv(), stdin=theirs, stdout=theirs, stderr=subprocess.DEVNULL,
+                                        env=door.env(), start_new_session=True)
+        theirs.close()
+        self.sock.sendall(upgrade_request(port, door.headers))
+        head = b""
+        while not head.endswith(b"\r\n\r\n"):
+            chunk = self.sock.recv(1)
+            if not chunk:
+                raise SystemExit("the container's relay closed without answering")
+            head += chunk
+        read_answer(head[:-4])
+
+    def sendall(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def recv(self, size: int) -> bytes:
+        return self.sock.recv(size)
+
+    def close(self) -> None:
+        self.sock.close()
+        self.process.kill()
+        self.process.wait()
+
+
+def tunnel_figures(state_dir: Path, port: int, rounds: int, size: int) -> tuple[list[float], float]:
+    """First byte and MB/s through the execd relay alone (no Jupyter server): the host's socket of a
+    bubblewrap box, or a container's recorded `exec -i` relay, found as the server finds them."""
+    from owsandbox.host.providers.container_door import ContainerDoor
+    from owsandbox.preview.tunnel import open_tunnel
+    from owsandbox.terminal.locate import door_in
+
+    door = door_in(state_dir)
+
+    def tunnel() -> Any:
+        if isinstance(door, ContainerDoor):
+            return _Relayed(door, port)
+        return open_tunnel(door.unix_socket, door.headers, port)
+
     firsts = []
     for _ in range(rounds):
         started = time.perf_counter()
-        sock = open_tunnel(endpoint.unix_socket, endpoint.headers, port)
+        sock = tunnel()
         sock.sendall(b"GET /index.html HTTP/1.0\r\nHost: x\r\n\r\n")
         sock.recv(1)
         firsts.append(time.perf_counter() - started)
         sock.close()
-    sock = open_tunnel(endpoint.unix_socket, endpoint.headers, port)
+    sock = tunnel()
     started = time.perf_counter()
     sock.sendall(b"GET /big.bin HTTP/1.0\r\nHost: x\r\n\r\n")
     total = 0
@@ -165,10 +212,23 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--size-mb", type=int, default=50)
     parser.add_argument("--kernel", default="owsandbox")
+    parser.add_argument("--provider", choices=["kernelspec", "bwrap", "container"], default="kernelspec",
+                        help="the kernel's sandbox (default: as the kernelspec says)")
+    parser.add_argument("--image", help="the container provider's image")
+    parser.add_argument("--engine", help="the container provider's engine: podman or docker (default: either)")
     args = parser.parse_args()
     from websockets.sync.client import connect
 
+    from owsandbox import settings
     from owsandbox.terminal.locate import sandbox_key, state_folder
+
+    kernel_env = {} if args.provider == "kernelspec" else {settings.PROVIDER: args.provider}
+    if args.provider == "container":
+        if not args.image:
+            raise SystemExit("--provider container needs --image")
+        kernel_env[settings.IMAGE] = args.image
+        if args.engine:
+            kernel_env[settings.ENGINE] = args.engine
 
     size = args.size_mb * 1024 * 1024
     with tempfile.TemporaryDirectory(prefix="owsandbox-preview-bench-") as tmp:
@@ -178,7 +238,7 @@ def main() -> None:
         with (folder / "root" / "big.bin").open("wb") as out:
             for _ in range(args.size_mb):
                 out.write(os.urandom(1024 * 1024))
-        server = Server(folder)
+        server = Server(folder, kernel_env)
         try:
             status, model = server.request("POST", "/api/kernels", {"name": args.kernel})
             if status != 201:
@@ -212,6 +272,8 @@ def main() -> None:
                 tunnel_firsts, tunnel_speed = tunnel_figures(state_dir, PORT, args.rounds, size)
         finally:
             server.stop()
+    print(f"kernel {args.kernel}, provider {args.provider}"
+          + (f" ({args.engine or 'podman or docker'}, image {args.image})" if args.provider == "container" else ""))
     ms = sorted(t * 1000 for t in firsts)
     print(f"first byte through the proxy (small page, new connection): median {statistics.median(ms):.1f} ms, "
           f"p90 {ms[int(len(ms) * 0.9) - 1]:.1f} ms, min {ms[0]:.1f} ms ({args.rounds} requests)")

@@ -1,9 +1,12 @@
-"""`%preview`: a server listening in a bubblewrap sandbox, fetched through a real Jupyter server.
+"""`%preview`: a server listening in a sandbox, fetched through a real Jupyter server.
 
 A real `jupyter lab` server (tests/lab_browser.Lab: its own folders, a token) runs the default kernel
-(bubblewrap) through its REST API; the test speaks to the kernel over the server's WebSocket, as a
-browser does. The server loads the `owsandbox.preview` extension from the `jupyter_server_config.d` file
-the package installs. In the box: `python3 -m http.server`, a server that echoes the headers it got and
+through its REST API; the test speaks to the kernel over the server's WebSocket, as a browser does.
+Each test runs on a bubblewrap kernel, and on a container kernel with podman and with Docker (the
+Debian test image of tests/containers.py, no network): the server reaches a bubblewrap box through the
+execd socket in its state folder, a container through the engine's `exec -i` relay recorded there.
+The server loads the `owsandbox.preview` extension from the `jupyter_server_config.d` file the package
+installs. In the box: `python3 -m http.server`, a server that echoes the headers it got and
 tries to set a cookie, and a WebSocket echo (tests/preview_apps, standard library only). A server on
 this machine's loopback shows that a port of the host cannot be previewed nor proxied.
 """
@@ -24,14 +27,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from owsandbox.host.providers import container_door
 from owsandbox.preview import record
 from owsandbox.preview.headers import CSP
+from owsandbox.settings import SANDBOX_KIND
 from owsandbox.terminal import locate
 
 from .conftest import DEFAULT_KERNEL_NAME, require_bwrap
 from .kernel_ws import Cell, KernelWebSocket
 from .lab_browser import Lab, needs_linux_processes
 from .preview_apps import HEADERS_ECHO, WS_ECHO
+from .waiting import wait_until
 
 pytestmark = [pytest.mark.system]
 
@@ -75,6 +81,13 @@ class Previewing:
         cell = self.kernel.run(code, timeout=90)
         return cell
 
+    def restart(self) -> None:
+        """Restart the kernel through the server's API (the same key: the box lingers, or is reused)."""
+        status, _, body = self.fetch("POST", f"/api/kernels/{self.kernel_id}/restart")
+        assert status == 200, body
+        self.kernel.wait_for(lambda message: message.get("msg_type") == "status"
+                             and message["content"].get("execution_state") == "idle", 90, "the restarted kernel")
+
     def serve(self, command: str, port: int) -> None:
         """Start `command` in the box in the background and wait until `port` accepts there."""
         cell = self.run(f"nohup {command} >/dev/null 2>&1 &\n"
@@ -87,11 +100,22 @@ def _port() -> int:
     return random.randrange(20000, 30000)
 
 
-@pytest.fixture(scope="module")
-def previewing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Previewing]:
-    require_bwrap()
+def _kernel_env(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The server's (and so its kernels') environment for the sandbox asked for: bubblewrap, the default;
+    a container of the Debian test image on podman or on the tests' dockerd."""
+    if request.param == "bwrap":
+        require_bwrap()
+        return {}
+    engine = request.getfixturevalue(request.param)  # tests/containers.py: Podman, Docker
+    return {**engine.settings, "OWSANDBOX_PROVIDER": "container", "OWSANDBOX_IMAGE": engine.image(),
+            "OWSANDBOX_ENGINE": engine.path}
+
+
+@pytest.fixture(scope="module", params=["bwrap", "podman", "docker"])
+def previewing(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Previewing]:
+    env = _kernel_env(request)
     folder = tmp_path_factory.mktemp("preview")
-    lab = Lab(folder)
+    lab = Lab(folder, env=env)
     lab.root.mkdir()
     for script in (HEADERS_ECHO, WS_ECHO):
         shutil.copy(script, lab.root / script.name)
@@ -110,7 +134,10 @@ def previewing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Previewing]
         assert answer.status == 201, model
         kernel = KernelWebSocket(f"ws://{parts.hostname}:{parts.port}/api/kernels/{model['id']}/channels", lab.token)
         try:
-            yield Previewing(lab, model["id"], kernel, marker)
+            previewing = Previewing(lab, model["id"], kernel, marker)
+            kind = previewing.run(f"echo ${SANDBOX_KIND}")
+            assert kind.text().strip() == ("container" if env else "bwrap"), kind.outputs
+            yield previewing
         finally:
             kernel.close()
     finally:
@@ -271,6 +298,32 @@ def test_a_port_of_the_host_is_refused_by_the_magic_and_by_the_proxy(previewing:
     assert b"a page of the host" not in body
 
 
+@needs_linux_processes
+def test_a_restarted_kernel_keeps_its_previews_and_previews_again(previewing: Previewing):
+    port = _port()
+    serve = f"python3 -m http.server {port} --bind 127.0.0.1 --directory site"
+    previewing.serve(serve, port)
+    assert previewing.run(f"%preview {port}").status == "ok"
+    cap = previewing.capability(port)
+    previewing.restart()
+    # The same box, with its record of previews; a restart gives fresh shells, so the server started
+    # from a cell has ended with them.
+    assert previewing.path(port) in previewing.run("%preview --list").plain()
+    gone = f"nothing listens on port {port} in the sandbox".encode()
+    wait_until(lambda: gone in previewing.fetch("GET", f"{cap}/index.html", token=False)[2], 30,
+               "the server started from the old kernel's shell to end with it", interval=0.1)
+    # Started again, it is previewed again by the new kernel (whose own way into the box is new).
+    previewing.serve(serve, port)
+    again = previewing.run(f"%preview {port}")
+    assert again.status == "ok", again.outputs
+    status, _, _ = previewing.fetch("GET", f"{cap}/index.html", token=False)
+    assert status == 403
+    status, _, body = previewing.fetch("GET", f"{previewing.capability(port)}/index.html", token=False)
+    assert (status, body.decode()) == (200, f"<p>{previewing.marker}</p>")
+    stopped = previewing.run(f"%preview stop {port}")
+    assert "is no longer previewed" in stopped.text(), stopped.outputs
+
+
 @pytest.mark.parametrize("line, error", [
     ("%preview", "give a PORT"), ("%preview 0", "'0' is not a port"), ("%preview 70000", "'70000' is not a port"),
     ("%preview http", "'http' is not a port"), ("%preview stop", "give the PORT"),
@@ -281,3 +334,33 @@ def test_bad_uses_are_refused_with_words(previewing: Previewing, line: str, erro
     assert cell.status == "error" and error in cell.error["evalue"], cell.outputs
 
 
+def test_the_server_reaches_a_container_only_as_the_hosts_record_says(previewing: Previewing):
+    connection_file = previewing.lab.runtime / f"kernel-{previewing.kernel_id}.json"
+    state_dir = locate.state_folder(locate.sandbox_key(str(connection_file)))
+    if not isinstance(locate.door_in(state_dir), container_door.ContainerDoor):
+        pytest.skip("a bubblewrap box is reached through the host's socket (the tests above)")
+    port = _port()
+    previewing.serve(f"python3 -m http.server {port} --bind 127.0.0.1 --directory site", port)
+    assert previewing.run(f"%preview {port}").status == "ok"
+    cap = previewing.capability(port)
+    # The record is the host's, in a folder the box never sees (only the lease is bound in, read-only).
+    looked = previewing.run(f"ls {state_dir} {state_dir.parent} 2>&1")
+    assert looked.text().count("No such file or directory") == 2, looked.outputs
+    kept = (state_dir / container_door.RECORD).read_text()
+    try:
+        # A relay that ends without the box's answer: a 502 with what it said (here the box's python3).
+        changed = {**json.loads(kept), "runner": "/run/owsandbox/not-the-runner.pyz"}
+        (state_dir / container_door.RECORD).write_text(json.dumps(changed))
+        status, _, body = previewing.fetch("GET", f"{cap}/index.html", token=False)
+        assert status == 502 and b"the relay into the container ended without the box's answer" in body, body
+        assert b"not-the-runner.pyz" in body and previewing.marker.encode() not in body
+        # A record that would have the engine run with more than its own settings is never used.
+        changed = {**json.loads(kept), "engine_env": {"LD_PRELOAD": "/tmp/x.so"}}
+        (state_dir / container_door.RECORD).write_text(json.dumps(changed))
+        status, _, body = previewing.fetch("GET", f"{cap}/index.html", token=False)
+        assert status == 404 and b"has engine settings other than the engine's own" in body, body
+    finally:
+        (state_dir / container_door.RECORD).write_text(kept)
+    status, _, body = previewing.fetch("GET", f"{cap}/index.html", token=False)
+    assert (status, body.decode()) == (200, f"<p>{previewing.marker}</p>")
+    assert previewing.run(f"%preview stop {port}").status == "ok"

@@ -1,19 +1,25 @@
 """`%preview`'s pure parts, without a socket: what passes the proxy each way (owsandbox/preview/headers.py),
-the tunnel's answers (tunnel.read_answer), the record of previewed ports, and the magic's refusals
+the tunnel's answers (tunnel.read_answer), the record of previewed ports, a container's door (the host's
+record of how to reach its execd endpoint, and how the server finds it), and the magic's refusals
 (which kernel id, which provider) with their words."""
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from owsandbox.host.providers import container_door as D
+from owsandbox.host.providers.container import container_name
 from owsandbox.kernel.errors import CellError
 from owsandbox.kernel.magics import preview as M
 from owsandbox.preview import headers as H
 from owsandbox.preview import record
 from owsandbox.preview.tunnel import TunnelRefused, read_answer, upgrade_request
+from owsandbox.terminal import locate
 
 pytestmark = pytest.mark.unit
 
@@ -112,7 +118,7 @@ def test_the_kernel_id_is_the_servers():
 
 
 @pytest.mark.parametrize("provider, words", [
-    ("local", "no network of its own"), ("container", "this kernel's is container"),
+    ("local", "no network of its own"),
     ("exec", "this kernel's is exec"), ("opensandbox", "this kernel's is opensandbox"),
 ])
 def test_providers_without_a_reachable_box_are_refused_loudly(provider: str, words: str):
@@ -132,3 +138,129 @@ def test_the_frame_is_sandboxed_without_same_origin():
     page = M.page("/owsandbox/preview/k/8000/", 8000)["text/html"]
     assert 'sandbox="allow-scripts allow-forms allow-popups"' in page and "allow-same-origin" not in page
     assert 'rel="noopener noreferrer"' in page
+
+
+KEY = "kernel-3fd5d0a5-8b8f-47c5-bf52-6ecb33df5654"
+TOKEN = "t0ken-of-the-box-daemon_123"
+
+
+def _container_folder(runtime: Path, engine: str = "podman-0123456789ab") -> Path:
+    folder = runtime / engine / container_name(os.getuid(), KEY)
+    folder.mkdir(parents=True, mode=0o700)
+    for made in (runtime, runtime / engine):
+        made.chmod(0o700)
+    return folder
+
+
+def _door(folder: Path, **changed: object) -> D.ContainerDoor:
+    door = D.ContainerDoor("/usr/bin/podman", folder.name, "/usr/bin/python3", "/run/owsandbox/runner-1.pyz",
+                           "/run/owsandbox/k/run/execd.sock", TOKEN, {"CONTAINERS_CONF": "/etc/c.conf"})
+    D.write(folder, door)
+    if changed:
+        data = json.loads((folder / D.RECORD).read_text())
+        data.update(changed)
+        (folder / D.RECORD).write_text(json.dumps(data))
+    return door
+
+
+def test_a_containers_door_is_the_engines_exec_of_the_forward_relay_with_the_kernels_engine_settings(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(D.os, "access", lambda path, mode: path == "/usr/bin/podman")
+    folder = _container_folder(tmp_path)
+    written = _door(folder)
+    door = D.read(folder)
+    assert door == written
+    assert door.argv() == ["/usr/bin/podman", "exec", "-i", folder.name, "/usr/bin/python3", "-S",
+                           "/run/owsandbox/runner-1.pyz", "forward", "--socket", "/run/owsandbox/k/run/execd.sock"]
+    assert door.headers == {"X-EXECD-ACCESS-TOKEN": TOKEN}
+    # The server's own engine settings give way to the kernel's: the same engine, daemon and store.
+    env = door.env({"PATH": "/usr/bin", "DOCKER_HOST": "unix:///elsewhere", "CONTAINERS_CONF": "/other"})
+    assert env == {"PATH": "/usr/bin", "CONTAINERS_CONF": "/etc/c.conf"}
+    assert TOKEN not in repr(door)
+
+
+@pytest.mark.parametrize("changed, words", [
+    ({"engine": "podman"}, "names no engine"), ({"engine": "/usr/bin/sh"}, "names no engine"),
+    ({"engine": "/gone/docker"}, "no longer a program here"),
+    ({"engine_env": {"LD_PRELOAD": "/x.so"}}, "other than the engine's own"),
+    ({"container": "owsandbox-0-kernel-another"}, "not owsandbox-"),
+    ({"runner": "/run/x; rm -rf /"}, "plain words"), ({"socket": ["/a"]}, "plain words"),
+    ({"execd_token": "short"}, "no execd token"), ({"execd_token": None}, "no execd token"),
+])
+def test_a_containers_door_that_cannot_be_trusted_is_refused_with_words(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                         changed: dict[str, object], words: str):
+    monkeypatch.setattr(D.os, "access", lambda path, mode: path in ("/usr/bin/podman", "/usr/bin/sh"))
+    folder = _container_folder(tmp_path)
+    _door(folder, **changed)
+    with pytest.raises(D.DoorRefused, match=words):
+        D.read(folder)
+
+
+def test_a_container_that_has_not_said_its_door_yet_is_named(tmp_path: Path):
+    folder = _container_folder(tmp_path)
+    with pytest.raises(locate.NoSandbox, match="has not said yet how to reach it"):
+        locate.door_in(folder)
+    (folder / D.RECORD).write_text("[1]")
+    with pytest.raises(locate.NoSandbox, match="not a record of a container's door"):
+        locate.door_in(folder)
+
+
+def test_the_server_finds_a_containers_state_folder_by_the_kernels_key_in_its_engines_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(locate, "_private_problem", _private_problem_under(tmp_path))
+    import owsandbox.host.privatedir as privatedir
+
+    monkeypatch.setattr(privatedir, "runtime_candidates", lambda: [tmp_path / "a", tmp_path / "b"])
+    with pytest.raises(locate.NoSandbox, match="no sandbox state for " + KEY):
+        locate.state_folder(KEY)
+    podman = _container_folder(tmp_path / "b", "podman-0123456789ab")
+    (tmp_path / "a").mkdir(mode=0o700)
+    assert locate.state_folder(KEY) == podman
+    # Two engines' boxes with one key (a podman and a Docker kernel): the one renewed last.
+    docker = _container_folder(tmp_path / "a", "docker-ba9876543210")
+    for folder, when in ((podman, 1000), (docker, 2000)):
+        (folder / "lease").touch()
+        os.utime(folder / "lease", (when, when))
+    assert locate.state_folder(KEY) == docker
+    os.utime(podman / "lease", (3000, 3000))
+    assert locate.state_folder(KEY) == podman
+    # Folders not named as an engine's are not looked in; a bwrap box's folder of the key comes first.
+    _container_folder(tmp_path / "a", "elsewhere")
+    (tmp_path / "a" / KEY).mkdir(mode=0o700)
+    assert locate.state_folder(KEY) == tmp_path / "a" / KEY
+    # An engine folder open to others is passed over, and said.
+    (tmp_path / "a" / KEY).rmdir()
+    podman.parent.chmod(0o755)
+    assert locate.state_folder(KEY) == docker
+    docker.parent.chmod(0o755)
+    with pytest.raises(locate.NoSandbox, match="open to other users"):
+        locate.state_folder(KEY)
+
+
+def _private_problem_under(root: Path):  # type: ignore[no-untyped-def]
+    """locate's check, for folders under `root` only (the tests' own)."""
+    check = locate._private_problem
+
+    def problem(path: Path) -> str | None:
+        assert str(path).startswith(str(root)), path
+        return check(path)
+    return problem
+
+
+def test_a_terminal_for_a_containers_kernel_says_it_is_a_container(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import owsandbox.host.privatedir as privatedir
+
+    monkeypatch.setattr(privatedir, "runtime_candidates", lambda: [tmp_path])
+    folder = _container_folder(tmp_path, "docker-ba9876543210")
+    with pytest.raises(locate.NoSandbox, match=f"is a container \\(docker\\).*docker exec -it {folder.name} bash"):
+        locate.sandbox_of(Path(f"/r/{KEY}.json"))
+
+
+@pytest.mark.parametrize("engine", ["podman", "docker"])
+def test_the_server_looks_in_the_folders_the_container_provider_makes(tmp_path: Path, engine: str):
+    from owsandbox.host.providers.container import ContainerProvider
+
+    provider = ContainerProvider(tmp_path, image="localhost/x:1", engine=engine, key=KEY)
+    provider.engine = f"/usr/bin/{engine}"  # as _use_engine finds it (no engine is run here)
+    assert locate._ENGINE_FOLDER.fullmatch(provider.engine_folder_name())
+    assert provider.container == container_name(os.getuid(), KEY)

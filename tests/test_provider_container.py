@@ -25,7 +25,7 @@ import pytest
 
 from owsandbox.host.executor import RunnerExecutor
 from owsandbox.host.providers import container as container_module
-from owsandbox.host.providers import resolve
+from owsandbox.host.providers import container_door, resolve
 from owsandbox.host.providers.boxed import BoxError
 from owsandbox.host.providers.container import ContainerProvider, container_name, find_engine
 from owsandbox.host.workspace import RunnerWorkspace
@@ -325,11 +325,15 @@ def test_a_container_removed_from_outside_is_made_again(engine, image, workspace
         ex = RunnerExecutor(client)
         ex.run("mkdir -p deep && cd deep && export GONE=1")
         first = provider.container_id
+        door = container_door.read(provider.state_dir)  # the server's way in (%preview), as the daemon says
+        assert (door.token, door.socket) == (client.hello["execd"]["token"], client.hello["execd"]["unix_socket"])
         engine.run("rm", "--force", *(["--time", "0"] if engine.name == "podman" else []), provider.container)
         # The pipe ends; the reconnection finds no container and makes one: a sandbox restart.
         wait_until(lambda: client.restarts == 1, 60, "the client to see a new sandbox")
         assert ex.run("echo [$GONE] $PWD")["output"] == "[] /workspace/deep\n"  # variables gone, folder kept
         assert provider.container_id != first
+        again = container_door.read(provider.state_dir)  # the new daemon's
+        assert again.token == client.hello["execd"]["token"] != door.token
 
 
 # -- clear errors ---------------------------------------------------------------------------------

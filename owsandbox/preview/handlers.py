@@ -10,11 +10,13 @@ kept in the host's record, compared in constant time, never sent on in a Referer
 
 The kernel's sandbox is found from what the host owns, as the sandbox terminal finds it
 (`terminal.locate`): the server's kernel manager names the kernel's connection file, which gives the
-sandbox key, its private state folder, the execd socket the host made and the token in the host's
-record. A port is served only while the kernel's `%preview` has it in the record (`record.py`). The
-box's answer is streamed (256 KiB at a time, each written and flushed before the next is read), so a
-large file never sits in the server's memory; a WebSocket is relayed as bytes once both handshakes are
-done. What is relayed is filtered both ways by `headers.py`.
+sandbox key and its private state folder; there, a bubblewrap box's execd socket the host made and the
+token in the host's record, or a container's door (`host/providers/container_door.py`: the engine's
+`exec -i` relay the kernel's own bridge runs, started here per connection). A port is served only
+while the kernel's `%preview` has it in the record (`record.py`). The box's answer is streamed (256 KiB
+at a time, each written and flushed before the next is read), so a large file never sits in the
+server's memory; a WebSocket is relayed as bytes once both handshakes are done.
+What is relayed is filtered both ways by `headers.py`.
 """
 
 from __future__ import annotations
@@ -30,10 +32,11 @@ from tornado import httputil, web
 from tornado.http1connection import HTTP1Connection, HTTP1ConnectionParameters
 from tornado.iostream import IOStream, StreamClosedError
 
+from ..host.providers.container_door import ContainerDoor
 from ..terminal import locate
 from . import headers as H
 from . import record
-from .tunnel import TunnelRefused, open_tunnel_stream
+from .tunnel import TunnelRefused, open_command_stream, open_tunnel_stream
 
 CHUNK_BYTES = 256 * 1024
 MAX_ANSWER_HEAD_BYTES = 64 * 1024
@@ -85,7 +88,7 @@ class PreviewHandler(JupyterHandler):
             raise web.HTTPError(404, f"kernel {kernel_id} has no connection file to find its sandbox by")
         try:
             folder = locate.state_folder(locate.sandbox_key(str(connection_file)))
-            endpoint = locate.endpoint_in(folder)
+            endpoint = locate.door_in(folder)
             previewed = record.read(folder)
         except (locate.NoSandbox, RuntimeError) as exc:
             raise web.HTTPError(404, f"kernel {kernel_id} has no sandbox this server can reach: {exc}") from None
@@ -99,7 +102,10 @@ class PreviewHandler(JupyterHandler):
 
     async def _tunnel(self, endpoint: Any, kernel_id: str, port: int) -> IOStream:
         try:
-            stream = await open_tunnel_stream(endpoint.unix_socket, endpoint.headers, port)
+            if isinstance(endpoint, ContainerDoor):  # the engine's exec, as the kernel's own bridge runs it
+                stream = await open_command_stream(endpoint.argv(), endpoint.env(), endpoint.headers, port)
+            else:
+                stream = await open_tunnel_stream(endpoint.unix_socket, endpoint.headers, port)
         except TunnelRefused as exc:
             raise web.HTTPError(502 if exc.status != 504 else 504, f"port {port} in the sandbox: {exc}") from None
         except OSError as exc:

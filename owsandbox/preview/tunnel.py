@@ -5,19 +5,23 @@ record of the sandbox (`terminal.locate`), never from anything the box wrote. Th
 connection inside its own network namespace (`box/execd/portrelay.py`), so a port of the host cannot
 be reached this way. `upgrade_request` and `read_answer` are the wire format; `open_tunnel` (blocking,
 for the kernel's probe and the benchmark) and `open_tunnel_stream` (tornado, for the server's proxy)
-use them, and `close_port` asks the box to cut every open relay to a port.
+use them, and `close_port` asks the box to cut every open relay to a port. A container's endpoint is
+reached through a relay command the host recorded (`open_command_stream`), with the same handshake.
 """
 
 from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 UPGRADE = "owsandbox-tcp"  # as box/execd/portrelay.py answers it
 MAX_HEAD_BYTES = 64 * 1024
 CONNECT_TIMEOUT_SECONDS = 10.0
+STREAM_BUFFER_BYTES = 4 * 1024 * 1024
+RELAY_STDERR_BYTES = 1000  # of a relay command's stderr, kept for its error
+RELAY_END_SECONDS = 5.0  # how long a relay that closed is waited for, for its words
 
 
 class TunnelRefused(RuntimeError):
@@ -117,12 +121,85 @@ def close_port(unix_socket: str, headers: Mapping[str, str], port: int,
 async def open_tunnel_stream(unix_socket: str, headers: Mapping[str, str], port: int) -> Any:
     """A tornado IOStream whose bytes are `port`'s in the box; TunnelRefused, or OSError when the
     endpoint cannot be reached."""
-    from tornado.iostream import IOStream, StreamClosedError
+    from tornado.iostream import IOStream
 
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    stream = IOStream(sock, max_buffer_size=4 * 1024 * 1024)
+    stream = IOStream(sock, max_buffer_size=STREAM_BUFFER_BYTES)
+    return await _upgraded(stream, headers, port, stream.connect(unix_socket))
+
+
+async def open_command_stream(argv: Sequence[str], env: Mapping[str, str], headers: Mapping[str, str],
+                              port: int) -> Any:
+    """The same through a relay command (a container's `ENGINE exec -i NAME ... forward`, whose stdin and
+    stdout are the endpoint's bytes): it runs on one end of a socket pair, the IOStream is the other end.
+    The command is killed when the stream closes, and reaped; its own end comes when the box closes the
+    connection. A relay that ends without the box's answer (the container is gone, the engine refused)
+    is a TunnelRefused with the last of what it said on stderr (at most RELAY_STDERR_BYTES are kept)."""
+    import asyncio
+
+    from tornado.iostream import IOStream
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        await stream.connect(unix_socket)
+        process = await asyncio.create_subprocess_exec(*argv, stdin=theirs, stdout=theirs,
+                                                        stderr=asyncio.subprocess.PIPE, env=dict(env),
+                                                        start_new_session=True)
+    except BaseException:
+        ours.close()
+        raise
+    finally:
+        theirs.close()
+    said = bytearray()
+    reading = _keep(asyncio.ensure_future(_stderr_tail(process.stderr, said)))
+    stream = IOStream(ours, max_buffer_size=STREAM_BUFFER_BYTES)
+
+    def _end() -> None:
+        if process.returncode is None:
+            try:
+                process.kill()
+            except ProcessLookupError:
+                pass
+        _keep(asyncio.ensure_future(process.wait()))  # reaped, whenever it ends
+
+    stream.set_close_callback(_end)
+    try:
+        return await _upgraded(stream, headers, port, None)
+    except TunnelRefused as exc:
+        if exc.code != "UNREACHABLE":
+            raise
+        try:  # its end and all it said
+            status = await asyncio.wait_for(process.wait(), RELAY_END_SECONDS)
+            await asyncio.wait_for(asyncio.shield(reading), RELAY_END_SECONDS)
+        except asyncio.TimeoutError:
+            status = process.returncode
+        words = bytes(said).decode("utf-8", "replace").strip() or f"exit status {status}"
+        raise TunnelRefused(502, "UNREACHABLE", f"the relay into the container ended without the box's answer "
+                                                f"({words})") from None
+
+
+_TASKS: set[Any] = set()  # the relays' stderr readers and reapers, held until done
+
+
+def _keep(task: Any) -> Any:
+    _TASKS.add(task)
+    task.add_done_callback(_TASKS.discard)
+    return task
+
+
+async def _stderr_tail(pipe: Any, said: bytearray) -> None:
+    """Read the relay's stderr to its end (so it never blocks on it), keeping only its last bytes."""
+    while chunk := await pipe.read(4096):
+        said += chunk
+        del said[:-RELAY_STDERR_BYTES]
+
+
+async def _upgraded(stream: Any, headers: Mapping[str, str], port: int, connecting: Any) -> Any:
+    """`stream`, once connected (`connecting`, if it is not yet) and turned into the port's bytes."""
+    from tornado.iostream import StreamClosedError
+
+    try:
+        if connecting is not None:
+            await connecting
         await stream.write(upgrade_request(port, headers))
         head = await stream.read_until(b"\r\n\r\n", max_bytes=MAX_HEAD_BYTES)
         if not head.startswith(b"HTTP/1.1 101"):

@@ -7,8 +7,11 @@ key made from its connection file (`sandbox_key`); the `local` and `bwrap` provi
 keyed sandbox's state in a folder of that name in this user's private runtime folder. Everything the
 terminal connects with comes from there, never from the box: the execd socket the host made
 (`run/execd.sock`, inherited by the box's daemon, so the box cannot swap it) and the token in the
-host's record of the sandbox (`daemon.json`, which the box cannot reach). A kernel whose sandbox is
-elsewhere (a container, ssh, OpenSandbox) has no such folder, and the error says so.
+host's record of the sandbox (`daemon.json`, which the box cannot reach). A container keeps its state
+in a folder of its engine's (`ENGINE-DIGEST/owsandbox-UID-KEY`), where the host records the engine's
+`exec -i` relay to its endpoint (`host/providers/container_door.py`; `door_in`): the Jupyter server's
+`%preview` proxy goes in that way, and a terminal is told that the sandbox is a container. A kernel
+whose sandbox is elsewhere (ssh, OpenSandbox) has no such folder, and the error says so.
 """
 
 from __future__ import annotations
@@ -20,8 +23,12 @@ import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..channel.endpoint import TOKEN_HEADER, ExecdEndpoint
+
+if TYPE_CHECKING:
+    from ..host.providers.container_door import ContainerDoor
 
 EXECD_SOCKET = ("run", "execd.sock")  # in a sandbox's state folder, made by the host
 RECORD = "daemon.json"  # the host's record of the sandbox, with the execd token the daemon gave it
@@ -30,6 +37,7 @@ _TOKEN = re.compile(r"[A-Za-z0-9_\-]{16,200}")  # secrets.token_urlsafe's alphab
 _UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 _GATEWAY_STEM = re.compile(f"kernel-({_UUID})_[a-z0-9_]{{8}}")  # tempfile.mkstemp(prefix="kernel-<id>_")
 _KERNEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_ENGINE_FOLDER = re.compile(r"(podman|docker)-[0-9a-f]{12}")  # ContainerProvider.engine_folder_name
 
 
 class NoSandbox(RuntimeError):
@@ -134,10 +142,12 @@ def _private_problem(path: Path) -> str | None:
 
 
 def state_folder(key: str) -> Path:
-    """The sandbox's state folder for `key`, in the first private runtime folder that has it."""
+    """The sandbox's state folder for `key`, in the first private runtime folder that has it: the local
+    or bwrap provider's (`ROOT/KEY`), else a container's (`ROOT/ENGINE-DIGEST/owsandbox-UID-KEY`; of two
+    engines' with this key, the one whose lease was renewed last)."""
     from ..host.privatedir import runtime_candidates
 
-    problems = []
+    problems: list[str] = []
     for root in runtime_candidates():
         folder = root / key
         if not os.path.lexists(folder):
@@ -147,11 +157,62 @@ def state_folder(key: str) -> Path:
             problems.append(problem)
             continue
         return folder
+    found = _container_folders(key, problems)
+    if found:
+        return max(found, key=_lease_time)
     looked = ", ".join(str(root) for root in runtime_candidates())
     why = f" ({'; '.join(problems)})" if problems else ""
-    raise NoSandbox(f"no sandbox state for {key} in {looked}{why}: the kernel has no sandbox of the local or "
-                    "bwrap provider on this machine (a container, ssh or OpenSandbox box has none here), or it "
-                    "has ended")
+    raise NoSandbox(f"no sandbox state for {key} in {looked}{why}: the kernel has no sandbox of the local, bwrap "
+                    "or container provider on this machine (an ssh or OpenSandbox box has none here), or it has "
+                    "ended")
+
+
+def _container_folders(key: str, problems: list[str]) -> list[Path]:
+    """The private state folders of containers with `key`, in every engine's folder (podman-…, docker-…)
+    of every private runtime folder; why any other was passed over goes to `problems`."""
+    from ..host.privatedir import runtime_candidates
+    from ..host.providers.container import container_name
+
+    name = container_name(os.getuid(), key)
+    found = []
+    for root in runtime_candidates():
+        if _private_problem(root) is not None:
+            continue
+        try:
+            engines = [entry for entry in root.iterdir() if _ENGINE_FOLDER.fullmatch(entry.name)]
+        except OSError:
+            continue
+        for engine_folder in engines:
+            folder = engine_folder / name
+            if not os.path.lexists(folder):
+                continue
+            problem = _private_problem(engine_folder) or _private_problem(folder)
+            if problem is not None:
+                problems.append(problem)
+                continue
+            found.append(folder)
+    return found
+
+
+def _lease_time(folder: Path) -> float:
+    try:
+        return (folder / "lease").stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def door_in(folder: Path) -> ExecdEndpoint | ContainerDoor:
+    """How the execd endpoint of the sandbox whose state is in `folder` is reached: the host's socket
+    (local, bwrap: `endpoint_in`), or for a container the engine's relay the host recorded there
+    (`container_door`). Only the host's own files decide."""
+    from ..host.providers import container_door
+
+    if _ENGINE_FOLDER.fullmatch(folder.parent.name):
+        try:
+            return container_door.read(folder)
+        except container_door.DoorRefused as exc:
+            raise NoSandbox(str(exc)) from None
+    return endpoint_in(folder)
 
 
 def endpoint_in(folder: Path) -> ExecdEndpoint:
@@ -190,6 +251,10 @@ def sandbox_of(connection_file: Path) -> KernelSandbox:
     """The live sandbox of the kernel with this connection file; NoSandbox naming why there is none."""
     key = sandbox_key(str(connection_file))
     folder = state_folder(key)
+    if _ENGINE_FOLDER.fullmatch(folder.parent.name):
+        raise NoSandbox(f"the sandbox of {key} is a container ({folder.parent.name.split('-')[0]}): a terminal "
+                        "reaches a sandbox of the local or bwrap provider only (open one in the box with "
+                        f"{folder.parent.name.split('-')[0]} exec -it {folder.name} bash)")
     endpoint = endpoint_in(folder)
     problem = answering(endpoint)
     if problem is not None:

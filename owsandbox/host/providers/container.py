@@ -33,6 +33,10 @@ whichever is on PATH, podman first). The engine must run on this machine: the wo
   and whose lease has not moved for that limit and `STATE_SWEEP_SECONDS` more. Another engine's folder
   is never touched: removing it would take the lease away from a box that engine still runs (the box
   would end itself), and this engine cannot see that box.
+* **Its door**: each time the runner starts or is found, the folder here records how the box's execd
+  endpoint is reached (`container_door`: this engine's `exec -i` of the runner's `forward`, with the
+  engine's settings and the daemon's token), so that the Jupyter server's `%preview` proxy reaches the
+  box as the kernel does, without a network.
 * **Limit events** are read from the container's own cgroup (OOM kills, refused forks), on this
   machine, where the box cannot write: found from its first process's `/proc/PID/cgroup`.
 """
@@ -63,6 +67,7 @@ from ..isolation.resources import CGROUP_ROOT, CgroupEnforcement, LimitReport, L
 from ..logpump import BoxLines
 from ..privatedir import runtime_root
 from ..programs import host_program, mark_box_writable
+from . import container_door
 from .boxed import BoxError
 from .exec import ExecProvider, stdin_program
 from .questions import SnapshotSite
@@ -649,6 +654,18 @@ class ContainerProvider(GuardedWorkspace, ExecProvider):
             self._fresh = False  # a new container never has the runner: send it with the first call
             return self._run_program(stdin_program(args, self._upload()))
         return super()._run_bootstrap(args)
+
+    def _started(self, answer: dict[str, Any]) -> None:
+        """Take in the bootstrap's answer, and record in this machine's folder of the container how its
+        execd endpoint is reached (container_door), for the Jupyter server's `%preview` proxy."""
+        super()._started(answer)
+        token = self.daemon_info.get("execd_token") if isinstance(self.daemon_info, dict) else None
+        if self.state_dir is None or not isinstance(token, str):
+            return  # a daemon of an older owsandbox: the record says nothing, and the proxy says so
+        chosen = {name: os.environ[name] for name in ENGINE_SETTINGS if name in os.environ}
+        execd_socket = os.path.join(os.path.dirname(self.socket_path), "execd.sock")  # beside the runner's
+        container_door.write(self.state_dir, container_door.ContainerDoor(
+            self.engine, self.container, self.box_python, self.runner_path, execd_socket, token, chosen))
 
     def open_runner(self):  # type: ignore[no-untyped-def]
         """A relay through `exec -i`; a container found gone on a reconnection is made again (the client

@@ -2,7 +2,8 @@
 
 The Jupyter server that runs this kernel serves the port at `/owsandbox/preview/<kernel id>/<port>/`
 (its `owsandbox.preview` extension, with the server's own login), relayed through the sandbox's execd
-endpoint, so the box needs no network. The magic checks that something listens on the port in the box
+endpoint (a bubblewrap box's socket here; a container's through its engine's `exec -i`), so the box
+needs no network. The magic checks that something listens on the port in the box
 (through that same relay), records the port in the sandbox's state folder (the server serves only the
 recorded ports, with a new secret for the capability path the server redirects to) and shows a link and
 an inline frame. The link is a path from the page's origin (the kernel does not know the server's
@@ -34,7 +35,9 @@ from ..display.math_safe import no_math
 from ..errors import CellError, UsageError
 from .framework import MagicContext, magic, show_table
 
-PREVIEW_PROVIDERS = ("bwrap",)  # a network namespace of its own, and a state folder the server finds
+# A network of its own, and a state folder here where the server finds how to reach the box (bwrap: the
+# host's execd socket; a container: the engine's exec relay, host/providers/container_door.py).
+PREVIEW_PROVIDERS = ("bwrap", "container")
 _SERVER_KERNEL_ID = re.compile(r"kernel-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})")
 FRAME_HEIGHT = 420
 
@@ -73,11 +76,12 @@ def _state_dir(box: PreviewBox) -> str:
     name = getattr(box.provider, "name", "?")
     if name == "local":
         raise CellError("NoPreview", "the local provider has no network of its own: its ports are this machine's, "
-                                     "and %preview serves only a sandbox's own ports. Use the bwrap provider")
+                                     "and %preview serves only a sandbox's own ports. Use the bwrap or container "
+                                     "provider")
     if name not in PREVIEW_PROVIDERS:
-        raise CellError("NoPreview", f"%preview reaches a bwrap sandbox on the machine of the Jupyter server; this "
-                                     f"kernel's is {name}, whose execd endpoint the server cannot reach (it is "
-                                     "the kernel's own bridge). Not supported yet")
+        raise CellError("NoPreview", f"%preview reaches a bwrap or container sandbox on the machine of the Jupyter "
+                                     f"server; this kernel's is {name}, whose execd endpoint the server cannot reach "
+                                     "(it is the kernel's own bridge). Not supported yet")
     state_dir = getattr(box.provider, "state_dir", None)
     if not state_dir:
         raise CellError("NoPreview", "this sandbox keeps no state folder for the server to find it by")
