@@ -22,7 +22,6 @@ from typing import Any
 from .. import protocol as P
 from ..protocol import messages as M
 from ..protocol.methods import (
-    BOX_USAGE,
     HELLO,
     SESSION_ACK,
     SESSION_RESUME,
@@ -34,11 +33,12 @@ from ..protocol.methods import (
     SHELL_LIST,
     SHELL_RUN,
 )
-from ..protocol.shapes import Shape, ShapeError, parse
-from . import params, procs, usage
+from ..protocol.shapes import ShapeError, parse
+from . import procs, usage
 from .files import ops as fsops
 from .files import search as searchchild
 from .outbox import ANSWERED, NEW, Records
+from .params import Handler, at_least, finite, parsed
 from .server import Connection
 from .shell import complete
 from .shell.bash import Command, Shell
@@ -53,14 +53,6 @@ DEFERRED = object()  # a work handler's value when the answer comes later (a she
 ControlHandler = Callable[[Connection, dict[str, Any]], Any]
 WorkHandler = Callable[[Any, dict[str, Any]], Any]
 NOT_STARTED_ERROR = "interrupted by user before it started: nothing ran"
-
-
-def parsed(shape: type[Shape], raw: dict[str, Any]) -> Shape:
-    """A request's params as their shape; INVALID_PARAMS naming the param that is missing or wrong."""
-    try:
-        return parse(shape, raw)
-    except ShapeError as exc:
-        raise P.RunnerError(P.INVALID_PARAMS, exc.message("param")) from None
 
 
 def _given(value: Any, default: Any) -> Any:
@@ -105,7 +97,7 @@ class Dispatcher:
             SHELL_LIST: lambda _conn, _p: M.ListShellsResult(shells=self.shells.describe()),
         }
         # searchchild's fs.search replaces fsops': a regex can hold the GIL for minutes, so it runs in a child
-        files = {**fsops.HANDLERS, **procs.HANDLERS, **searchchild.HANDLERS, BOX_USAGE: usage.handle}
+        files = {**fsops.HANDLERS, **procs.HANDLERS, **searchchild.HANDLERS, **usage.HANDLERS}
         self._work: dict[str, WorkHandler] = {method: self._in_folder(handler) for method, handler in files.items()}
         self._work.update({
             SHELL_RUN: self._shell_run,
@@ -220,9 +212,15 @@ class Dispatcher:
         self._forget_run(request_id)  # after the records: a Stop that finds neither is told "ended" by them
         self._send_live(frame)
 
-    def _in_folder(self, handler: Callable[[dict[str, Any], str], Any]) -> WorkHandler:
-        """A file or process handler, given the folder its relative paths start from."""
-        return lambda _id, p: handler(p, self._base_folder(p))
+    def _in_folder(self, handler: Handler) -> WorkHandler:
+        """A file or process handler: its params parsed as its method's shape, then it runs given the
+        folder its relative paths start from."""
+
+        def run(_id: Any, raw: dict[str, Any]) -> Any:
+            p: M.FolderParams = parsed(handler.shape, raw)
+            return handler.typed(p, self._base_folder(p))
+
+        return run
 
     # -- control ----------------------------------------------------------------------------
 
@@ -286,9 +284,9 @@ class Dispatcher:
 
     # -- work -------------------------------------------------------------------------------
 
-    def _base_folder(self, p: dict[str, Any]) -> str:
+    def _base_folder(self, p: M.FolderParams) -> str:
         """The folder of the shell named in `p` (its last one, if it has exited), else the daemon's."""
-        name = params.get(p, "shell", str, None)
+        name = p.get("shell")
         if name is None:
             return self.shells.cwd
         folder = self.shells.folder(name)
@@ -299,7 +297,7 @@ class Dispatcher:
     @staticmethod
     def _run_params(raw: dict[str, Any]) -> tuple[str, str, str | None, dict[str, Any]]:
         p = parsed(M.RunParams, raw)
-        options = {"timeout_s": params.number(raw, "timeout_s", None, minimum=0),  # finite, not negative
+        options = {"timeout_s": at_least("timeout_s", finite("timeout_s", p.get("timeout_s")), 0),
                    "output_limit": p.get("output_limit"),
                    "terminal": _given(p.get("terminal"), False),
                    "stdin": _given(p.get("stdin"), False),

@@ -15,13 +15,14 @@ import signal
 import subprocess
 import threading
 import time
-from typing import IO, Any
+from typing import IO
 
 from ..protocol import FS_ERROR, INVALID_PARAMS, RunnerError
+from ..protocol import messages as M
 from ..protocol.methods import PROC_RUN
 from . import procstat
 from .files.ops import resolve_path
-from .params import get, number, string_list
+from .params import finite, handles
 
 OUTPUT_CAP_BYTES = 4 * 1024 * 1024
 KILL_GRACE_S = 1.0  # between SIGTERM and SIGKILL on a timeout
@@ -78,13 +79,14 @@ class _Capture:
         return data.decode("utf-8", errors="replace"), truncated
 
 
-def proc_run(params: dict[str, Any], base: str) -> dict[str, Any]:
+@handles(PROC_RUN)
+def proc_run(params: M.ProcParams, base: str) -> M.ProcResult:
     """Runs `argv` to completion (or until `timeout_s`) and returns its exit code and output."""
-    argv = _argv_param(params)
-    cwd = _cwd_param(params, base)
-    env = _env_param(params)
-    stdin_data = _stdin_param(params)
-    timeout = _timeout_param(params)
+    argv = _argv_param(params["argv"])
+    cwd = _cwd_param(params.get("cwd"), base)
+    env = _env_param(params.get("env"))
+    stdin_data = _stdin_param(params.get("stdin"))
+    timeout = _timeout_param(params.get("timeout_s"))
     started = time.monotonic()
     process = _start(argv, cwd, env, feed_stdin=stdin_data is not None)
     assert process.stdout is not None and process.stderr is not None
@@ -100,16 +102,15 @@ def proc_run(params: dict[str, Any], base: str) -> dict[str, Any]:
     deadline = time.monotonic() + PIPE_GRACE_S
     out_text, out_cut = stdout.finish(deadline)
     err_text, err_cut = stderr.finish(deadline)
-    return {"exit_code": process.returncode, "stdout": out_text, "stderr": err_text,
-            "timed_out": timed_out, "stdout_truncated": out_cut, "stderr_truncated": err_cut,
-            "duration_ms": round((time.monotonic() - started) * 1000)}
+    return M.ProcResult(exit_code=process.returncode, stdout=out_text, stderr=err_text, timed_out=timed_out,
+                        stdout_truncated=out_cut, stderr_truncated=err_cut,
+                        duration_ms=round((time.monotonic() - started) * 1000))
 
 
 # ---------------------------------------------------------------- params
 
 
-def _argv_param(params: dict[str, Any]) -> list[str]:
-    argv = string_list(params, "argv")
+def _argv_param(argv: list[str]) -> list[str]:
     if not argv:
         raise RunnerError(INVALID_PARAMS, "param 'argv' must not be empty")
     if not argv[0]:
@@ -119,8 +120,7 @@ def _argv_param(params: dict[str, Any]) -> list[str]:
     return argv
 
 
-def _cwd_param(params: dict[str, Any], base: str) -> str:
-    cwd = get(params, "cwd", str, None)
+def _cwd_param(cwd: str | None, base: str) -> str:
     if cwd is None:
         return base
     if not cwd or "\0" in cwd:
@@ -131,18 +131,15 @@ def _cwd_param(params: dict[str, Any], base: str) -> str:
     return folder
 
 
-def _env_param(params: dict[str, Any]) -> dict[str, str]:
-    extra = get(params, "env", dict, None) or {}
+def _env_param(extra: dict[str, str] | None) -> dict[str, str]:
+    extra = extra or {}
     for key, value in extra.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise RunnerError(INVALID_PARAMS, "param 'env' must map strings to strings")
         if not key or "=" in key or "\0" in key or "\0" in value:
             raise RunnerError(INVALID_PARAMS, f"param 'env' has an invalid variable: {key!r}")
     return {**os.environ, **extra}
 
 
-def _stdin_param(params: dict[str, Any]) -> bytes | None:
-    text = get(params, "stdin", str, None)
+def _stdin_param(text: str | None) -> bytes | None:
     if text is None:
         return None
     try:
@@ -151,8 +148,8 @@ def _stdin_param(params: dict[str, Any]) -> bytes | None:
         raise RunnerError(INVALID_PARAMS, f"param 'stdin' is not valid Unicode: {exc}") from exc
 
 
-def _timeout_param(params: dict[str, Any]) -> float | None:
-    timeout = number(params, "timeout_s", None)
+def _timeout_param(timeout: float | None) -> float | None:
+    timeout = finite("timeout_s", timeout)
     if timeout is not None and not timeout > 0:
         raise RunnerError(INVALID_PARAMS, f"param 'timeout_s' must be greater than 0, not {timeout}")
     return timeout

@@ -12,8 +12,10 @@ the box's word: the host shows them, never decides from them. Standard library o
 from __future__ import annotations
 
 import os
-from typing import Any
 
+from ..protocol import messages as M
+from ..protocol.methods import BOX_USAGE
+from .params import handles
 from .procstat import descendants, fields
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -42,7 +44,7 @@ def _cpu_ticks(pid: int) -> int:
         return 0
 
 
-def box_usage(root: int | None = None) -> dict[str, Any]:
+def box_usage(root: int | None = None) -> M.Usage:
     """`box.usage`'s result: memory_bytes, cpu_seconds (since each process started), processes, cpus."""
     top = os.getpid() if root is None else root
     tree = [top, *descendants(top)]
@@ -50,10 +52,14 @@ def box_usage(root: int | None = None) -> dict[str, Any]:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
-    return {"memory_bytes": sum(_memory_bytes(pid) for pid in tree),
-            "cpu_seconds": round(sum(_cpu_ticks(pid) for pid in tree) / _CLOCK_TICKS, 3),
-            "processes": len(tree), "cpus": cpus}
+    return M.Usage(memory_bytes=sum(_memory_bytes(pid) for pid in tree),
+                   cpu_seconds=round(sum(_cpu_ticks(pid) for pid in tree) / _CLOCK_TICKS, 3),
+                   processes=len(tree), cpus=cpus)
 
 
-def handle(params: dict[str, Any], _base: str) -> dict[str, Any]:
+@handles(BOX_USAGE)
+def handle(_params: M.UsageParams, _base: str) -> M.Usage:
     return box_usage()
+
+
+HANDLERS = {BOX_USAGE: handle}

@@ -33,9 +33,11 @@ Notification = Callable[[dict[str, Any]], None]
 
 
 def checked_answer(method: str, result: Any) -> Any:
-    """The result of `method` as its shape (`messages.RESULT_SHAPES`); RunnerError naming the field when
-    the box answered something else (the host trusts nothing the box writes, its answers included)."""
-    shape = M.RESULT_SHAPES.get(method)
+    """The result of `method` as its shape (`messages.result_shape`: `RESULT_SHAPES`, or the variant the
+    answer is); RunnerError naming the method, the shape and the field when the box answered something
+    else (the host trusts nothing the box writes, its answers included). Every answer a call gets comes
+    through here (`RunnerClient._dispatch`, and hello's in `_greet`)."""
+    shape = M.result_shape(method, result)
     if shape is None:
         return result
     try:

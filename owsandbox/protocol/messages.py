@@ -220,6 +220,27 @@ class InspectResult(TypedDict):
     text: str
 
 
+class FolderParams(TypedDict):
+    """What every file and process method may name: the shell whose folder a relative path starts
+    from (its last folder, if it has exited); the daemon's own folder when absent."""
+
+    shell: NotRequired[str]
+
+
+class UsageParams(FolderParams):
+    """`box.usage`'s params: none of its own."""
+
+
+class ReadParams(FolderParams):
+    """`fs.read`'s params: a page by lines (1-based), or by bytes; not both."""
+
+    path: str
+    offset_line: NotRequired[int]  # 1 when absent
+    limit_lines: NotRequired[int]  # 2000 when absent
+    offset_bytes: NotRequired[int]
+    limit_bytes: NotRequired[int]  # at most 1 MiB is read whatever it says
+
+
 class ReadLinesResult(TypedDict):
     """`fs.read` by lines."""
 
@@ -243,11 +264,26 @@ class ReadBytesResult(TypedDict):
     eof: bool
 
 
+class WriteParams(FolderParams):
+    """`fs.write`'s params: exactly one of `text` and `data_b64`."""
+
+    path: str
+    text: NotRequired[str]
+    data_b64: NotRequired[str]
+    if_match_sha256: NotRequired[str]  # the content's sha256 as read, or "" for "must not exist yet"
+    append: NotRequired[bool]
+    make_parents: NotRequired[bool]
+
+
 class WriteResult(TypedDict):
     path: str
     bytes_written: int
     sha256: str
     size: int
+
+
+class StatParams(FolderParams):
+    path: str
 
 
 class StatResult(TypedDict):
@@ -258,6 +294,11 @@ class StatResult(TypedDict):
     mode: str | None
     mtime: float | None
     sha256: str | None
+
+
+class ListParams(FolderParams):
+    path: NotRequired[str]  # "." when absent
+    max_entries: NotRequired[int]
 
 
 class ListEntry(TypedDict):
@@ -273,10 +314,69 @@ class ListResult(TypedDict):
     truncated: bool
 
 
+class SearchParams(FolderParams):
+    """`fs.search`'s params: lines matching the regex `pattern` in the text files under `path`."""
+
+    pattern: str
+    path: NotRequired[str]  # "." when absent; a file searches that file
+    glob: NotRequired[str]  # of the file names searched
+    ignore_case: NotRequired[bool]
+    max_matches: NotRequired[int]
+    timeout_s: NotRequired[float]  # the search is stopped past it (30 s when absent)
+
+
+class SearchMatch(TypedDict):
+    path: str
+    line: int  # 1-based
+    text: str  # the line, cut to 500 characters
+
+
 class SearchResult(TypedDict):
-    matches: list[dict[str, Any]]
+    matches: list[SearchMatch]
     truncated: bool
     files_searched: int
+
+
+class MkdirParams(FolderParams):
+    path: str
+    parents: NotRequired[bool]  # true when absent
+
+
+class MkdirResult(TypedDict):
+    path: str
+    created: bool  # false: it was a folder already
+
+
+class RemoveParams(FolderParams):
+    path: str
+    recursive: NotRequired[bool]  # a folder with its contents
+
+
+class RemoveResult(TypedDict):
+    path: str
+    removed: bool  # false: there was nothing there
+
+
+class ProcParams(FolderParams):
+    """`proc.run`'s params: one argv run without a shell."""
+
+    argv: list[str]
+    cwd: NotRequired[str]  # relative to the shell's folder; that folder when absent
+    env: NotRequired[dict[str, str]]  # added to the daemon's environment
+    stdin: NotRequired[str]
+    timeout_s: NotRequired[float]
+
+
+class ProcResult(TypedDict):
+    """`proc.run`'s result: stdout and stderr apart, each cut at 4 MiB."""
+
+    exit_code: int  # negative: killed by that signal
+    stdout: str
+    stderr: str
+    timed_out: bool
+    stdout_truncated: bool
+    stderr_truncated: bool
+    duration_ms: int
 
 
 class ResumeResult(TypedDict):
@@ -312,21 +412,37 @@ def display_requests(text: str) -> list[DisplayRequest]:
 # -- which shape goes with which method: what each end parses ---------------------------------
 from . import methods as _m  # noqa: E402 - the names are the methods module's; the shapes are above
 
-#: A request's params, as the box parses them (the file and process handlers check their own).
+#: A request's params, as the box parses them before its handler runs.
 REQUEST_SHAPES: dict[str, type] = {
     _m.HELLO: HelloParams, _m.SESSION_RESUME: ResumeParams, _m.SHELL_RUN: RunParams,
     _m.SHELL_INTERRUPT: InterruptParams, _m.SHELL_INPUT: InputParams, _m.SHELL_CLOSE: ShellParams,
     _m.SHELL_COMPLETE: ShellNameParams, _m.SHELL_INSPECT: ShellNameParams, _m.SESSION_ACK: AckParams,
+    _m.FS_READ: ReadParams, _m.FS_WRITE: WriteParams, _m.FS_STAT: StatParams, _m.FS_LIST: ListParams,
+    _m.FS_SEARCH: SearchParams, _m.FS_MKDIR: MkdirParams, _m.FS_REMOVE: RemoveParams, _m.PROC_RUN: ProcParams,
+    _m.BOX_USAGE: UsageParams,
 }
 #: A request's result, as the host parses it.
 RESULT_SHAPES: dict[str, type] = {
     _m.HELLO: Hello, _m.SESSION_RESUME: ResumeResult, _m.SHELL_RUN: RunResult,
     _m.SHELL_INTERRUPT: InterruptResult, _m.SHELL_INPUT: InputResult, _m.SHELL_CLOSE: CloseResult,
     _m.SHELL_LIST: ListShellsResult, _m.SHELL_COMPLETE: CompleteResult, _m.SHELL_INSPECT: InspectResult,
-    _m.FS_WRITE: WriteResult, _m.FS_STAT: StatResult, _m.FS_LIST: ListResult, _m.FS_SEARCH: SearchResult,
+    _m.FS_READ: ReadLinesResult, _m.FS_WRITE: WriteResult, _m.FS_STAT: StatResult, _m.FS_LIST: ListResult,
+    _m.FS_SEARCH: SearchResult, _m.FS_MKDIR: MkdirResult, _m.FS_REMOVE: RemoveResult, _m.PROC_RUN: ProcResult,
     _m.BOX_USAGE: Usage,
 }
+#: A result that comes in another shape too, told by a field only that shape has: `fs.read` by bytes
+#: answers with `data_b64` where a page of lines has `text`.
+RESULT_VARIANTS: dict[str, tuple[str, type]] = {_m.FS_READ: ("data_b64", ReadBytesResult)}
 #: A live notification from the box, as the host parses it: each is a kind of its own.
 LIVE_SHAPES: dict[str, type] = {
     _m.SHELL_OUTPUT: OutputFrame, _m.SHELL_PROGRESS: ProgressFrame, _m.SHELL_INPUT_WANTED: InputWanted,
 }
+
+
+def result_shape(method: str, result: Any) -> type | None:
+    """The shape `result` must have as the answer to `method` (`RESULT_SHAPES`, or the variant its
+    telling field names); None for a method without one."""
+    variant = RESULT_VARIANTS.get(method)
+    if variant is not None and isinstance(result, dict) and variant[0] in result:
+        return variant[1]
+    return RESULT_SHAPES.get(method)

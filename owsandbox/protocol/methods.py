@@ -31,15 +31,16 @@ SHELL_PROGRESS: Final = "shell.progress"  # `ProgressFrame`: silent but alive, `
 SHELL_INPUT_WANTED: Final = "shell.input_wanted"  # `InputWanted`: `{id, shell, prompt, password}`
 
 # -- files and processes -------------------------------------------------------------------
-FS_READ: Final = "fs.read"
-FS_WRITE: Final = "fs.write"
-FS_STAT: Final = "fs.stat"
-FS_LIST: Final = "fs.list"
-FS_SEARCH: Final = "fs.search"
-FS_MKDIR: Final = "fs.mkdir"
-FS_REMOVE: Final = "fs.remove"
-PROC_RUN: Final = "proc.run"
-BOX_USAGE: Final = "box.usage"  # -> `Usage`: what the box uses now
+# (each may name the `shell` whose folder a relative path starts from: `FolderParams`)
+FS_READ: Final = "fs.read"  # `ReadParams` -> `ReadLinesResult`, or `ReadBytesResult` by bytes
+FS_WRITE: Final = "fs.write"  # `WriteParams` -> `WriteResult`
+FS_STAT: Final = "fs.stat"  # `StatParams` -> `StatResult`
+FS_LIST: Final = "fs.list"  # `ListParams` -> `ListResult`
+FS_SEARCH: Final = "fs.search"  # `SearchParams` -> `SearchResult`
+FS_MKDIR: Final = "fs.mkdir"  # `MkdirParams` -> `MkdirResult`
+FS_REMOVE: Final = "fs.remove"  # `RemoveParams` -> `RemoveResult`
+PROC_RUN: Final = "proc.run"  # `ProcParams` -> `ProcResult`: one argv, no shell
+BOX_USAGE: Final = "box.usage"  # `UsageParams` -> `Usage`: what the box uses now
 
 #: Every request a host may make.
 REQUESTS: Final = frozenset({HELLO, SESSION_RESUME, SHELL_RUN, SHELL_INTERRUPT, SHELL_INPUT, SHELL_LIST,

@@ -21,12 +21,13 @@ import re
 import secrets
 import shutil
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from ...protocol import FS_ERROR, INVALID_PARAMS, RunnerError
+from ...protocol import messages as M
 from ...protocol.methods import FS_LIST, FS_MKDIR, FS_READ, FS_REMOVE, FS_SEARCH, FS_STAT, FS_WRITE
-from ..params import get
+from ..params import Handler, at_least, handles
 
 PAGE_CAP_BYTES = 1024 * 1024
 DEFAULT_LIMIT_LINES = 2000
@@ -40,8 +41,6 @@ SEARCH_TEXT_MAX_CHARS = 500
 _CHUNK = 1024 * 1024
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 
-Handler = Callable[[dict[str, Any], str], dict[str, Any]]
-
 
 # ---------------------------------------------------------------- paths, params and errors
 
@@ -53,20 +52,19 @@ def resolve_path(path: str, base: str) -> str:
     return os.path.abspath(os.path.join(base, expanded))
 
 
-def _path_param(params: dict[str, Any], base: str, name: str = "path", default: Any = None) -> str:
-    value = get(params, name, str) if default is None else get(params, name, str, default)
+def _path_param(value: str | None, base: str, default: str | None = None) -> str:
+    """The param `path` (already a string, or absent: `default`), resolved against `base`."""
+    value = default if value is None else value
     if not value:
-        raise RunnerError(INVALID_PARAMS, f"param '{name}' must not be empty")
+        raise RunnerError(INVALID_PARAMS, "param 'path' must not be empty")
     if "\0" in value:
-        raise RunnerError(INVALID_PARAMS, f"param '{name}' must not contain a NUL character")
+        raise RunnerError(INVALID_PARAMS, "param 'path' must not contain a NUL character")
     return resolve_path(value, base)
 
 
-def _integer(params: dict[str, Any], name: str, default: int | None, minimum: int) -> int | None:
-    value = get(params, name, int, default)
-    if value is not None and value < minimum:
-        raise RunnerError(INVALID_PARAMS, f"param '{name}' must be at least {minimum}, not {value}")
-    return value
+def _given(value: Any, default: Any) -> Any:
+    """An optional param's value, `default` when it is absent (or null)."""
+    return default if value is None else value
 
 
 def _fs_error(path: str, message: str) -> RunnerError:
@@ -136,34 +134,35 @@ def _sha256_of_file(path: str) -> str:
 # ---------------------------------------------------------------- fs.read
 
 
-def fs_read(params: dict[str, Any], base: str) -> dict[str, Any]:
+@handles(FS_READ)
+def fs_read(params: M.ReadParams, base: str) -> M.ReadLinesResult | M.ReadBytesResult:
     """A page of a file, by lines (text) or by bytes (base64), at most 1 MiB of data."""
-    path = _path_param(params, base)
-    by_lines = any(params.get(name) is not None for name in ("offset_line", "limit_lines"))
-    by_bytes = any(params.get(name) is not None for name in ("offset_bytes", "limit_bytes"))
+    path = _path_param(params["path"], base)
+    by_lines = params.get("offset_line") is not None or params.get("limit_lines") is not None
+    by_bytes = params.get("offset_bytes") is not None or params.get("limit_bytes") is not None
     if by_lines and by_bytes:
         raise RunnerError(INVALID_PARAMS, "give either 'offset_line'/'limit_lines' or "
                                           "'offset_bytes'/'limit_bytes', not both")
     if by_bytes:
-        offset = _integer(params, "offset_bytes", 0, 0)
-        limit = _integer(params, "limit_bytes", PAGE_CAP_BYTES, 0)
+        offset = at_least("offset_bytes", _given(params.get("offset_bytes"), 0), 0)
+        limit = at_least("limit_bytes", _given(params.get("limit_bytes"), PAGE_CAP_BYTES), 0)
         return _read_bytes(path, offset, limit)
-    start_line = _integer(params, "offset_line", 1, 1)
-    limit_lines = _integer(params, "limit_lines", DEFAULT_LIMIT_LINES, 0)
+    start_line = at_least("offset_line", _given(params.get("offset_line"), 1), 1)
+    limit_lines = at_least("limit_lines", _given(params.get("limit_lines"), DEFAULT_LIMIT_LINES), 0)
     return _read_lines(path, start_line, limit_lines)
 
 
-def _read_bytes(path: str, offset: int, limit: int) -> dict[str, Any]:
+def _read_bytes(path: str, offset: int, limit: int) -> M.ReadBytesResult:
     _require_regular_file(path)
     with _os_errors(path), open(path, "rb") as handle:
         total = os.fstat(handle.fileno()).st_size
         handle.seek(offset)
         data = handle.read(min(limit, PAGE_CAP_BYTES))
-    return {"path": path, "data_b64": base64.b64encode(data).decode("ascii"), "offset_bytes": offset,
-            "length": len(data), "total_bytes": total, "eof": offset + len(data) >= total}
+    return M.ReadBytesResult(path=path, data_b64=base64.b64encode(data).decode("ascii"), offset_bytes=offset,
+                             length=len(data), total_bytes=total, eof=offset + len(data) >= total)
 
 
-def _read_lines(path: str, start_line: int, limit_lines: int) -> dict[str, Any]:
+def _read_lines(path: str, start_line: int, limit_lines: int) -> M.ReadLinesResult:
     _require_regular_file(path)
     with _os_errors(path), open(path, "rb") as handle:
         total = os.fstat(handle.fileno()).st_size
@@ -173,9 +172,9 @@ def _read_lines(path: str, start_line: int, limit_lines: int) -> dict[str, Any]:
         page = b"".join(lines)
         line_ends = skipped + page.count(b"\n") + _count_line_ends(handle)
         unterminated = total > 0 and os.pread(handle.fileno(), 1, total - 1) != b"\n"
-    return {"path": path, "text": page.decode("utf-8", errors="replace"), "start_line": start_line,
-            "end_line": start_line + len(lines) - 1, "total_lines": line_ends + int(unterminated),
-            "total_bytes": total, "eof": eof}
+    return M.ReadLinesResult(path=path, text=page.decode("utf-8", errors="replace"), start_line=start_line,
+                             end_line=start_line + len(lines) - 1, total_lines=line_ends + int(unterminated),
+                             total_bytes=total, eof=eof)
 
 
 def _skip_lines(handle: BinaryIO, count: int) -> int:
@@ -229,13 +228,14 @@ def _count_line_ends(handle: BinaryIO) -> int:
 # ---------------------------------------------------------------- fs.write
 
 
-def fs_write(params: dict[str, Any], base: str) -> dict[str, Any]:
+@handles(FS_WRITE)
+def fs_write(params: M.WriteParams, base: str) -> M.WriteResult:
     """Writes (or appends to) a file atomically, optionally only if its content is still the one read."""
-    path = _path_param(params, base)
-    data = _content_param(params)
-    expected = _precondition_param(params)
-    append = get(params, "append", bool, False)
-    make_parents = get(params, "make_parents", bool, False)
+    path = _path_param(params["path"], base)
+    data = _content_param(params.get("text"), params.get("data_b64"))
+    expected = _precondition_param(params.get("if_match_sha256"))
+    append = _given(params.get("append"), False)
+    make_parents = _given(params.get("make_parents"), False)
     target = os.path.realpath(path)  # write through a symlink, never replace the link itself
     current = _existing_file(target, path)
     _prepare_parent(os.path.dirname(target), make_parents)
@@ -244,12 +244,10 @@ def fs_write(params: dict[str, Any], base: str) -> dict[str, Any]:
         found = None if current is None else ("exists" if expected == "" else _hashed(target, path))
         _check_precondition(path, expected, found)
     digest, size = _replace_atomically(target, path, data, current, expected, append)
-    return {"path": path, "bytes_written": len(data), "sha256": digest, "size": size}
+    return M.WriteResult(path=path, bytes_written=len(data), sha256=digest, size=size)
 
 
-def _content_param(params: dict[str, Any]) -> bytes:
-    text = get(params, "text", str, None)
-    data_b64 = get(params, "data_b64", str, None)
+def _content_param(text: str | None, data_b64: str | None) -> bytes:
     if (text is None) == (data_b64 is None):
         raise RunnerError(INVALID_PARAMS, "give exactly one of param 'text' or param 'data_b64'")
     if text is not None:
@@ -263,8 +261,7 @@ def _content_param(params: dict[str, Any]) -> bytes:
         raise RunnerError(INVALID_PARAMS, f"param 'data_b64' is not valid base64: {exc}") from exc
 
 
-def _precondition_param(params: dict[str, Any]) -> str | None:
-    expected = get(params, "if_match_sha256", str, None)
+def _precondition_param(expected: str | None) -> str | None:
     if expected is None or expected == "":
         return expected
     if not _SHA256_HEX.fullmatch(expected):
@@ -402,17 +399,17 @@ def _fsync_folder(folder: str) -> None:
 # ---------------------------------------------------------------- fs.stat, fs.list
 
 
-def fs_stat(params: dict[str, Any], base: str) -> dict[str, Any]:
+@handles(FS_STAT)
+def fs_stat(params: M.StatParams, base: str) -> M.StatResult:
     """What is at `path` (symlinks not followed); a missing path is `exists: false`, not an error."""
-    path = _path_param(params, base)
+    path = _path_param(params["path"], base)
     with _os_errors(path):
         info = _lstat_or_none(path)
     if info is None:
-        return {"path": path, "exists": False, "type": None, "size": None, "mode": None,
-                "mtime": None, "sha256": None}
-    return {"path": path, "exists": True, "type": _kind(info.st_mode), "size": info.st_size,
-            "mode": f"{stat.S_IMODE(info.st_mode):04o}", "mtime": info.st_mtime,
-            "sha256": _stat_hash(path, info)}
+        return M.StatResult(path=path, exists=False, type=None, size=None, mode=None, mtime=None, sha256=None)
+    return M.StatResult(path=path, exists=True, type=_kind(info.st_mode), size=info.st_size,
+                        mode=f"{stat.S_IMODE(info.st_mode):04o}", mtime=info.st_mtime,
+                        sha256=_stat_hash(path, info))
 
 
 def _stat_hash(path: str, info: os.stat_result) -> str | None:
@@ -424,10 +421,11 @@ def _stat_hash(path: str, info: os.stat_result) -> str | None:
         return None
 
 
-def fs_list(params: dict[str, Any], base: str) -> dict[str, Any]:
+@handles(FS_LIST)
+def fs_list(params: M.ListParams, base: str) -> M.ListResult:
     """The entries of a folder sorted by name, at most `max_entries` of them."""
-    path = _path_param(params, base, default=".")
-    max_entries = _integer(params, "max_entries", DEFAULT_MAX_ENTRIES, 0)
+    path = _path_param(params.get("path"), base, default=".")
+    max_entries = at_least("max_entries", _given(params.get("max_entries"), DEFAULT_MAX_ENTRIES), 0)
     try:
         info = os.stat(path)
     except (FileNotFoundError, NotADirectoryError) as exc:
@@ -439,30 +437,31 @@ def fs_list(params: dict[str, Any], base: str) -> dict[str, Any]:
     with _os_errors(path), os.scandir(path) as scan:
         first = heapq.nsmallest(max_entries + 1, scan, key=lambda entry: entry.name)
     entries = [described for entry in first[:max_entries] if (described := _describe_entry(entry))]
-    return {"path": path, "entries": entries, "truncated": len(first) > max_entries}
+    return M.ListResult(path=path, entries=entries, truncated=len(first) > max_entries)
 
 
-def _describe_entry(entry: os.DirEntry[str]) -> dict[str, Any] | None:
+def _describe_entry(entry: os.DirEntry[str]) -> M.ListEntry | None:
     try:
         info = entry.stat(follow_symlinks=False)
     except OSError:  # vanished since the folder was read
         return None
-    return {"name": entry.name, "type": _kind(info.st_mode), "size": info.st_size, "mtime": info.st_mtime}
+    return M.ListEntry(name=entry.name, type=_kind(info.st_mode), size=info.st_size, mtime=info.st_mtime)
 
 
 # ---------------------------------------------------------------- fs.search
 
 
-def fs_search(params: dict[str, Any], base: str) -> dict[str, Any]:
+@handles(FS_SEARCH)
+def fs_search(params: M.SearchParams, base: str) -> M.SearchResult:
     """Lines matching a regex in the text files under `path` (or in the one file `path`)."""
-    root = _path_param(params, base, default=".")
-    regex = _regex_param(params)
-    max_matches = _integer(params, "max_matches", DEFAULT_MAX_MATCHES, 1)
-    name_glob = get(params, "glob", str, None)
+    root = _path_param(params.get("path"), base, default=".")
+    regex = _regex_param(params["pattern"], _given(params.get("ignore_case"), False))
+    max_matches = at_least("max_matches", _given(params.get("max_matches"), DEFAULT_MAX_MATCHES), 1)
+    name_glob = params.get("glob")
     with _os_errors(root):
         info = os.stat(root)
     files = _walk_files(root, name_glob) if stat.S_ISDIR(info.st_mode) else iter([root])
-    matches: list[dict[str, Any]] = []
+    matches: list[M.SearchMatch] = []
     searched = 0
     for file_path in files:
         if not _searchable(file_path):
@@ -471,12 +470,11 @@ def fs_search(params: dict[str, Any], base: str) -> dict[str, Any]:
         if not _search_file(file_path, regex, matches, max_matches + 1):
             break
     truncated = len(matches) > max_matches
-    return {"matches": matches[:max_matches], "truncated": truncated, "files_searched": searched}
+    return M.SearchResult(matches=matches[:max_matches], truncated=truncated, files_searched=searched)
 
 
-def _regex_param(params: dict[str, Any]) -> re.Pattern[str]:
-    pattern = get(params, "pattern", str)
-    flags = re.IGNORECASE if get(params, "ignore_case", bool, False) else 0
+def _regex_param(pattern: str, ignore_case: bool) -> re.Pattern[str]:
+    flags = re.IGNORECASE if ignore_case else 0
     try:
         return re.compile(pattern, flags)
     except re.error as exc:
@@ -520,14 +518,14 @@ def _searchable(path: str) -> bool:
         return False
 
 
-def _search_file(path: str, regex: re.Pattern[str], matches: list[dict[str, Any]], stop_at: int) -> bool:
+def _search_file(path: str, regex: re.Pattern[str], matches: list[M.SearchMatch], stop_at: int) -> bool:
     """Appends the matching lines of one file; False once `stop_at` matches are collected."""
     try:
         with open(path, "rb") as handle:
             for number, raw in enumerate(handle, start=1):
                 text = raw.rstrip(b"\n").removesuffix(b"\r").decode("utf-8", errors="replace")
                 if regex.search(text):
-                    matches.append({"path": path, "line": number, "text": text[:SEARCH_TEXT_MAX_CHARS]})
+                    matches.append(M.SearchMatch(path=path, line=number, text=text[:SEARCH_TEXT_MAX_CHARS]))
                     if len(matches) >= stop_at:
                         return False
     except OSError:
@@ -538,12 +536,13 @@ def _search_file(path: str, regex: re.Pattern[str], matches: list[dict[str, Any]
 # ---------------------------------------------------------------- fs.mkdir, fs.remove
 
 
-def fs_mkdir(params: dict[str, Any], base: str) -> dict[str, Any]:
+@handles(FS_MKDIR)
+def fs_mkdir(params: M.MkdirParams, base: str) -> M.MkdirResult:
     """Creates a folder (with its parents by default); an existing folder is `created: false`."""
-    path = _path_param(params, base)
-    parents = get(params, "parents", bool, True)
+    path = _path_param(params["path"], base)
+    parents = _given(params.get("parents"), True)
     if os.path.isdir(path):
-        return {"path": path, "created": False}
+        return M.MkdirResult(path=path, created=False)
     if os.path.lexists(path):
         raise _fs_error(path, f"'{path}' exists and is not a folder")
     parent = os.path.dirname(path)
@@ -557,19 +556,20 @@ def fs_mkdir(params: dict[str, Any], base: str) -> dict[str, Any]:
                 os.mkdir(path)
     except RunnerError:
         if os.path.isdir(path):  # made by someone else meanwhile
-            return {"path": path, "created": False}
+            return M.MkdirResult(path=path, created=False)
         raise
-    return {"path": path, "created": True}
+    return M.MkdirResult(path=path, created=True)
 
 
-def fs_remove(params: dict[str, Any], base: str) -> dict[str, Any]:
+@handles(FS_REMOVE)
+def fs_remove(params: M.RemoveParams, base: str) -> M.RemoveResult:
     """Removes a file, symlink (never its target) or folder; a missing path is `removed: false`."""
-    path = _path_param(params, base)
-    recursive = get(params, "recursive", bool, False)
+    path = _path_param(params["path"], base)
+    recursive = _given(params.get("recursive"), False)
     with _os_errors(path):
         info = _lstat_or_none(path)
     if info is None:
-        return {"path": path, "removed": False}
+        return M.RemoveResult(path=path, removed=False)
     if not stat.S_ISDIR(info.st_mode):
         with _os_errors(path):
             os.unlink(path)
@@ -577,7 +577,7 @@ def fs_remove(params: dict[str, Any], base: str) -> dict[str, Any]:
         _remove_tree(path)
     else:
         _remove_empty_folder(path)
-    return {"path": path, "removed": True}
+    return M.RemoveResult(path=path, removed=True)
 
 
 def _remove_empty_folder(path: str) -> None:

@@ -24,8 +24,9 @@ import time
 from typing import IO, Any
 
 from ...protocol import DEFAULT_MAX_FRAME_BYTES, FS_ERROR, INTERNAL_ERROR, INVALID_PARAMS, RunnerError
+from ...protocol import messages as M
 from ...protocol.methods import FS_SEARCH
-from ..params import number
+from ..params import finite, handles
 from . import ops as fsops
 
 DEFAULT_TIMEOUT_S = 30.0  # a search gets as long as a cell without a %timeout gets
@@ -48,9 +49,10 @@ _BOOT = ("import sys\n"
 # ---------------------------------------------------------------- the daemon's side
 
 
-def fs_search_in_child(params: dict[str, Any], base: str) -> dict[str, Any]:
+@handles(FS_SEARCH)
+def fs_search_in_child(params: M.SearchParams, base: str) -> M.SearchResult:
     """`fs.search`, run in a child process that is killed after `timeout_s` (default 30 s)."""
-    timeout = _timeout_param(params)
+    timeout = _timeout_param(params.get("timeout_s"))
     try:
         return run_in_child(FS_SEARCH, params, base, timeout)
     except _DeadlinePassed:
@@ -59,12 +61,12 @@ def fs_search_in_child(params: dict[str, Any], base: str) -> dict[str, Any]:
             f"the search took longer than {timeout:g} s and was stopped: the pattern may backtrack "
             f"catastrophically (nested repeats such as '(a+)+' on a long line), or there is too much to "
             f"search; simplify the pattern, or narrow the path or the file name glob",
-            {"path": _root_for_message(params, base), "timeout_s": timeout}) from None
+            {"path": _root_for_message(params.get("path"), base), "timeout_s": timeout}) from None
 
 
-def _timeout_param(params: dict[str, Any]) -> float:
+def _timeout_param(timeout: float | None) -> float:
     """The deadline in seconds; a very long one is cut to MAX_TIMEOUT_S, which the timers can hold."""
-    timeout = number(params, "timeout_s", None)
+    timeout = finite("timeout_s", timeout)
     if timeout is None:
         return DEFAULT_TIMEOUT_S
     if not timeout > 0:
@@ -72,19 +74,18 @@ def _timeout_param(params: dict[str, Any]) -> float:
     return float(min(timeout, MAX_TIMEOUT_S))
 
 
-def _root_for_message(params: dict[str, Any], base: str) -> str:
-    path = params.get("path")
-    return fsops.resolve_path(path if isinstance(path, str) and path else ".", base)
+def _root_for_message(path: str | None, base: str) -> str:
+    return fsops.resolve_path(path or ".", base)
 
 
 class _DeadlinePassed(Exception):
     """The child was still working when its time was up (it has been killed and reaped)."""
 
 
-def run_in_child(method: str, params: dict[str, Any], base: str, timeout: float) -> Any:
-    """The result of `fsops.HANDLERS[method](params, base)` computed in a child process; its
-    RunnerError is raised here. Raises _DeadlinePassed after `timeout` seconds; the child never
-    outlives this call."""
+def run_in_child(method: str, params: Any, base: str, timeout: float) -> Any:
+    """The result of `fsops.HANDLERS[method](params, base)` computed in a child process (which parses
+    `params` as the method's shape again: a handler called with a dict does); its RunnerError is raised
+    here. Raises _DeadlinePassed after `timeout` seconds; the child never outlives this call."""
     request = json.dumps({"method": method, "params": params, "base": base, "timeout_s": timeout},
                          ensure_ascii=True).encode("ascii")
     deadline = time.monotonic() + timeout
