@@ -95,11 +95,11 @@ def test_the_service_is_one_labelled_task_on_the_gateways_network_without_capabi
     joined = " ".join(line)
     for label in ("kernel_id=0b1c", "component=kernel", "app=enterprise-gateway"):  # the proxy finds it by these
         assert f"--label {label} --container-label {label}" in joined
-    assert ("--network kernels --endpoint-mode dnsrr --restart-condition none --user 1001:100 --cap-drop ALL"
+    assert ("--network kernels --endpoint-mode dnsrr --restart-condition none --init --user 1001:100 --cap-drop ALL"
             in joined)
     names = [line[i + 1] for i, word in enumerate(line) if word == "--env"]
     assert names == ["KERNEL_GID", "KERNEL_UID", "KERNEL_USERNAME", "OWSANDBOX_PROVIDER"]  # not the gateway's own
-    assert line[-len(rest) - 3:] == ["owsbx:1", "owsandbox", "gateway-kernel", *rest]
+    assert line[-len(rest) - 4:] == ["owsbx:1", "owsandbox", "gateway-kernel", *rest, "--container-proxy"]
 
 
 @pytest.mark.unit
@@ -203,3 +203,48 @@ def test_the_swarm_launcher_refuses_before_creating_anything(tmp_path: Path, net
     status, message, calls = launch_swarm(tmp_path, "", network=network, **env)
     assert status == 2 and said in message, message
     assert not any(call.startswith("service create") for call in calls), calls
+
+
+def test_a_container_proxys_kernel_outlives_the_watch_that_ends_an_unreached_one(tmp_path: Path) -> None:
+    """The gateway's container proxies never come to the signal port but to interrupt (their liveness poll
+    asks Docker), so a kernel in their container must not end as an unreached one does: two launchers
+    answer a stand-in gateway that never connects, alike but for `--container-proxy`; once the plain one
+    has ended itself, the other still runs."""
+    import os
+    import socket
+
+    from Cryptodome.PublicKey import RSA
+
+    public = "".join(RSA.generate(1024).publickey().export_key("PEM").decode().splitlines()[1:-1])
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("KERNEL_", "OWSANDBOX_"))}
+    launchers: list[subprocess.Popen[str]] = []
+    with socket.socket() as gateway:
+        gateway.bind(("127.0.0.1", 0))
+        gateway.listen(2)
+        try:
+            gateway.settimeout(60)
+            # the contained one first, and answered before the plain one starts: without --container-proxy
+            # its watch would end it before the plain one's
+            for number, extra in enumerate((["--container-proxy"], [])):
+                launchers.append(subprocess.Popen(
+                    [str(Path(sys.executable).parent / "owsandbox"), "gateway-kernel", "--RemoteProcessProxy.kernel-id",
+                     f"0c6e4f1a-9d2b-4b7e-8a35-1f2d3c4b5a6{number}", "--RemoteProcessProxy.response-address",
+                     f"127.0.0.1:{gateway.getsockname()[1]}", "--RemoteProcessProxy.public-key", public, *extra],
+                    cwd=tmp_path, env={**base, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+                                       "OWSANDBOX_PROVIDER": "local", "KERNEL_LAUNCH_TIMEOUT": "2"},
+                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True))
+                answer, _ = gateway.accept()
+                with answer:  # the answer, which this stand-in never acts on
+                    answer.settimeout(30)
+                    while answer.recv(65536):
+                        pass
+            contained, plain = launchers
+            assert plain.wait(90) == gateway_launcher.UNREACHED_STATUS
+            assert contained.poll() is None, contained.stderr.read() if contained.stderr else ""
+        finally:
+            for launcher in launchers:
+                if launcher.poll() is None:
+                    os.killpg(launcher.pid, 9)
+                launcher.wait()
+    said = launchers[0].stderr.read() if launchers[0].stderr else ""
+    assert "no watch for an unreached kernel" in said, said

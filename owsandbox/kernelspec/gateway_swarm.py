@@ -18,6 +18,9 @@ What the service gets, and why:
 * endpoint mode `dnsrr`: no virtual IP and no load balancer in front of a one-task service (the
   gateway connects to the task's own address);
 * restart condition `none`: a kernel that ended stays ended; restarting is the gateway's to do;
+* Docker's init as the container's first process: the kernel as process 1 would ignore the SIGTERM
+  that ends a removed service's container (Docker then waits out its grace period) and reap no
+  orphaned process of the cells;
 * the spec's pinned image (a request's KERNEL_IMAGE that differs is refused), KERNEL_UID:KERNEL_GID as
   its user (uid 0 refused), every capability dropped, and only the kernel's variables, as
   `owsandbox gateway-docker` does. Docker's service API has no `no-new-privileges`, no seccomp profile
@@ -112,11 +115,12 @@ def service_argv(args: argparse.Namespace, gateway_args: list[str], env: dict[st
     argv = [args.docker, "service", "create", "--detach", "--quiet", "--name", service_name(kernel_id)]
     for label in (f"kernel_id={kernel_id}", *LABELS):
         argv += ["--label", label, "--container-label", label]
-    argv += ["--network", network, "--endpoint-mode", "dnsrr", "--restart-condition", "none",
+    argv += ["--network", network, "--endpoint-mode", "dnsrr", "--restart-condition", "none", "--init",
              "--user", f"{uid}:{gid}", "--cap-drop", "ALL"]
     for name in passed_names(env):
         argv += ["--env", name]  # the value from this environment, as `docker run --env NAME`
-    return [*argv, image, IN_IMAGE_COMMAND, "gateway-kernel", *gateway_args]
+    # the proxy removes the service should it give the kernel up (gateway_launcher: --container-proxy)
+    return [*argv, image, IN_IMAGE_COMMAND, "gateway-kernel", *gateway_args, "--container-proxy"]
 
 
 def docker(args: argparse.Namespace, *words: str, timeout: float = DOCKER_SECONDS) -> subprocess.CompletedProcess[str]:
