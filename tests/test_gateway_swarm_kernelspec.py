@@ -62,7 +62,7 @@ def test_the_swarm_spec_pins_image_and_client_and_makes_the_container_the_sandbo
     (["--enterprise-gateway", "swarm"], "--enterprise-gateway swarm needs --image IMG"),
     (["--enterprise-gateway", "swarm", "--image", "Bad Image"], "is not an image reference"),
     (["--enterprise-gateway", "swarm", "--image", "i", "--provider", "bwrap"],
-     "neither the seccomp profile nor the unmasked /proc"),
+     "cannot give it the unmasked /proc"),
     (["--enterprise-gateway", "swarm", "--image", "i", "--provider", "container"], "cannot run in a swarm service"),
     (["--enterprise-gateway", "swarm", "--image", "i", "--engine", "docker"], "--engine is the container"),
     (["--enterprise-gateway", "swarm", "--image", "i", "--hosts", "a"], "--hosts is for --enterprise-gateway ssh"),

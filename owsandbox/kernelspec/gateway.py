@@ -29,8 +29,9 @@ sandbox, said in the kernel's log and the spec's metadata).
 gateway's DockerSwarmProcessProxy: the argv is `owsandbox gateway-swarm`
 (owsandbox.kernelspec.gateway_swarm), which starts each kernel as a one-task Docker Swarm service of
 IMG on the overlay network named by the gateway's EG_DOCKER_NETWORK. A service's container cannot be
-given what nested bubblewrap needs (Docker's service API has no seccomp profile or unmasked /proc
-for it), so the swarm spec's provider is `local`, the container itself being the sandbox; asking
+given what nested bubblewrap needs (Docker's service API has no unmasked /proc for it, and before
+Docker 25 no seccomp profile either; `docker service create` has no `--security-opt`), so the swarm
+spec's provider is `local`, the container itself being the sandbox; asking
 for `bwrap` is refused here, at install, not at the first kernel.
 
 Every spec asks for the launch timeout its kernels need: `KERNEL_LAUNCH_TIMEOUT` in its `env`
@@ -153,8 +154,8 @@ def swarm_spec(spec: dict[str, Any], image: str | None, docker: str | None, exec
     provider = env[settings.PROVIDER] = settings.settings_of(env).provider or "local"
     if provider not in SWARM_PROVIDERS:
         raise ValueError(f"--enterprise-gateway swarm: --provider {provider!r} cannot run in a swarm service's "
-                         "container: Docker's service API gives it neither the seccomp profile nor the unmasked "
-                         "/proc that bubblewrap needs to nest, so the container itself is the sandbox "
+                         "container: Docker's service API cannot give it the unmasked /proc (nor, before Docker 25, "
+                         "the seccomp profile) that bubblewrap needs to nest, so the container itself is the sandbox "
                          "(--provider local, the default here); --enterprise-gateway docker nests bubblewrap")
     image = check_image(image, "swarm")
     argv = [launcher_command(executable), "gateway-swarm", "--image", image, "--docker",

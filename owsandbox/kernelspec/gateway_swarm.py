@@ -23,8 +23,9 @@ What the service gets, and why:
   orphaned process of the cells;
 * the spec's pinned image (a request's KERNEL_IMAGE that differs is refused), KERNEL_UID:KERNEL_GID as
   its user (uid 0 refused), every capability dropped, and only the kernel's variables, as
-  `owsandbox gateway-docker` does. Docker's service API has no `no-new-privileges`, no seccomp profile
-  and no unmasked /proc for a service's container, so bubblewrap cannot nest in it: the spec's
+  `owsandbox gateway-docker` does. Docker's service API has no unmasked /proc for a service's container
+  (SwarmKit added seccomp profiles and `no-new-privileges` only in Docker 25, and `docker service
+  create` has no `--security-opt` for them), so bubblewrap cannot nest in it: the spec's
   provider is `local`, the container itself being the sandbox under Docker's default profile, said in
   the gateway's log.
 
@@ -109,7 +110,7 @@ def service_argv(args: argparse.Namespace, gateway_args: list[str], env: dict[st
     provider = settings.settings_of(env).provider or "auto"
     if provider != "local":
         raise LaunchError(f"the spec's provider is {provider}: a swarm service's container cannot nest bubblewrap "
-                          "(no seccomp profile or unmasked /proc for services), so its provider must be local; "
+                          "(no unmasked /proc for a service's container), so its provider must be local; "
                           "reinstall the spec with owsandbox install --enterprise-gateway swarm")
     network = env.get("EG_DOCKER_NETWORK") or DEFAULT_NETWORK
     argv = [args.docker, "service", "create", "--detach", "--quiet", "--name", service_name(kernel_id)]
