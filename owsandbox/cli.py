@@ -142,6 +142,12 @@ def _gateway_docker(argv: list[str]) -> int:
     return launch(argv)
 
 
+def _gateway_swarm(argv: list[str]) -> int:
+    from .kernelspec.gateway_swarm import launch
+
+    return launch(argv)
+
+
 #: Each command and what it is for; `owsandbox COMMAND --help` says more.
 COMMANDS = (
     ("tour NOTEBOOK", "run a notebook's cells in a copy of its folder and show what each printed"),
@@ -154,6 +160,7 @@ COMMANDS = (
     ("runner build|serve|attach", "the in-box runner: pack its zipapp, or run it (the providers do)"),
     ("gateway-kernel", "the kernel's launcher under Jupyter Enterprise Gateway (the kernelspec calls it)"),
     ("gateway-docker", "a kernel's container under Enterprise Gateway's DockerProcessProxy"),
+    ("gateway-swarm", "a kernel's Docker Swarm service under Enterprise Gateway's DockerSwarmProcessProxy"),
 )
 USAGE = "usage: owsandbox COMMAND [ARGS...]\n\ncommands:\n" + "\n".join(
     f"  {command:<27} {meaning}" for command, meaning in COMMANDS)
@@ -163,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {"runner": _runner, "run": _run, "install": _install, "uninstall": _uninstall, "tour": _tour,
                 "shell": _shell, "replay": _replay, "settings": _settings, "gateway-kernel": _gateway_kernel,
-                "gateway-docker": _gateway_docker}
+                "gateway-docker": _gateway_docker, "gateway-swarm": _gateway_swarm}
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
         out = sys.stdout if not argv or argv[0] in ("-h", "--help") else sys.stderr
         print(USAGE, file=out)

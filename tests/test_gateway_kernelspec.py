@@ -351,7 +351,7 @@ def test_the_container_gets_the_kernels_variables_and_not_the_gateways(tmp_path:
     assert line[line.index("--network") + 1] == "labnet" and line[line.index("--user") + 1] == "1001:100"
     passed = [line[i + 1] for i, word in enumerate(line) if word == "--env"]
     assert passed == ["KERNEL_GID", "KERNEL_ID", "KERNEL_IMAGE", "KERNEL_UID", "KERNEL_USERNAME", "OWSANDBOX_PROVIDER"]
-    assert line[-len(rest) - 3:] == ["owsbx:1", "owsandbox", "gateway-kernel", *rest]
+    assert line[-len(rest) - 4:] == ["owsbx:1", "owsandbox", "gateway-kernel", *rest, "--container-proxy"]
     assert "systempaths=unconfined" in line and "--cap-drop" in line and "no-new-privileges" in line
     profile = json.loads((tmp_path / "seccomp.json").read_text())
     rules = [r for r in profile["syscalls"] if "sethostname" in r["names"]]

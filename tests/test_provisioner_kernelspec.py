@@ -68,7 +68,7 @@ def test_the_launch_timeout_goes_to_the_provisioner_and_the_launcher(prefix: Pat
     (["--kernel-provisioner", "distributed"], "--kernel-provisioner distributed needs --hosts H1,H2"),
     (["--kernel-provisioner", "distributed", "--hosts", "a", "--enterprise-gateway", "ssh"], "choose one"),
     (["--kernel-provisioner", "distributed", "--hosts", "a", "--docker", "/usr/bin/docker"],
-     "--docker is for --enterprise-gateway docker, not --kernel-provisioner"),
+     "--docker is for --enterprise-gateway docker or swarm, not --kernel-provisioner"),
     (["--kernel-provisioner", "distributed", "--hosts", "a;reboot"], "'a;reboot' is not a host name"),
     (["--kernel-provisioner", "distributed", "--hosts", "a", "--launch-timeout", "5"], "whole seconds from 10"),
     (["--hosts", "a,b"], "--hosts is for --enterprise-gateway ssh and --kernel-provisioner distributed"),

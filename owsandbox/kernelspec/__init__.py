@@ -74,7 +74,7 @@ def kernel_dict(
     `provider` becomes `OWSANDBOX_PROVIDER` in the kernel's environment (it wins over one in `env`).
     `image` and `engine` (the `container` provider's; an image alone chooses that provider) become
     `OWSANDBOX_IMAGE` and `OWSANDBOX_ENGINE`. `gateway` ("ssh") and `hosts` make it Enterprise Gateway's
-    remote kernelspec (owsandbox.kernelspec.gateway); with `gateway` "docker", `image` is the image of
+    remote kernelspec (owsandbox.kernelspec.gateway); with `gateway` "docker" or "swarm", `image` is the image of
     the kernels' containers and `docker` the gateway's docker client, not the container provider's;
     `launch_timeout` is the gateway's launch timeout the spec asks for (its default when None).
     `kernel_provisioner` ("distributed") and `hosts` make it the spec of a kernel provisioner that starts the
@@ -90,13 +90,13 @@ def kernel_dict(
     if hosts and not remote:
         raise ValueError("--hosts is for --enterprise-gateway ssh and --kernel-provisioner distributed")
     if kernel_provisioner and docker:
-        raise ValueError("--docker is for --enterprise-gateway docker, not --kernel-provisioner")
-    if docker and gateway != "docker":
-        raise ValueError("--docker is for --enterprise-gateway docker")
+        raise ValueError("--docker is for --enterprise-gateway docker or swarm, not --kernel-provisioner")
+    if docker and gateway not in ("docker", "swarm"):
+        raise ValueError("--docker is for --enterprise-gateway docker or swarm")
     gateway_image = None
-    if gateway == "docker":
+    if gateway in ("docker", "swarm"):
         if engine:
-            raise ValueError("--engine is the container provider's; --enterprise-gateway docker runs the kernel "
+            raise ValueError(f"--engine is the container provider's; --enterprise-gateway {gateway} runs the kernel "
                              "itself in a container, with --image and --docker")
         gateway_image, image = image, None
     kernel_env = dict(env or {})
@@ -290,8 +290,8 @@ def _parser() -> argparse.ArgumentParser:
                       help="a limit of the sandbox: memory=2G, pids=512, tmp=1G, shm=64M, cpu=2; repeatable")
     inst.add_argument("--image", default=None,
                       help="the container image of the container provider (sets OWSANDBOX_IMAGE; "
-                           "implies --provider container); with --enterprise-gateway docker, the image of the "
-                           "kernels' containers")
+                           "implies --provider container); with --enterprise-gateway docker or swarm, the image of "
+                           "the kernels' containers")
     inst.add_argument("--engine", default=None, choices=("podman", "docker"),
                       help="the container engine (sets OWSANDBOX_ENGINE; default: podman, else docker, on PATH)")
     inst.add_argument("--baseline", default=None, metavar="DIR|NAME",
@@ -300,10 +300,12 @@ def _parser() -> argparse.ArgumentParser:
     inst.add_argument("--record", default=None, metavar="DIR",
                       help="record every session as an asciicast file in DIR, a folder outside the students' "
                            "workspaces; ~ and $USER are each user's (sets OWSANDBOX_RECORD)")
-    inst.add_argument("--enterprise-gateway", default=None, choices=("ssh", "docker"), metavar="ssh|docker",
+    inst.add_argument("--enterprise-gateway", default=None, choices=("ssh", "docker", "swarm"),
+                      metavar="ssh|docker|swarm",
                       help="a kernelspec for Jupyter Enterprise Gateway: kernels started over ssh on --hosts "
-                           "(its DistributedProcessProxy), or in containers of --image (its DockerProcessProxy), "
-                           "by owsandbox's own launchers")
+                           "(its DistributedProcessProxy), in containers of --image (its DockerProcessProxy), or "
+                           "as Docker Swarm services of --image (its DockerSwarmProcessProxy), by owsandbox's "
+                           "own launchers")
     inst.add_argument("--kernel-provisioner", default=None, choices=("distributed",), metavar="distributed",
                       help="a kernelspec for a plain Jupyter server (no gateway) that starts kernels over ssh on "
                            "--hosts: gateway_provisioners' DistributedProvisioner, with owsandbox's launcher; a "
@@ -313,7 +315,7 @@ def _parser() -> argparse.ArgumentParser:
                            "--kernel-provisioner distributed)")
     inst.add_argument("--docker", default=None, metavar="PATH",
                       help="the docker client that starts the kernels' containers on the gateway's host (with "
-                           "--enterprise-gateway docker; default: the one on PATH)")
+                           "--enterprise-gateway docker or swarm; default: the one on PATH)")
     inst.add_argument("--launch-timeout", default=None, type=float, metavar="SECONDS",
                       help="how long the gateway waits for a kernel to start, asked for by the spec as "
                            "KERNEL_LAUNCH_TIMEOUT (with --enterprise-gateway; default: 180, the gateway's own is 30; "

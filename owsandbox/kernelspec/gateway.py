@@ -25,7 +25,16 @@ takes that one. A container provider inside the container makes no sense, so the
 `bwrap` (bubblewrap nested in the container: the default) or `local` (the container itself is the
 sandbox, said in the kernel's log and the spec's metadata).
 
-Either spec asks for the launch timeout its kernels need: `KERNEL_LAUNCH_TIMEOUT` in its `env`
+`owsandbox install --enterprise-gateway swarm --image IMG` writes one whose process proxy is the
+gateway's DockerSwarmProcessProxy: the argv is `owsandbox gateway-swarm`
+(owsandbox.kernelspec.gateway_swarm), which starts each kernel as a one-task Docker Swarm service of
+IMG on the overlay network named by the gateway's EG_DOCKER_NETWORK. A service's container cannot be
+given what nested bubblewrap needs (Docker's service API has no unmasked /proc for it, and before
+Docker 25 no seccomp profile either; `docker service create` has no `--security-opt`), so the swarm
+spec's provider is `local`, the container itself being the sandbox; asking
+for `bwrap` is refused here, at install, not at the first kernel.
+
+Every spec asks for the launch timeout its kernels need: `KERNEL_LAUNCH_TIMEOUT` in its `env`
 (`--launch-timeout`, default `LAUNCH_TIMEOUT_SECONDS`). The gateway's own default is 30 s
 (`EG_KERNEL_LAUNCH_TIMEOUT`), and a class of 30 kernels started at once on two hosts of a busy
 two-core machine took longer than that (benchmarks/class_load.py: 58 s for all 30, 97 s with two
@@ -57,8 +66,10 @@ from pathlib import Path
 from typing import Any
 
 PROXIES = {"ssh": "enterprise_gateway.services.processproxies.distributed.DistributedProcessProxy",
-           "docker": "enterprise_gateway.services.processproxies.docker_swarm.DockerProcessProxy"}
+           "docker": "enterprise_gateway.services.processproxies.docker_swarm.DockerProcessProxy",
+           "swarm": "enterprise_gateway.services.processproxies.docker_swarm.DockerSwarmProcessProxy"}
 DOCKER_PROVIDERS = ("bwrap", "local")  # nested bubblewrap, or the container as the sandbox
+SWARM_PROVIDERS = ("local",)  # a service's container cannot nest bubblewrap (see the module's docstring)
 # An image reference as Docker writes one (name, optional :tag, optional @sha256:digest): one shell word
 _IMAGE = re.compile(r"[a-z0-9][a-z0-9._/:-]*(:[A-Za-z0-9._-]+)?(@sha256:[a-f0-9]{64})?")
 LAUNCHER_ARGS = ["--RemoteProcessProxy.kernel-id", "{kernel_id}",
@@ -104,22 +115,22 @@ def launcher_command(executable: str, flag: str = "--enterprise-gateway") -> str
     return str(command)
 
 
-def check_image(image: str | None) -> str:
+def check_image(image: str | None, kind: str = "docker") -> str:
     """`--image`: the kernels' image, a Docker reference that is one shell word."""
     if not image:
-        raise ValueError("--enterprise-gateway docker needs --image IMG: the image the kernels' containers run "
+        raise ValueError(f"--enterprise-gateway {kind} needs --image IMG: the image the kernels' containers run "
                          "(owsandbox installed in it, with its gateway extra)")
     if not _IMAGE.fullmatch(image):
         raise ValueError(f"--image {image!r} is not an image reference (name[:tag][@sha256:digest])")
     return image
 
 
-def docker_client(given: str | None) -> str:
+def docker_client(given: str | None, kind: str = "docker") -> str:
     """The docker client the gateway-side launcher runs: `--docker`, else the one on PATH now, checked."""
     found = shutil.which(given or "docker")
     if found is None or not os.path.isabs(found):
         raise ValueError(f"--docker {given}: not an executable program" if given else
-                         "--enterprise-gateway docker: no docker client on PATH; name it with --docker PATH")
+                         f"--enterprise-gateway {kind}: no docker client on PATH; name it with --docker PATH")
     if shlex.quote(found) != found:
         raise ValueError(f"--docker: the path {found} is not one shell word")
     return found
@@ -142,6 +153,26 @@ def docker_spec(spec: dict[str, Any], image: str | None, docker: str | None, exe
     return _remote(dict(spec, env=env), "docker", argv, {"image_name": image},
                    {"provider": provider, "image": image,
                     "sandbox": "bubblewrap in the container" if provider == "bwrap" else "the container"},
+                   launch_timeout)
+
+
+def swarm_spec(spec: dict[str, Any], image: str | None, docker: str | None, executable: str,
+               launch_timeout: int = LAUNCH_TIMEOUT_SECONDS) -> dict[str, Any]:
+    """`spec` turned into DockerSwarmProcessProxy's kernelspec (see the module's docstring)."""
+    from .. import settings
+
+    env = dict(spec.get("env") or {})
+    provider = env[settings.PROVIDER] = settings.settings_of(env).provider or "local"
+    if provider not in SWARM_PROVIDERS:
+        raise ValueError(f"--enterprise-gateway swarm: --provider {provider!r} cannot run in a swarm service's "
+                         "container: Docker's service API cannot give it the unmasked /proc (nor, before Docker 25, "
+                         "the seccomp profile) that bubblewrap needs to nest, so the container itself is the sandbox "
+                         "(--provider local, the default here); --enterprise-gateway docker nests bubblewrap")
+    image = check_image(image, "swarm")
+    argv = [launcher_command(executable), "gateway-swarm", "--image", image, "--docker",
+            docker_client(docker, "swarm"), *LAUNCHER_ARGS]
+    return _remote(dict(spec, env=env), "swarm", argv, {"image_name": image},
+                   {"provider": provider, "image": image, "sandbox": "the container (a swarm service's task)"},
                    launch_timeout)
 
 
@@ -195,12 +226,13 @@ def gateway_spec(spec: dict[str, Any], kind: str, hosts: list[str] | None, execu
     if kind not in PROXIES:
         raise ValueError(f"--enterprise-gateway {kind!r}: the kinds are {', '.join(PROXIES)}")
     seconds = check_launch_timeout(launch_timeout)
-    if kind == "docker":
+    if kind in ("docker", "swarm"):
         if hosts:
-            raise ValueError("--hosts is for --enterprise-gateway ssh: Docker's kernels run where its daemon is")
-        return docker_spec(spec, image, docker, executable, seconds)
+            raise ValueError(f"--hosts is for --enterprise-gateway ssh: {kind}'s kernels run where Docker puts them")
+        made = docker_spec if kind == "docker" else swarm_spec
+        return made(spec, image, docker, executable, seconds)
     if image or docker:
-        raise ValueError("--image and --docker with --enterprise-gateway are for its docker kind")
+        raise ValueError("--image and --docker with --enterprise-gateway are for its docker and swarm kinds")
     if not hosts:
         raise ValueError("--enterprise-gateway ssh needs --hosts H1,H2: the hosts the gateway starts kernels on")
     return _remote(spec, kind, [launcher_command(executable), "gateway-kernel", *LAUNCHER_ARGS],

@@ -142,7 +142,7 @@ def run_argv(args: argparse.Namespace, gateway_args: list[str], env: dict[str, s
         argv += ["--security-opt", f"seccomp={seccomp_file(folder)}", "--security-opt", "systempaths=unconfined"]
     for name in passed_names(env):
         argv += ["--env", name]
-    return [*argv, image, IN_IMAGE_COMMAND, "gateway-kernel", *gateway_args]
+    return [*argv, image, IN_IMAGE_COMMAND, "gateway-kernel", *gateway_args, "--container-proxy"]
 
 
 def docker(args: argparse.Namespace, *words: str, timeout: float = DOCKER_SECONDS) -> subprocess.CompletedProcess[str]:

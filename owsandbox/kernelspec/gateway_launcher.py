@@ -19,7 +19,11 @@ its own app:
 * a kernel the gateway never reaches ends itself: when nothing has come to the signal port (the
   gateway's first liveness poll comes seconds after its answer) within the launch timeout
   (`KERNEL_LAUNCH_TIMEOUT`, as the gateway has it, and half that more, at most `CONTACT_GRACE_SECONDS`), the sandbox is
-  ended, the connection file removed, and the process exits, saying why;
+  ended, the connection file removed, and the process exits, saying why. Not in a container started
+  by `owsandbox gateway-docker` or `gateway-swarm` (`--container-proxy`): the gateway's container
+  proxies never come to the signal port but to interrupt (their liveness poll asks Docker), so the
+  watch would end every such kernel after its launch timeout; and those proxies remove the container
+  or service themselves when they give a kernel up, so it cannot orphan;
 * the payload is the gateway's version 1: the connection information AES-encrypted with a fresh key,
   that key RSA-encrypted (PKCS#1 v1.5) with the gateway's public key, both base64 in a JSON object;
 * a thread answers the gateway on the signal port while the kernel runs: `{"signum": N}` (0 is the
@@ -101,6 +105,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     # empty when the server asks for none; owsandbox's spec as one word, `--transport-encryption=POLICY`
     parser.add_argument("--transport-encryption", dest="transport_encryption", nargs="?", default=None,
                         metavar="auto|required|disabled")
+    parser.add_argument("--container-proxy", action="store_true",
+                        help="in a container of owsandbox gateway-docker or gateway-swarm: the gateway's container "
+                             "proxy removes it should it give the kernel up, so no watch for an unreached kernel")
     for ignored in ("spark-context-initialization-mode", "cluster-type"):  # the Python launcher's; no Spark here
         parser.add_argument(f"--{ignored}", f"--RemoteProcessProxy.{ignored}", dest=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -415,7 +422,11 @@ def launch(argv: list[str]) -> int:
         listen_for_gateway(signals, os.getpid(), contacted)
         send_to_gateway(args.address, payload)
         timeout = launch_timeout()
-        end_if_never_contacted(contacted, timeout + min(CONTACT_GRACE_SECONDS, max(1.0, timeout / 2)), path)
+        if args.container_proxy:
+            print("owsandbox gateway-kernel: started for the gateway's container proxy, which removes the container "
+                  "should it give the kernel up: no watch for an unreached kernel", file=sys.stderr, flush=True)
+        else:
+            end_if_never_contacted(contacted, timeout + min(CONTACT_GRACE_SECONDS, max(1.0, timeout / 2)), path)
     except LaunchError as exc:
         if path is not None:
             path.unlink(missing_ok=True)
