@@ -49,7 +49,9 @@ def test_a_framed_html_display_is_as_tall_as_its_content() -> None:
                 height = int(re.search(r"height:(\d+)px", made)[1])
                 page.set_content("<body style='margin:0'>" + made.replace(f"height:{height}px", "height:4px")
                                  + "</body>")
-                frame = page.frames[1]
+                # This document's own frame (page.frames may still list the one set_content just replaced)
+                frame = page.wait_for_selector("iframe").content_frame()
+                assert frame is not None
                 frame.wait_for_load_state()
                 content = frame.evaluate("document.documentElement.scrollHeight")
                 assert height <= FRAME_MAX_PX
