@@ -612,12 +612,22 @@ c.DockerSpawner.extra_host_config = {{
     "cap_drop": ["ALL"],
     "pids_limit": 512,
 }}
-c.DockerSpawner.extra_create_kwargs = {{"user": "1000:100", "host_config": {{"MaskedPaths": [], "ReadonlyPaths": []}}}}
+# Each student a uid of their own (no name in the image): the box's limits are rlimits, and the process
+# limit counts every process of its uid on the machine, so students sharing a uid share that count.
+c.DockerSpawner.extra_create_kwargs = lambda spawner: {{
+    "user": f"{{{first_uid} + spawner.user.id}}:100",
+    "host_config": {{"MaskedPaths": [], "ReadonlyPaths": []}},
+}}
+c.DockerSpawner.environment = {{"OWSANDBOX_LIMITS": {limits!r}}}  # each box's (the container's own are above)
 c.Spawner.default_url = "/api"  # the image has no JupyterLab: its REST API is the landing page
 c.Spawner.notebook_dir = "/home/student/work"
 c.Spawner.start_timeout = {spawn_seconds}
 c.Spawner.http_timeout = {spawn_seconds}
 '''
+
+
+FIRST_UID = 200000  # + the hub's id of the student: a uid of each student's own, used by no one here
+BOX_LIMITS = "memory=1G,pids=256"  # below the container's own pids limit (512)
 
 
 class DockerHub(Hub):
@@ -642,7 +652,8 @@ class DockerHub(Hub):
             public_port=self.public_port, hub_port=self.hub_port, proxy_api_port=self.proxy_api_port,
             proxy_token_file=str(self.proxy_token_file), proxy_pid_file=str(self.state / "proxy.pid"),
             db=self.db, cookie_secret_file=str(self.cookie_secret_file), admin=ADMIN_SERVICE,
-            admin_token=self.admin_token, image=self.image, prefix=self.prefix, spawn_seconds=SPAWN_SECONDS))
+            admin_token=self.admin_token, image=self.image, prefix=self.prefix, spawn_seconds=SPAWN_SECONDS,
+            first_uid=FIRST_UID, limits=BOX_LIMITS))
         os.chmod(self.config_file, 0o600)
         self._launch(self.docker.settings)
 

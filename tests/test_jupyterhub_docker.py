@@ -28,8 +28,9 @@ from dataclasses import dataclass
 import pytest
 
 from .conftest import require_bwrap
-from .hub import DockerHub, HubKernel, Student, class_of
+from .hub import BOX_LIMITS, FIRST_UID, DockerHub, HubKernel, Student, class_of
 from .processes import pid_alive
+from .test_jupyterhub import FORK_BOMB
 from .waiting import wait_until
 
 pytestmark = [pytest.mark.system, pytest.mark.needs_singleuser_image]
@@ -101,16 +102,41 @@ def test_each_students_server_is_a_container_and_each_cell_runs_in_bubblewrap_in
     server, its kernel and bubblewrap among the container's processes; one container per student)."""
     hub = classroom.hub
     assert sorted(hub.containers()) == sorted(hub.container(s.name) for s in (classroom.a, classroom.b))
+    uids = set()
     for student in (classroom.a, classroom.b):
-        cell = classroom.kernel(student).run('echo "$OWSANDBOX_SANDBOX"; id -un; hostname; pwd')
-        assert cell.status == "ok" and cell.text().split() == ["bwrap", "student", "sandbox", "/home/student/work"], \
-            cell.outputs
+        cell = classroom.kernel(student).run('echo "$OWSANDBOX_SANDBOX"; hostname; pwd; ulimit -u; id -u')
+        assert cell.status == "ok", cell.outputs
+        *words, uid = cell.text().split()
+        assert words == ["bwrap", "sandbox", "/home/student/work", "256"], cell.outputs
+        uids.add(int(uid))
         processes = list(top(classroom, student).values())
         # the server, and bubblewrap with the box's runner in it (the kernel's command is cut short by `top`)
         assert any("jupyterhub.singleuser" in args for args in processes), processes
         assert any(args.startswith("bwrap ") and "runner.pyz serve" in args for args in processes), processes
         image = hub.docker.run("inspect", "--format", "{{.Config.Image}}", hub.container(student.name)).stdout.strip()
         assert image == hub.image
+    # a uid of each student's own, so that neither one's processes count against the other's limit
+    assert len(uids) == 2 and min(uids) > FIRST_UID, uids
+
+
+def test_a_fork_bomb_in_one_students_box_leaves_the_other_students_cells_running(classroom: Classroom):
+    """A holds its box at its process limit while B runs a cell that forks; A's cell then ends with the
+    named error and A's next cell runs. (With one uid for all, A would take B's processes too.)"""
+    hub, a, b = classroom.hub, classroom.kernel(classroom.a), classroom.kernel(classroom.b)
+    release = f"release-{secrets.token_hex(4)}"
+    bomb = a.send(FORK_BOMB.replace("RELEASE", release))
+    try:
+        a.wait_for_stdout(bomb, "refused after", timeout=60)  # A's box is at its process limit now
+        other = b.run('for i in $(seq 40); do (exit 0) & done; wait; echo "B still runs"', timeout=30)
+        assert other.status == "ok" and other.text() == "B still runs\n", other.outputs
+    finally:
+        hub.docker.run("exec", hub.container(classroom.a.name), "touch", f"/home/student/work/{release}", check=False)
+    done = a.collect(bomb, timeout=60)
+    made = int(done.text().split("refused after ")[1].split()[0])
+    print(f"A's box: a new process refused after {made} (its limit {BOX_LIMITS}, counting A's uid's processes)")
+    assert made < 256, done.text()
+    assert done.status == "error" and done.error["ename"] == "TooManyProcesses", done.outputs
+    assert a.run(f"rm {release}; echo recovered").text() == "recovered\n"
 
 
 def test_a_cannot_see_or_signal_bs_files_or_processes(classroom: Classroom):
