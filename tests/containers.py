@@ -109,6 +109,17 @@ def _bubblewrap_deb(folder: Path) -> list[Path]:
     return debs
 
 
+def _hub_version() -> str:
+    """The JupyterHub version of this environment (the single-user image gets the same)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("jupyterhub")
+    except PackageNotFoundError:
+        raise RuntimeError("the single-user image needs JupyterHub here, to match its version: "
+                           "pip install -e '.[test]'") from None
+
+
 def _tool(name: str) -> str | None:
     """A program's path, also in /usr/sbin when that is not on PATH (runc and debootstrap live there)."""
     return shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin")
@@ -211,8 +222,12 @@ class Podman:
 
     def has_images(self, owsandbox: bool = False, singleuser: bool = False) -> bool:
         """Whether `image()` (and `owsandbox_image()`, `singleuser_image()`) are built already."""
+        try:
+            singleuser_name = self._singleuser_name() if singleuser else ""
+        except RuntimeError:  # it cannot be named here: building it says why
+            return False
         return (self.has_image(IMAGE) and (not owsandbox or all(map(self.has_image, self._owsandbox_names())))
-                and (not singleuser or self.has_image(self._singleuser_name())))
+                and (not singleuser or self.has_image(singleuser_name)))
 
     @staticmethod
     def _owsandbox_names() -> tuple[str, str]:
@@ -280,18 +295,14 @@ class Podman:
 
     @staticmethod
     def _singleuser_site_path() -> Path:
-        from importlib.metadata import version
-
-        return SITE_CACHE / f"singleuser-site-{version('jupyterhub')}.{_digest([PROJECT / 'pyproject.toml'])}"
+        return SITE_CACHE / f"singleuser-site-{_hub_version()}.{_digest([PROJECT / 'pyproject.toml'])}"
 
     @staticmethod
     def _singleuser_site() -> Path:
         """The single-user image's dependencies, staged by pip (`--target`) once per pyproject.toml and
         JupyterHub version: the hub's own version, so that hub and server speak alike; owsandbox's own
         files are not in it (each build puts today's in)."""
-        from importlib.metadata import version
-
-        hub = version("jupyterhub")
+        hub = _hub_version()
         site = Podman._singleuser_site_path()
         if site.is_dir():
             return site
