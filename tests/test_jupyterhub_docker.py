@@ -119,6 +119,21 @@ def test_each_students_server_is_a_container_and_each_cell_runs_in_bubblewrap_in
     assert len(uids) == 2 and min(uids) > FIRST_UID, uids
 
 
+def test_the_server_offers_the_sandbox_only_and_the_box_holds_no_hub_token(classroom: Classroom):
+    """The image's server config: no terminal, no other kernel (either would run in the container outside
+    the box). The container's server holds its hub token (JUPYTERHUB_API_TOKEN); the box does not."""
+    hub, name, token = classroom.hub, classroom.a.name, classroom.tokens[classroom.a.name]
+    status, specs = hub.request("GET", f"/user/{name}/api/kernelspecs", token=token)
+    assert status == 200 and set(specs["kernelspecs"]) == {"owsandbox"}, specs
+    status, answer = hub.request("POST", f"/user/{name}/api/kernels", {"name": "python3"}, token=token)
+    assert status in (403, 500) and "only the sandbox kernel" in str(answer), (status, answer)
+    assert hub.request("POST", f"/user/{name}/api/terminals", {}, token=token)[0] == 404
+    server_env = hub.docker.run("exec", hub.container(name), "sh", "-c", "tr '\\0' '\\n' < /proc/1/environ").stdout
+    assert "JUPYTERHUB_API_TOKEN=" in server_env
+    shown = classroom.kernel(classroom.a).run("env; tr '\\0' '\\n' < /proc/1/environ").text()
+    assert "OWSANDBOX_SANDBOX=bwrap" in shown and "JUPYTERHUB_" not in shown and "JPY_" not in shown, shown
+
+
 def test_a_fork_bomb_in_one_students_box_leaves_the_other_students_cells_running(classroom: Classroom):
     """A holds its box at its process limit while B runs a cell that forks; A's cell then ends with the
     named error and A's next cell runs. (With one uid for all, A would take B's processes too.)"""
