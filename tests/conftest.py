@@ -107,11 +107,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if not needed and not images:
         return
     with machine_lock("prepare"):  # every worker collects; the first installs, the others find it made
-        _prepare(needed, images and any(item.get_closest_marker("needs_owsandbox_image") for item in session.items),
-                 images, say)
+        marked = {mark for item in session.items for mark in ("needs_owsandbox_image", "needs_singleuser_image")
+                  if item.get_closest_marker(mark)} if images else set()
+        _prepare(needed, "needs_owsandbox_image" in marked, images, say,
+                 singleuser_image="needs_singleuser_image" in marked)
 
 
-def _prepare(needed: list[str], owsandbox_image: bool, images: bool, say: Any) -> None:
+def _prepare(needed: list[str], owsandbox_image: bool, images: bool, say: Any, singleuser_image: bool = False) -> None:
     from . import prepare
 
     for name in needed:
@@ -124,31 +126,34 @@ def _prepare(needed: list[str], owsandbox_image: bool, images: bool, say: Any) -
         except RuntimeError as exc:  # the tests that need it fail with the command that makes it
             say(f"tests/prepare.py: {exc}")
     if images:
-        _build_test_images(owsandbox_image, say)
+        _build_test_images(owsandbox_image, say, singleuser_image)
 
 
 # Fixtures whose tests run containers of the test images (tests/containers.py).
 IMAGE_FIXTURES = {"podman", "debian_image", "debian_container", "docker"}
 
 
-def _build_test_images(owsandbox: bool, say: Any) -> None:
+def _build_test_images(owsandbox: bool, say: Any, singleuser: bool = False) -> None:
     """Build the container images the selected tests use (debootstrap, about a minute; the owsandbox
-    image stages its dependencies with pip) before the first test, when they are missing and this
-    machine can build them; else the fixtures skip or fail as they say."""
+    and single-user images stage their dependencies with pip) before the first test, when they are
+    missing and this machine can build them; else the fixtures skip or fail as they say."""
     from .containers import Podman, _tool
 
     if os.geteuid() != 0 or any(_tool(tool) is None for tool in ("podman", "runc", "debootstrap")):
         return
     with tempfile.TemporaryDirectory(prefix="owsandbox-images-") as folder:
         podman = Podman(Path(folder))
-        if podman.has_images(owsandbox):
+        if podman.has_images(owsandbox, singleuser):
             return
         say("tests/conftest.py: building the test images before the tests (podman, debootstrap"
-            + (", and owsandbox's with its dependencies" if owsandbox else "") + ")")
+            + (", and owsandbox's with its dependencies" if owsandbox else "")
+            + (", and the JupyterHub single-user server's" if singleuser else "") + ")")
         try:
             podman.image()
             if owsandbox:
                 podman.owsandbox_image()
+            if singleuser:
+                podman.singleuser_image()
         except (RuntimeError, OSError, subprocess.SubprocessError) as exc:  # the fixtures say it again
             say(f"tests/conftest.py: the test images could not be built: {exc}")
 
@@ -447,6 +452,8 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "before its first test when it is missing (outside every test's timeout)")
     config.addinivalue_line("markers", "needs_owsandbox_image: the session builds tests/containers.py's owsandbox "
                                        "image before its first test when it is missing")
+    config.addinivalue_line("markers", "needs_singleuser_image: the session builds tests/containers.py's JupyterHub "
+                                       "single-user image before its first test when it is missing")
     if (config.getoption("markexpr", "") or "").strip() == "unit":
         from . import fuzz_budget  # the fast tier tries fewer examples per property
 

@@ -34,6 +34,11 @@ our own (`CONTAINERS_CONF`), which picks the `runc` runtime and clears podman's 
   Gateway's defaults) whose home is the image's working folder, and
   owsandbox itself from this source tree on top, as its own layer: the dependencies' image is kept
   while pyproject.toml stays the same, the top one while owsandbox's files do.
+* `Podman.singleuser_image()`: a student's Jupyter server for JupyterHub's DockerSpawner, built from
+  share/containers/singleuser.Containerfile on `image()`: JupyterHub's single-user server (the version
+  of the hub here), owsandbox with its kernelspec (`--provider bwrap`) and bubblewrap. Its context's
+  `site/` is staged by pip once per pyproject.toml and JupyterHub version (kept in the cache beside
+  the project), with owsandbox's own files put in fresh; the image is named by a hash of all of it.
 """
 
 from __future__ import annotations
@@ -67,8 +72,12 @@ MARKER = "/etc/owsandbox-test-image"
 OWSANDBOX_RECIPE = "1"  # of the two images below (their own, on top of the base image's)
 OWSANDBOX_DEPS_IMAGE = "localhost/owsandbox-test-eg-deps"  # :<recipes>-<hash of pyproject.toml>
 OWSANDBOX_IMAGE = "localhost/owsandbox-test-eg-kernel"  # :<recipes>-<hash of owsandbox/>
+SINGLEUSER_IMAGE = "localhost/owsandbox-test-singleuser"  # :<recipe>-<hash of the context>
 IMAGE_USER = ("student", 1000, 100)
 PROJECT = Path(__file__).resolve().parents[1]
+SINGLEUSER_FILES = (PROJECT / "share" / "containers" / "singleuser.Containerfile",
+                    PROJECT / "share" / "containers" / "singleuser_server_config.py")
+SITE_CACHE = PROJECT / ".cache" / "tests"  # the single-user image's staged dependencies, one folder per recipe
 MIRROR_ENV = "OWSANDBOX_TEST_DEBIAN_MIRROR"  # a Debian mirror, when apt's sources here name none
 _CONTAINERS_CONF = '[containers]\ndefault_ulimits = []\n\n[engine]\nruntime = "runc"\n'
 
@@ -98,6 +107,17 @@ def _bubblewrap_deb(folder: Path) -> list[Path]:
     if not debs:
         raise RuntimeError("no bubblewrap package for the image")
     return debs
+
+
+def _hub_version() -> str:
+    """The JupyterHub version of this environment (the single-user image gets the same)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("jupyterhub")
+    except PackageNotFoundError:
+        raise RuntimeError("the single-user image needs JupyterHub here, to match its version: "
+                           "pip install -e '.[test]'") from None
 
 
 def _tool(name: str) -> str | None:
@@ -200,9 +220,14 @@ class Podman:
                     self.run("rm", "--force", name, check=False)
         return image
 
-    def has_images(self, owsandbox: bool = False) -> bool:
-        """Whether `image()` (and `owsandbox_image()`) are built already."""
-        return self.has_image(IMAGE) and (not owsandbox or all(map(self.has_image, self._owsandbox_names())))
+    def has_images(self, owsandbox: bool = False, singleuser: bool = False) -> bool:
+        """Whether `image()` (and `owsandbox_image()`, `singleuser_image()`) are built already."""
+        try:
+            singleuser_name = self._singleuser_name() if singleuser else ""
+        except RuntimeError:  # it cannot be named here: building it says why
+            return False
+        return (self.has_image(IMAGE) and (not owsandbox or all(map(self.has_image, self._owsandbox_names())))
+                and (not singleuser or self.has_image(singleuser_name)))
 
     @staticmethod
     def _owsandbox_names() -> tuple[str, str]:
@@ -238,6 +263,63 @@ class Podman:
         for image in listed.stdout.split():
             if image != kept:
                 self.run("rmi", image, check=False)
+
+    def singleuser_image(self) -> str:
+        """The single-user server's image for DockerSpawner (see the module's docstring)."""
+        base = self.image()
+        with self._build_lock():
+            site = self._singleuser_site()
+            name = self._singleuser_name()
+            if not self.has_image(name):
+                with tempfile.TemporaryDirectory(prefix="owsandbox-image-") as temp:
+                    context = Path(temp)
+                    shutil.copytree(site, context / "site", symlinks=True)
+                    shutil.copytree(PROJECT / "owsandbox", context / "site" / "owsandbox",
+                                    ignore=shutil.ignore_patterns("__pycache__"))
+                    (context / "debs").mkdir()
+                    _bubblewrap_deb(context / "debs")
+                    for path in SINGLEUSER_FILES:
+                        shutil.copy(path, context)
+                    self.run("build", "--quiet", "--network", "none", "--build-arg", f"BASE={base}", "--tag", name,
+                             "--file", str(context / SINGLEUSER_FILES[0].name), str(context), timeout=900)
+                self._drop_other_tags(SINGLEUSER_IMAGE, name)
+        return name
+
+    @staticmethod
+    def _singleuser_name() -> str:
+        """The single-user image's name: its recipe, its packages' and owsandbox's files."""
+        files = sorted(path for path in (PROJECT / "owsandbox").rglob("*")
+                       if path.is_file() and "__pycache__" not in path.parts)
+        return f"{SINGLEUSER_IMAGE}:{RECIPE}-{Podman._singleuser_site_path().name.split('-', 2)[2]}-" \
+               f"{_digest([*SINGLEUSER_FILES, *files])}"
+
+    @staticmethod
+    def _singleuser_site_path() -> Path:
+        return SITE_CACHE / f"singleuser-site-{_hub_version()}.{_digest([PROJECT / 'pyproject.toml'])}"
+
+    @staticmethod
+    def _singleuser_site() -> Path:
+        """The single-user image's dependencies, staged by pip (`--target`) once per pyproject.toml and
+        JupyterHub version: the hub's own version, so that hub and server speak alike; owsandbox's own
+        files are not in it (each build puts today's in)."""
+        hub = _hub_version()
+        site = Podman._singleuser_site_path()
+        if site.is_dir():
+            return site
+        partial = site.with_name(site.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        pip = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target",
+               str(partial), f"jupyterhub=={hub}", "jupyter_server", f"{PROJECT}[gateway]"]
+        done = subprocess.run(pip, capture_output=True, text=True, timeout=900)
+        if done.returncode != 0:
+            raise RuntimeError(f"pip could not stage the single-user image's packages: {done.stderr[-2000:]}")
+        for own in [partial / "owsandbox", *partial.glob("owsandbox-*.dist-info"), partial / "bin"]:
+            shutil.rmtree(own, ignore_errors=True)  # owsandbox comes fresh each build; scripts name this venv
+        for old in SITE_CACHE.glob("singleuser-site-*"):
+            if old != partial:
+                shutil.rmtree(old, ignore_errors=True)
+        partial.rename(site)
+        return site
 
     def _build_deps(self, base: str, name: str) -> None:
         """owsandbox's dependencies (pip, into a folder here) and bubblewrap (apt's .deb) on `base`."""
@@ -512,6 +594,9 @@ class Docker:
 
     def owsandbox_image(self) -> str:
         return self._loaded(self.podman.owsandbox_image())
+
+    def singleuser_image(self) -> str:
+        return self._loaded(self.podman.singleuser_image())
 
 
 def engine_of(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:

@@ -337,9 +337,13 @@ class Hub:
     """One JupyterHub with its proxy, for `students`; `start()`, then `stop()` whatever happened."""
 
     def __init__(self, students: list[Student], plain: PlainPython | None = None) -> None:
-        self.students = {s.name: s for s in students}
         self.own_plain = plain is None
         self.plain = plain or make_plain_python()
+        self._make_state(students)
+
+    def _make_state(self, students: list[Student]) -> None:
+        """The hub's folders, ports, secrets' paths and admin token (nothing started)."""
+        self.students = {s.name: s for s in students}
         self.folder = Path(tempfile.mkdtemp(prefix="owsbx-hub-"))
         self.state = self.folder / "state"  # root's alone: the students' boxes and accounts never read it
         self.state.mkdir(mode=0o700)
@@ -376,7 +380,13 @@ class Hub:
             admin_token=self.admin_token, python=self.plain.python, environment=students_environment(self.plain),
             spawn_seconds=SPAWN_SECONDS))
         os.chmod(self.config_file, 0o600)
+        self._launch()
+
+    def _launch(self, settings: dict[str, str] | None = None) -> None:
+        """Start `jupyterhub` with the config file written, `settings` added to its environment, and
+        wait until it answers through its proxy."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "JPY_", "OWSANDBOX_"))}
+        env.update(settings or {})
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(self.config_file)],
                                             cwd=self.state, env=env, stdin=subprocess.DEVNULL, stdout=log,
@@ -516,3 +526,159 @@ class Hub:
             return not model.get("servers") and model.get("pending") is None
 
         wait_until(stopped, patience(STOP_SECONDS), f"the hub to stop {user}'s server", interval=0.1)
+
+
+# -- each student's server in a container: DockerSpawner -------------------------------------------
+
+DOCKER_CONFIG = '''\
+"""JupyterHub with DockerSpawner for owsandbox's tests: written by tests/hub.py (DockerHub)."""
+import hmac
+
+from dockerspawner import DockerSpawner
+from jupyterhub.auth import Authenticator
+from jupyterhub.utils import random_port
+
+from owsandbox.kernelspec.gateway_docker import nested_bwrap_seccomp
+
+c = get_config()  # noqa: F821
+PASSWORDS = {passwords!r}
+
+
+class FixedPasswords(Authenticator):
+    """One fixed password per student."""
+
+    async def authenticate(self, handler, data):
+        name = data.get("username", "")
+        expected = PASSWORDS.get(name)
+        if expected is not None and hmac.compare_digest(expected.encode(), data.get("password", "").encode()):
+            return name
+        return None
+
+
+c.JupyterHub.authenticator_class = FixedPasswords
+c.Authenticator.allowed_users = set(PASSWORDS)
+c.JupyterHub.bind_url = "http://127.0.0.1:{public_port}"
+c.JupyterHub.hub_bind_url = "http://127.0.0.1:{hub_port}"
+c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api_port}"
+c.ConfigurableHTTPProxy.auth_token = open({proxy_token_file!r}).read().strip()
+c.ConfigurableHTTPProxy.pid_file = {proxy_pid_file!r}
+c.JupyterHub.db_url = "sqlite:///{db}"
+c.JupyterHub.cookie_secret_file = {cookie_secret_file!r}
+c.JupyterHub.cleanup_servers = True
+c.JupyterHub.cleanup_proxy = True
+c.JupyterHub.services = [{{"name": {admin!r}, "api_token": {admin_token!r}}}]
+c.JupyterHub.load_roles = [{{"name": {admin!r}, "services": [{admin!r}],
+                            "scopes": ["admin:users", "admin:servers", "tokens", "read:users"]}}]
+
+
+class HostNetworkSpawner(DockerSpawner):
+    """DockerSpawner with the containers in the host's network: the tests' dockerd has no bridge (the
+    host's firewall and network stay as they are), so each server listens on a loopback port of its
+    own, which the proxy reaches and from which the server reaches the hub (DockerSpawner's own advice
+    for network_mode host). A hub on a host with a Docker network uses DockerSpawner as it is."""
+
+    async def start(self):
+        self.port = random_port()
+        return await super().start()
+
+    async def get_ip_and_port(self):
+        return "127.0.0.1", self.port
+
+
+c.JupyterHub.spawner_class = HostNetworkSpawner
+c.DockerSpawner.network_name = "host"
+c.DockerSpawner.use_internal_ip = True  # no published port: the server's own port, on the host's loopback
+c.DockerSpawner.ip = "127.0.0.1"
+c.DockerSpawner.image = {image!r}
+c.DockerSpawner.pull_policy = "never"
+c.DockerSpawner.prefix = {prefix!r}
+c.DockerSpawner.name_template = "{{prefix}}-{{raw_username}}"  # the students' names are container names already
+c.DockerSpawner.remove = True  # a stopped server's container goes, with everything the student made in it
+c.DockerSpawner.mem_limit = "1G"
+# What bubblewrap needs to nest in the container, as owsandbox's Enterprise Gateway Docker launcher
+# gives it (owsandbox/kernelspec/gateway_docker.py), and nothing more:
+# * seccomp: the engines' default profile (which allows creating user namespaces, bubblewrap's
+#   way in) with owsandbox's no-setuid rules and sethostname/setdomainname allowed (the box names its
+#   host in the UTS namespace it made; in the container's own namespaces the kernel still refuses).
+#   Docker's API takes the profile's text, not a file.
+# * no masked or read-only paths in /proc and /sys (`docker run --security-opt systempaths=unconfined`,
+#   which Docker's API spells as these two empty lists): without it the kernel refuses the box a fresh
+#   /proc while Docker's masks cover the container's. The container's user is not root, so the
+#   unmasked /proc is what an unprivileged user of a host sees.
+# The rest is the usual hardening: no capabilities, no-new-privileges, a non-root user, a cgroup
+# limit on processes and memory for the whole container.
+c.DockerSpawner.extra_host_config = {{
+    "security_opt": ["seccomp=" + nested_bwrap_seccomp(), "no-new-privileges"],
+    "cap_drop": ["ALL"],
+    "pids_limit": 512,
+}}
+# Each student a uid of their own (no name in the image): the box's limits are rlimits, and the process
+# limit counts every process of its uid on the machine, so students sharing a uid share that count.
+c.DockerSpawner.extra_create_kwargs = lambda spawner: {{
+    "user": f"{{{first_uid} + spawner.user.id}}:100",
+    "host_config": {{"MaskedPaths": [], "ReadonlyPaths": []}},
+}}
+c.DockerSpawner.environment = {{"OWSANDBOX_LIMITS": {limits!r}}}  # each box's (the container's own are above)
+c.Spawner.default_url = "/api"  # the image has no JupyterLab: its REST API is the landing page
+c.Spawner.notebook_dir = "/home/student/work"
+c.Spawner.start_timeout = {spawn_seconds}
+c.Spawner.http_timeout = {spawn_seconds}
+'''
+
+
+FIRST_UID = 200000  # + the hub's id of the student: a uid of each student's own, used by no one here
+BOX_LIMITS = "memory=1G,pids=256"  # below the container's own pids limit (512)
+
+
+class DockerHub(Hub):
+    """A JupyterHub whose students' servers are containers of `image` on a dockerd (`docker`, its
+    DOCKER_HOST in the hub's environment), started by DockerSpawner: the students are the hub's users
+    only (no system users), each server a container named `{prefix}-{student}` as the image's user.
+    `stop()` ends the hub, which stops (and removes) every server's container; any container of this
+    hub still there then is removed and named."""
+
+    def __init__(self, students: list[Student], docker: Any, image: str) -> None:
+        self.docker, self.image = docker, image
+        self.prefix = f"owsbx-hub-{secrets.token_hex(4)}"
+        self.own_plain = False  # no Python of the students' on this machine: theirs is in the image
+        self._make_state(students)
+
+    def start(self) -> None:
+        fd = os.open(self.proxy_token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+        self.config_file.write_text(DOCKER_CONFIG.format(
+            passwords={s.name: s.password for s in self.students.values()},
+            public_port=self.public_port, hub_port=self.hub_port, proxy_api_port=self.proxy_api_port,
+            proxy_token_file=str(self.proxy_token_file), proxy_pid_file=str(self.state / "proxy.pid"),
+            db=self.db, cookie_secret_file=str(self.cookie_secret_file), admin=ADMIN_SERVICE,
+            admin_token=self.admin_token, image=self.image, prefix=self.prefix, spawn_seconds=SPAWN_SECONDS,
+            first_uid=FIRST_UID, limits=BOX_LIMITS))
+        os.chmod(self.config_file, 0o600)
+        self._launch(self.docker.settings)
+
+    def container(self, user: str) -> str:
+        return f"{self.prefix}-{user}"
+
+    def containers(self) -> list[str]:
+        """The names of this hub's containers, running or not."""
+        listed = self.docker.run("ps", "--all", "--format", "{{.Names}}", "--filter", f"name=^{self.prefix}-")
+        return listed.stdout.split()
+
+    def remember_processes(self) -> None:
+        """The hub's own process tree (the containers' processes are dockerd's: `containers()`)."""
+        if self.process is not None and self.process.poll() is None:
+            self.processes.add_tree(self.process.pid)
+
+    def stop(self) -> dict[int, str]:
+        """Stop the hub (and so every server's container); then remove whatever container of this hub is
+        left, and say so: what was left, processes by pid, containers by name (under pid 0)."""
+        try:
+            left = super().stop()
+        finally:
+            stray = self.containers()
+            for name in stray:
+                self.docker.run("rm", "--force", name, check=False)
+        if stray:
+            left[0] = f"containers left after the hub stopped (now removed): {stray}"
+        return left

@@ -87,8 +87,10 @@ def passed_names(env: dict[str, str]) -> list[str]:
     return sorted(name for name in env if name in own or (name.startswith("KERNEL_") and _NAME.fullmatch(name)))
 
 
-def seccomp_file(folder: Path) -> Path:
-    """The widened profile for nested bubblewrap, written to `folder`."""
+def nested_bwrap_seccomp() -> str:
+    """The widened profile for nested bubblewrap, as JSON: what `docker run --security-opt seccomp=FILE`
+    reads from its file, and what Docker's API (a JupyterHub DockerSpawner's `security_opt`) takes
+    itself, `seccomp=` followed by this text."""
     from ..host.isolation.container_seccomp import default_profile_path, extend_profile
 
     base = default_profile_path()
@@ -97,8 +99,13 @@ def seccomp_file(folder: Path) -> Path:
                           "namespaces, and there is no engines' default profile to extend here (install "
                           "containers-common); or install the spec with --provider local, the container "
                           "itself as the sandbox")
+    return json.dumps(nested_bwrap_profile(extend_profile(json.loads(Path(base).read_text()))))
+
+
+def seccomp_file(folder: Path) -> Path:
+    """The widened profile for nested bubblewrap, written to `folder`."""
     path = folder / "seccomp.json"
-    path.write_text(json.dumps(nested_bwrap_profile(extend_profile(json.loads(Path(base).read_text())))))
+    path.write_text(nested_bwrap_seccomp())
     return path
 
 
