@@ -479,10 +479,9 @@ def pytest_configure(config: pytest.Config) -> None:
     _record_durations(config)
 
 
-# `-n auto` (pyproject's addopts) runs the suite in this process for now: in four workers on 2 cores it took
-# 17-19 minutes instead of 27, but the tests that time a box's end (JupyterHub's, a lingering container's)
-# failed at that load. `-n 4` runs it in four workers, a module at a time in each (tests/scheduling.py).
-WORKERS = 0
+# `-n auto` (pyproject's addopts) runs the suite in four workers, a module at a time in each
+# (tests/scheduling.py): about 15 minutes on 2 cores, against 27 in one process. `-n 0` runs it here.
+WORKERS = 4
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -34,7 +34,10 @@ from .plain_python import as_user
 HERE = Path(__file__).resolve().parent / "nbgrader"
 ASSIGNMENT = "lesson1"
 KERNEL = "owsandbox"  # the name in the lesson's metadata; each grader's JUPYTER_PATH finds its own spec by it
-LIMITS = ("pids=128", "memory=1G")
+# 256 processes: where no cgroup can be made (a plain grader) the limit counts every process and thread of
+# the grader's account, nbgrader's and the kernel's (about 30) included, and a box at 128 had no room left to
+# start on a loaded machine
+LIMITS = ("pids=256", "memory=1G")
 STUDENTS = ("alice", "bob", "carol", "mallory")
 POINTS = {"files_test": 1.0, "pipeline_test": 2.0, "status_test": 2.0}
 ALEMBIC = "#!{python}\nimport sys\nfrom alembic.config import main\nsys.exit(main())\n"

@@ -5,7 +5,7 @@ generate_assignment`, then grades the students with `nbgrader autograde` and `nb
 generate_feedback`, each run as a subprocess with tests/nbgrader/nbgrader_config.py (a bash code stub,
 a 5 s cell timeout, the kernel run in a throw-away copy of the notebook's folder) and the kernel taken
 from the notebook's metadata: `owsandbox`, found through the grader's JUPYTER_PATH, a kernelspec with
-the bubblewrap provider and at most 128 processes. The gradebook is read with `nbgrader.api.Gradebook`
+the bubblewrap provider and at most 256 processes. The gradebook is read with `nbgrader.api.Gradebook`
 and the feedback page as the student gets it.
 
 * alice answers everything right and gets full marks;
@@ -71,7 +71,7 @@ from .waiting import WaitTimeout, wait_until
 pytestmark = [pytest.mark.system, pytest.mark.timeout(900)]
 
 PLAIN_GRADER = "owsbx-grader"
-BANNER = re.compile(r"\[sandbox: bubblewrap · writes to (\S+) · no network · 1 GiB, 128 processes\]")
+BANNER = re.compile(r"\[sandbox: bubblewrap · writes to (\S+) · no network · 1 GiB, 256 processes\]")
 MALLORY_EXPECTED = {"files_test": 1.0, "pipeline_test": 0.0, "status_test": 2.0}
 
 
@@ -282,7 +282,7 @@ def assert_earns_its_points_and_is_stopped(run: Attack) -> None:
     bomb = next(c for c in notebook.cells if c.source == Hostile.extra_cells()["status_answer"])
     assert "fork: retry: Resource temporarily unavailable" in stream(bomb, "stderr")
     assert [name for name, _ in errors(bomb)] == ["TooManyProcesses", "CellTimeoutError"]
-    assert "at most 128 processes" in errors(bomb)[0][1]
+    assert "at most 256 processes" in errors(bomb)[0][1]
     assert stream(cell(notebook, "status_test"), "stdout") == "correct\n"  # the shell works after both
 
 
