@@ -326,12 +326,14 @@ class BwrapProvider(GuardedWorkspace, LocalProvider):
         for path, kind in guard.mounts_in_order():
             if kind == "top":
                 args += ["--ro-bind", path, path]
+            # A path gone since the scan (a notebook in a busy /tmp, where other programs come and go) is as one
+            # that never was: the workspace's scan at the next start sees it if it comes back.
             elif kind == "writable":
-                args += ["--bind", path, path]
-            elif kind == "pinned":  # gone since the scan (a notebook in a busy /tmp): nothing below it to keep
+                args += ["--bind-try", path, path]
+            elif kind == "pinned":  # nothing below it to keep
                 args += ["--bind-try", path, path]
             elif kind == "read-only":
-                args += ["--ro-bind", path, path]
+                args += ["--ro-bind-try", path, path]
             elif os.path.isdir(path) and not os.path.islink(path):
                 args += ["--tmpfs", path]  # made read-only below, once what must show inside it is bound
                 hidden_folders.append(path)
