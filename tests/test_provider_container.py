@@ -408,7 +408,7 @@ def test_a_box_writing_to_the_containers_log_cannot_fill_the_hosts_disk(engine, 
             log = provider.state_dir / "container.log"
         else:
             log = Path(engine.run("inspect", "--format", "{{.LogPath}}", provider.container).stdout.strip())
-        assert 0 < log.stat().st_size <= 2 << 20, log.stat().st_size
+        assert log.stat().st_size <= 2 << 20, log.stat().st_size  # 0 just after the engine cut it
 
 
 # -- the kernel -----------------------------------------------------------------------------------
