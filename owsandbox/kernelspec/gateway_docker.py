@@ -60,13 +60,15 @@ NESTED_BWRAP_CALLS = ("sethostname", "setdomainname")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
-def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    """Our own options, and the gateway's launcher arguments checked as `gateway-kernel` checks them."""
-    parser = argparse.ArgumentParser(prog="owsandbox gateway-docker",
-                                     description="Start owsandbox's kernel in a Docker container for Jupyter "
-                                                 "Enterprise Gateway's DockerProcessProxy.")
+def parse(argv: list[str], prog: str = "owsandbox gateway-docker",
+          description: str = "Start owsandbox's kernel in a Docker container for Jupyter Enterprise Gateway's "
+                             "DockerProcessProxy.",
+          docker_help: str = "the docker client") -> tuple[argparse.Namespace, list[str]]:
+    """Our own options, and the gateway's launcher arguments checked as `gateway-kernel` checks them (for
+    gateway-swarm too, in its own words)."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--image", required=True, help="the image (owsandbox installed in it)")
-    parser.add_argument("--docker", default="docker", help="the docker client")
+    parser.add_argument("--docker", default="docker", help=docker_help)
     ours, rest = parser.parse_known_args(argv)
     parse_gateway_args(rest)
     return ours, rest

@@ -56,6 +56,7 @@ from .gateway_docker import (
     numeric_id,
     passed_names,
 )
+from .gateway_docker import parse as parse_docker_args
 from .gateway_launcher import READY, LaunchError
 from .gateway_launcher import parse as parse_gateway_args
 
@@ -66,15 +67,11 @@ POLL_SECONDS = 0.5  # how often the task's state is read while its output is fol
 
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    """Our own options, and the gateway's launcher arguments checked as `gateway-kernel` checks them."""
-    parser = argparse.ArgumentParser(prog="owsandbox gateway-swarm",
-                                     description="Start owsandbox's kernel as a Docker Swarm service for Jupyter "
-                                                 "Enterprise Gateway's DockerSwarmProcessProxy.")
-    parser.add_argument("--image", required=True, help="the image (owsandbox installed in it)")
-    parser.add_argument("--docker", default="docker", help="the docker client (of a swarm manager)")
-    ours, rest = parser.parse_known_args(argv)
-    parse_gateway_args(rest)
-    return ours, rest
+    """Our own options, and the gateway's launcher arguments, as gateway-docker takes them."""
+    return parse_docker_args(argv, prog="owsandbox gateway-swarm",
+                             description="Start owsandbox's kernel as a Docker Swarm service for Jupyter Enterprise "
+                                         "Gateway's DockerSwarmProcessProxy.",
+                             docker_help="the docker client (of a swarm manager)")
 
 
 def service_name(kernel_id: str) -> str:
