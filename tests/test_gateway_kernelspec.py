@@ -394,10 +394,11 @@ def test_nested_bubblewrap_needs_a_profile_to_widen(tmp_path: Path, monkeypatch:
 
 
 FAKE_DOCKER = """#!/bin/sh
-# docker as gateway-docker uses it: run, logs --follow, inspect, rm; what `logs` says comes from $LOGS
+# docker as gateway-docker uses it: run, logs --follow, inspect, rm; what `logs` says comes from $LOGS;
+# with $REFUSE, `run` fails as Docker does
 echo "$@" >> "$CALLS"
 case "$1" in
-    run) echo 0123abcd ;;
+    run) [ -n "$REFUSE" ] && { echo "docker: $REFUSE" >&2; exit 125; }; echo 0123abcd ;;
     logs) printf "$LOGS"; [ -n "$HANG" ] && exec sleep 60; exit 0 ;;
     inspect) echo 2 ;;
 esac
@@ -439,3 +440,39 @@ def test_the_docker_launcher_leaves_a_silent_container_to_the_gateways_timeout(t
     status, said, calls = launch_docker(tmp_path, "", HANG="1", KERNEL_LAUNCH_TIMEOUT="1")
     assert status == 0 and time.monotonic() - started < 20, said
     assert not any(call.startswith("rm") for call in calls)
+
+
+def test_a_failing_docker_run_is_named_with_dockers_words(tmp_path: Path) -> None:
+    status, said, calls = launch_docker(tmp_path, "", REFUSE="invalid reference format.")
+    assert status == 2, said
+    assert "docker run failed (status 125): docker: invalid reference format." in said, said
+    assert len(calls) == 1  # nothing followed, nothing to remove
+
+
+@pytest.mark.parametrize(("words", "said"), [
+    (("inspect", "--format", "{{.State.ExitCode}}", "k"), "docker inspect: the docker client"),
+    (("service", "rm", "k"), "docker service rm: the docker client"),
+])
+def test_a_docker_client_that_cannot_run_is_named_with_the_command(tmp_path: Path, words: tuple[str, ...],
+                                                                     said: str) -> None:
+    """The launchers' one way to docker (gateway-swarm's too): a client that cannot run is a LaunchError
+    naming the command, not a traceback."""
+    args = gateway_docker.parse(["--image", "owsbx:1", "--docker", str(tmp_path / "no-docker"),
+                                 "--RemoteProcessProxy.kernel-id", "k", "--RemoteProcessProxy.response-address",
+                                 "203.0.113.1:8877", "--RemoteProcessProxy.public-key", "AAAA"])[0]
+    with pytest.raises(gateway_launcher.LaunchError, match=re.escape(said)) as raised:
+        gateway_docker.docker(args, *words)
+    assert str(tmp_path / "no-docker") in str(raised.value)
+
+
+def test_a_checked_docker_call_that_fails_quotes_its_stderr(tmp_path: Path) -> None:
+    client = tmp_path / "docker"
+    client.write_text("#!/bin/sh\necho 'Error: No such object: k' >&2\nexit 1\n")
+    client.chmod(0o755)
+    args = gateway_docker.parse(["--image", "owsbx:1", "--docker", str(client), "--RemoteProcessProxy.kernel-id",
+                                 "k", "--RemoteProcessProxy.response-address", "203.0.113.1:8877",
+                                 "--RemoteProcessProxy.public-key", "AAAA"])[0]
+    assert gateway_docker.docker(args, "inspect", "k").returncode == 1  # unchecked: the caller reads the status
+    with pytest.raises(gateway_launcher.LaunchError,
+                       match=re.escape("docker inspect failed (status 1): Error: No such object: k")):
+        gateway_docker.docker(args, "inspect", "k", check=True)

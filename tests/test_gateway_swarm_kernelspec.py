@@ -138,11 +138,12 @@ def test_a_swarm_spec_under_the_plain_docker_proxy_is_refused() -> None:
 
 FAKE_DOCKER = """#!/bin/sh
 # docker as gateway-swarm uses it: network inspect, service create|logs|ps|rm; $LOGS is what `logs` says,
-# $STATE the task's state, $NETWORK what `network inspect` says
+# $STATE the task's state, $NETWORK what `network inspect` says; with $REFUSE, `service create` fails
 echo "$@" >> "$CALLS"
 case "$1 $2" in
     "network inspect") printf "$NETWORK" ;;
-    "service create") echo "image owsbx:1 could not be accessed on a registry" >&2; echo svc0123 ;;
+    "service create") echo "image owsbx:1 could not be accessed on a registry" >&2; [ -n "$REFUSE" ] && exit 1
+                      echo svc0123 ;;
     "service logs") printf "$LOGS"; exec sleep 60 ;;
     "service ps") printf "$STATE\\t$ERROR\\n" ;;
 esac
@@ -185,6 +186,13 @@ def test_the_swarm_launcher_reports_a_task_that_ended_and_removes_its_service(tm
     assert ("the kernel's service ended (its task is failed: task: non-zero exit (2)) before its kernel answered "
             "the gateway") in said, said
     assert calls[-1] == "service rm owsandbox-0b1c"
+
+
+def test_a_failing_service_create_is_named_with_dockers_words(tmp_path: Path) -> None:
+    status, said, calls = launch_swarm(tmp_path, "", REFUSE="1")
+    assert status == 2, said
+    assert "docker service create failed (status 1): image owsbx:1 could not be accessed on a registry" in said, said
+    assert not any(call.startswith(("service logs", "service rm")) for call in calls), calls
 
 
 def test_the_swarm_launcher_leaves_a_silent_task_to_the_gateways_timeout(tmp_path: Path) -> None:

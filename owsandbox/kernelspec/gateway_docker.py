@@ -154,9 +154,21 @@ def run_argv(args: argparse.Namespace, gateway_args: list[str], env: dict[str, s
     return [*argv, image, IN_IMAGE_COMMAND, "gateway-kernel", *gateway_args, "--container-proxy"]
 
 
-def docker(args: argparse.Namespace, *words: str, timeout: float = DOCKER_SECONDS) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([args.docker, *words], capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+def docker(args: argparse.Namespace, *words: str, timeout: float = DOCKER_SECONDS, env: dict[str, str] | None = None,
+           check: bool = False) -> subprocess.CompletedProcess[str]:
+    """`args.docker WORDS` (in `env`, this process's environment by default), its output kept; for
+    gateway-swarm too. Loud: a client that cannot run or does not answer within `timeout` is a
+    LaunchError naming the command, and so, with `check`, is a nonzero status, quoting the client's
+    stderr. Without `check` the caller reads the status (a container that is already gone)."""
+    command = " ".join(["docker", *words[:2 if words[:1] in (("service",), ("network",)) else 1]])  # `docker run`
+    try:
+        done = subprocess.run([args.docker, *words], capture_output=True, text=True, timeout=timeout, env=env,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise LaunchError(f"{command}: the docker client {args.docker} failed: {exc}") from None
+    if check and done.returncode != 0:
+        raise LaunchError(f"{command} failed (status {done.returncode}): {done.stderr.strip()}")
+    return done
 
 
 def follow(args: argparse.Namespace, name: str, seconds: float) -> bool:
@@ -200,13 +212,7 @@ def launch(argv: list[str], environ: dict[str, str] | None = None) -> int:
             raise LaunchError(f"--RemoteProcessProxy.kernel-id {kernel_id!r} is not a container name")
         with tempfile.TemporaryDirectory(prefix="owsandbox-gateway-docker-") as temp:
             line = run_argv(args, gateway_args, env, kernel_id, Path(temp))
-            try:
-                started = subprocess.run(line, capture_output=True, text=True, timeout=DOCKER_SECONDS, env=env,
-                                         stdin=subprocess.DEVNULL)
-            except OSError as exc:
-                raise LaunchError(f"the docker client {args.docker} cannot run: {exc}") from None
-        if started.returncode != 0:
-            raise LaunchError(f"docker run failed (status {started.returncode}): {started.stderr.strip()}")
+            docker(args, *line[1:], env=env, check=True)  # the values of its `--env NAME`s are env's
         name = f"owsandbox-{kernel_id}"
         if follow(args, name, launch_seconds(env)):
             return 0

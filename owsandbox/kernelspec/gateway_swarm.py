@@ -49,9 +49,9 @@ from .gateway_docker import (
     _NAME,
     DEFAULT_GID,
     DEFAULT_UID,
-    DOCKER_SECONDS,
     IN_IMAGE_COMMAND,
     LABELS,
+    docker,
     launch_seconds,
     numeric_id,
     passed_names,
@@ -121,14 +121,6 @@ def service_argv(args: argparse.Namespace, gateway_args: list[str], env: dict[st
     return [*argv, image, IN_IMAGE_COMMAND, "gateway-kernel", *gateway_args, "--container-proxy"]
 
 
-def docker(args: argparse.Namespace, *words: str, timeout: float = DOCKER_SECONDS) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run([args.docker, *words], capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise LaunchError(f"the docker client {args.docker} failed: {exc}") from None
-
-
 def task_state(args: argparse.Namespace, name: str) -> tuple[str, str]:
     """The service's task: its state in lowercase ('' before it has one) and its error."""
     done = docker(args, "service", "ps", "--no-trunc", "--format", "{{.CurrentState}}\t{{.Error}}", name, timeout=30)
@@ -195,15 +187,9 @@ def launch(argv: list[str], environ: dict[str, str] | None = None) -> int:
         check_network(network, described.stdout)
         print("owsandbox gateway-swarm: provider local: the service's container is the kernel's sandbox (Docker's "
               "default seccomp profile, no capabilities)", file=sys.stderr, flush=True)
-        try:
-            created = subprocess.run(line, capture_output=True, text=True, timeout=DOCKER_SECONDS, env=env,
-                                     stdin=subprocess.DEVNULL)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise LaunchError(f"the docker client {args.docker} failed: {exc}") from None
+        created = docker(args, *line[1:], env=env, check=True)  # the values of its `--env NAME`s are env's
         if created.stderr.strip():
             print(created.stderr.strip(), file=sys.stderr, flush=True)  # Docker's warnings (an unresolved image)
-        if created.returncode != 0:
-            raise LaunchError(f"docker service create failed (status {created.returncode})")
         name = service_name(kernel_id)
         answered, why = follow(args, name, launch_seconds(env))
         if answered:
