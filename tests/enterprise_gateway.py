@@ -15,29 +15,25 @@ overlay network, as a Swarm deployment runs it (`swarm_gateway`).
 
 from __future__ import annotations
 
-import http.client
-import json
 import os
-import secrets
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from .containers import PROJECT, Docker, Podman, docker_tools
-from .gateway_hosts import GATEWAY_ADDRESSES, GatewayNetwork, socket_in
+from .gateway_hosts import GATEWAY_ADDRESSES, GatewayNetwork
 from .kernel_ws import KernelWebSocket
+from .namespace_server import NamespaceServer
 from .prepare import ENVIRONMENTS, what
 from .waiting import WaitTimeout, wait_until
 
 EG = ENVIRONMENTS["enterprise-gateway"]
 PORT = 8888  # on the gateway namespace's own loopback
-START_SECONDS = 90
+USER = {"KERNEL_USERNAME": "student"}  # a kernel's user: the gateway refuses root (its unauthorized_users)
 KERNEL_NAME = "owsandbox-eg"
 DOCKER_KERNEL_NAME = "owsandbox-eg-docker"
 DOCKER_LOCAL_KERNEL_NAME = "owsandbox-eg-docker-local"  # --provider local: the container is the sandbox
@@ -67,8 +63,12 @@ def install_spec(prefix: Path, hosts: list[str], extra: list[str] | None = None)
     return prefix / "share" / "jupyter" / "kernels" / KERNEL_NAME
 
 
-class EnterpriseGateway:
+class EnterpriseGateway(NamespaceServer):
     """One `jupyter enterprisegateway` in the gateway namespace, spoken to over REST and WebSockets."""
+
+    what = "the gateway"
+    ready_words = b"is available at"
+    request_seconds = 120
 
     def __init__(self, network: GatewayNetwork, spec_prefix: Path, log_path: Path,
                  response_ip: str = GATEWAY_ADDRESSES[0], extra_env: dict[str, str] | None = None,
@@ -77,10 +77,7 @@ class EnterpriseGateway:
         """`command`, when given, makes the gateway's command line from its environment (the gateway in a
         container: tests/enterprise_gateway.py's `swarm_gateway`); by default the gateway runs in the
         network namespace of `network`, on its loopback."""
-        self.network = network
-        self.kernel_name = kernel_name
-        self.token = secrets.token_hex(16)
-        self.log_path = log_path
+        super().__init__(network, log_path, PORT, kernel_name, USER["KERNEL_USERNAME"])
         env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "EG_", "KERNEL_"))}
         env.update(HOME=str(network.home), JUPYTER_PATH=str(spec_prefix / "share" / "jupyter"),
                    JUPYTER_RUNTIME_DIR=str(network.folder / "gateway-runtime"),
@@ -89,58 +86,12 @@ class EnterpriseGateway:
         env.update(extra_env or {})
         argv = (command(env) if command is not None else
                 network.in_gateway([str(gateway_venv()), "--ip=127.0.0.1", f"--port={PORT}", "--debug"]))
-        self._log = log_path.open("wb")
-        self.process = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.PIPE)
-        self._ready = threading.Event()
-        threading.Thread(target=self._pump, daemon=True).start()
-        if not self._ready.wait(START_SECONDS) or self.process.poll() is not None:
-            self.stop()
-            raise RuntimeError(f"the gateway did not start: {self.log()[-3000:]}")
-
-    def _pump(self) -> None:
-        assert self.process.stderr is not None
-        for line in self.process.stderr:
-            self._log.write(line)
-            self._log.flush()
-            if b"is available at" in line:
-                self._ready.set()
-        self._ready.set()
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def request(self, method: str, path: str, body: dict[str, Any] | None = None,
-                timeout: float = 120) -> tuple[int, Any]:
-        conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=timeout)
-        conn.sock = socket_in(self.network.gateway, ("127.0.0.1", PORT), timeout)
-        try:
-            conn.request(method, path, body=json.dumps(body) if body is not None else None,
-                         headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"})
-            answer = conn.getresponse()
-            data = answer.read()
-            return answer.status, json.loads(data) if data else None
-        finally:
-            conn.close()
+        self._start(argv, env)
 
     def start_kernel(self, env: dict[str, str] | None = None) -> str:
         status, body = self.request("POST", "/api/kernels", {"name": self.kernel_name, "env": env or {}})
         assert status == 201, (status, body)
         return body["id"]
-
-    def websocket(self, kernel_id: str, user: str = "student") -> KernelWebSocket:
-        sock = socket_in(self.network.gateway, ("127.0.0.1", PORT))
-        return KernelWebSocket(f"ws://127.0.0.1:{PORT}/api/kernels/{kernel_id}/channels", self.token, user,
-                               sock=sock)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._log.close()
 
 
 @contextmanager

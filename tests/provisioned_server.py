@@ -13,22 +13,16 @@ docs/how-to/gateways.md says.
 
 from __future__ import annotations
 
-import http.client
-import json
 import os
-import secrets
 import subprocess
 import sys
-import threading
 from pathlib import Path
-from typing import Any
 
-from .gateway_hosts import GATEWAY_ADDRESSES, GatewayNetwork, socket_in
-from .kernel_ws import KernelWebSocket
+from .gateway_hosts import GATEWAY_ADDRESSES, GatewayNetwork
+from .namespace_server import NamespaceServer
 from .waiting import WaitTimeout, wait_until
 
 PORT = 8888  # on the gateway namespace's own loopback
-START_SECONDS = 90
 KERNEL_NAME = "owsandbox-remote"
 USER = "student"
 
@@ -46,15 +40,12 @@ def install_spec(prefix: Path, hosts: list[str], workspace: Path, extra: list[st
     return prefix / "share" / "jupyter" / "kernels" / name
 
 
-class ProvisionedServer:
+class ProvisionedServer(NamespaceServer):
     """One `jupyter server` in the gateway namespace, spoken to over REST and WebSockets."""
 
     def __init__(self, network: GatewayNetwork, spec_prefix: Path, log_path: Path,
                  extra_args: list[str] | None = None, port: int = PORT) -> None:
-        self.network = network
-        self.port = port
-        self.token = secrets.token_hex(16)
-        self.log_path = log_path
+        super().__init__(network, log_path, port, KERNEL_NAME, USER)
         root = network.folder / f"server-root-{port}"
         root.mkdir(exist_ok=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "GP_", "KERNEL_", "OWSANDBOX_"))}
@@ -68,13 +59,7 @@ class ProvisionedServer:
                                    "--ServerApp.port_retries=0", f"--IdentityProvider.token={self.token}",
                                    f"--ServerApp.root_dir={root}", "--ServerApp.allow_root=True",
                                    "--ServerApp.open_browser=False", "--debug", *(extra_args or [])])
-        self._log = log_path.open("wb")
-        self.process = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.PIPE)
-        self._ready = threading.Event()
-        threading.Thread(target=self._pump, daemon=True).start()
-        if not self._ready.wait(START_SECONDS) or self.process.poll() is not None or not self._answers():
-            self.stop()
-            raise RuntimeError(f"the Jupyter server did not start: {self.log()[-3000:]}")
+        self._start(argv, env)
 
     def _answers(self) -> bool:
         """The server answers `/api/status` (it says it runs a moment before it listens)."""
@@ -92,50 +77,7 @@ class ProvisionedServer:
         except (RuntimeError, WaitTimeout):
             return False
 
-    def _pump(self) -> None:
-        assert self.process.stderr is not None
-        for line in self.process.stderr:
-            self._log.write(line)
-            self._log.flush()
-            if b"is running at" in line:  # said once it listens
-                self._ready.set()
-        self._ready.set()
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def request(self, method: str, path: str, body: dict[str, Any] | None = None,
-                timeout: float = 240) -> tuple[int, Any]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        conn.sock = socket_in(self.network.gateway, ("127.0.0.1", self.port), timeout)
-        try:
-            conn.request(method, path, body=json.dumps(body) if body is not None else None,
-                         headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"})
-            answer = conn.getresponse()
-            data = answer.read()
-            try:
-                return answer.status, json.loads(data) if data else None
-            except ValueError:
-                return answer.status, data.decode(errors="replace")
-        finally:
-            conn.close()
-
     def start_kernel(self) -> str:
         status, body = self.request("POST", "/api/kernels", {"name": KERNEL_NAME})
         assert status == 201, (status, body)
         return body["id"]
-
-    def websocket(self, kernel_id: str) -> KernelWebSocket:
-        sock = socket_in(self.network.gateway, ("127.0.0.1", self.port))
-        return KernelWebSocket(f"ws://127.0.0.1:{self.port}/api/kernels/{kernel_id}/channels", self.token, USER,
-                               sock=sock)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._log.close()

@@ -18,15 +18,13 @@ from pathlib import Path
 import pytest
 
 from .conftest import require_bwrap
-from .enterprise_gateway import EnterpriseGateway, install_spec, stop_keeps_state
-from .gateway_hosts import SECOND_ADDRESS, GatewayNetwork, Host, gateway_network
-from .processes import PinnedProcesses, command_line, descendants, pid_alive, wait_gone
+from .enterprise_gateway import USER, EnterpriseGateway, install_spec, stop_keeps_state
+from .gateway_hosts import SECOND_ADDRESS, GatewayNetwork, gateway_network
+from .namespace_server import kernel_on, served
+from .processes import PinnedProcesses, descendants, pid_alive, wait_gone
 from .waiting import wait_until
 
 pytestmark = [pytest.mark.system, pytest.mark.needs("enterprise-gateway")]
-
-USER = {"KERNEL_USERNAME": "student"}  # the gateway refuses to start kernels for root (its unauthorized_users)
-
 
 @dataclass
 class Place:
@@ -42,38 +40,14 @@ def place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Place]:
         prefix = network.folder / "spec"
         install_spec(prefix, [host.address for host in network.hosts])
         gateway = EnterpriseGateway(network, prefix, tmp_path_factory.mktemp("eg") / "gateway.log")
-        processes = PinnedProcesses()
-        try:
+        with served(gateway, network, "gateway") as processes:
             yield Place(gateway, network, processes)
-        finally:
-            gateway.stop()
-            left = processes.still_running_after(15)
-            processes.kill(left)
-            processes.close()
-            print(f"gateway log:\n{gateway.log()[-5000:]}")
-            for log in network.folder.glob("kernel-*.log"):
-                print(f"{log.name}:\n{log.read_text(errors='replace')[-2000:]}")
-            assert not left, f"still running 15 s after the gateway ended (now killed): {left}"
 
 
 def workspace(place: Place, name: str) -> dict[str, str]:
     folder = place.network.folder / "work" / name
     folder.mkdir(parents=True)
     return {**USER, "KERNEL_WORKING_DIR": str(folder)}
-
-
-def kernel_on(place: Place, kernel_id: str) -> tuple[Host, int]:
-    """The host a kernel runs on and its pid there (found by the network namespace of its process)."""
-
-    def found() -> tuple[Host, int] | None:
-        for host in place.network.hosts:
-            for pid in host.processes():
-                line = command_line(pid)
-                if "gateway-kernel" in line and f"kernel-id {kernel_id}" in line:
-                    return host, pid
-        return None
-
-    return wait_until(found, 30, f"the process of kernel {kernel_id} on a host")
 
 
 def pin(place: Place, pid: int) -> dict[int, str]:
@@ -88,7 +62,7 @@ def pin(place: Place, pid: int) -> dict[int, str]:
 def test_two_kernels_land_on_two_hosts_run_cells_and_stop(place: Place) -> None:
     first = place.gateway.start_kernel(workspace(place, "first"))
     second = place.gateway.start_kernel(workspace(place, "second"))
-    (host_a, pid_a), (host_b, pid_b) = kernel_on(place, first), kernel_on(place, second)
+    (host_a, pid_a), (host_b, pid_b) = kernel_on(place.network, first), kernel_on(place.network, second)
     assert host_a is not host_b, f"both kernels on {host_a.name}"
     sockets = [place.gateway.websocket(first), place.gateway.websocket(second)]
     try:
@@ -97,7 +71,7 @@ def test_two_kernels_land_on_two_hosts_run_cells_and_stop(place: Place) -> None:
             assert cell.status == "ok" and cell.text() == "42\n", cell.outputs
             assert (place.network.folder / "work" / ("first" if kernel_id == first else "second")
                     / "answer.txt").read_text() == "42\n"  # the workspace is KERNEL_WORKING_DIR
-            tree = pin(place, kernel_on(place, kernel_id)[1])
+            tree = pin(place, kernel_on(place.network, kernel_id)[1])
             state = Path(host.runtime)  # the sandbox's state folder is in this host's runtime folder
             assert any(f"kernel-{kernel_id}" in c and str(state) in c for c in tree.values()), tree
         ws = sockets[0]
@@ -118,7 +92,7 @@ def test_two_kernels_land_on_two_hosts_run_cells_and_stop(place: Place) -> None:
 def test_a_restart_on_the_same_host_keeps_the_sandbox(place: Place) -> None:
     host = place.network.hosts[1]
     kernel_id = place.gateway.start_kernel({**workspace(place, "restart"), "KERNEL_REMOTE_HOST": host.address})
-    on, pid = kernel_on(place, kernel_id)
+    on, pid = kernel_on(place.network, kernel_id)
     assert on is host
     ws = place.gateway.websocket(kernel_id)
     try:
@@ -129,7 +103,7 @@ def test_a_restart_on_the_same_host_keeps_the_sandbox(place: Place) -> None:
         ws.close()
     status, _ = place.gateway.request("POST", f"/api/kernels/{kernel_id}/restart")
     assert status == 200
-    again, new_pid = wait_until(lambda: (found := kernel_on(place, kernel_id)) and found[1] != pid and found,
+    again, new_pid = wait_until(lambda: (found := kernel_on(place.network, kernel_id)) and found[1] != pid and found,
                                 60, "the restarted kernel's process")
     assert again is host and new_pid != pid
     ws = place.gateway.websocket(kernel_id)
@@ -169,7 +143,7 @@ def test_an_unpinned_restart_moves_to_the_other_host_and_starts_empty(place: Pla
     there has a new, empty sandbox, and the old one, kept for a restart on its own host, ends after
     its linger (30 s)."""
     kernel_id = place.gateway.start_kernel(workspace(place, "moved"))
-    host, pid = kernel_on(place, kernel_id)
+    host, pid = kernel_on(place.network, kernel_id)
     ws = place.gateway.websocket(kernel_id)
     try:
         assert ws.run("echo only-here > /tmp/mark", 60).status == "ok"
@@ -178,7 +152,7 @@ def test_an_unpinned_restart_moves_to_the_other_host_and_starts_empty(place: Pla
         ws.close()
     status, _ = place.gateway.request("POST", f"/api/kernels/{kernel_id}/restart")
     assert status == 200
-    moved, new_pid = wait_until(lambda: (found := kernel_on(place, kernel_id)) and found[1] != pid and found,
+    moved, new_pid = wait_until(lambda: (found := kernel_on(place.network, kernel_id)) and found[1] != pid and found,
                                 60, "the restarted kernel's process")
     assert moved is not host, "round-robin gave the restart the same host"
     ws = place.gateway.websocket(kernel_id)
@@ -205,7 +179,7 @@ def test_a_host_reached_at_another_address_than_its_routes_source_runs_the_kerne
     host = place.network.hosts[0]
     assert SECOND_ADDRESS in host.more_addresses
     kernel_id = place.gateway.start_kernel({**workspace(place, "second-address"), "KERNEL_REMOTE_HOST": SECOND_ADDRESS})
-    on, pid = kernel_on(place, kernel_id)
+    on, pid = kernel_on(place.network, kernel_id)
     assert on is host
     ws = place.gateway.websocket(kernel_id)
     try:

@@ -24,6 +24,7 @@ import pytest
 from .conftest import require_bwrap
 from .enterprise_gateway import stop_keeps_state
 from .gateway_hosts import GatewayNetwork, Host, gateway_network
+from .namespace_server import kernel_on, served
 from .processes import PinnedProcesses, command_line, descendants, pid_alive, wait_gone
 from .provisioned_server import ProvisionedServer, install_spec
 from .waiting import wait_until
@@ -52,32 +53,8 @@ def place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Place]:
         install_spec(prefix, [host.address for host in network.hosts], Path("/"), name=ROOT_WORKSPACE)
         server = ProvisionedServer(network, prefix, tmp_path_factory.mktemp("server") / "server.log",
                                    ["--KernelManager.transport_encryption=required"])
-        processes = PinnedProcesses()
-        try:
+        with served(server, network, "server") as processes:
             yield Place(server, network, processes, workspace)
-        finally:
-            server.stop()
-            left = processes.still_running_after(15)
-            processes.kill(left)
-            processes.close()
-            print(f"server log:\n{server.log()[-5000:]}")
-            for log in network.folder.glob("kernel-*.log"):
-                print(f"{log.name}:\n{log.read_text(errors='replace')[-2000:]}")
-            assert not left, f"still running 15 s after the server ended (now killed): {left}"
-
-
-def kernel_on(place: Place, kernel_id: str) -> tuple[Host, int]:
-    """The host a kernel runs on and its pid there (found by the network namespace of its process)."""
-
-    def found() -> tuple[Host, int] | None:
-        for host in place.network.hosts:
-            for pid in host.processes():
-                line = command_line(pid)
-                if "gateway-kernel" in line and f"kernel-id {kernel_id}" in line:
-                    return host, pid
-        return None
-
-    return wait_until(found, 30, f"the process of kernel {kernel_id} on a host")
 
 
 def pin(place: Place, pid: int) -> dict[int, str]:
@@ -107,7 +84,7 @@ def delete(place: Place, kernel_id: str, pids: list[int]) -> None:
 
 def test_kernels_start_on_both_hosts_run_cells_in_their_sandboxes_and_stop(place: Place) -> None:
     first, second = place.server.start_kernel(), place.server.start_kernel()
-    (host_a, pid_a), (host_b, pid_b) = kernel_on(place, first), kernel_on(place, second)
+    (host_a, pid_a), (host_b, pid_b) = kernel_on(place.network, first), kernel_on(place.network, second)
     assert host_a is not host_b, f"both kernels on {host_a.name}"  # round-robin
     sockets = [place.server.websocket(first), place.server.websocket(second)]
     try:
@@ -115,7 +92,7 @@ def test_kernels_start_on_both_hosts_run_cells_in_their_sandboxes_and_stop(place
             cell = ws.run(f"echo $((6 * 7)) > answer-{kernel_id}.txt; cat answer-{kernel_id}.txt", 60)
             assert cell.status == "ok" and cell.text() == "42\n", cell.outputs
             assert (place.workspace / f"answer-{kernel_id}.txt").read_text() == "42\n"  # the spec's workspace
-            tree = pin(place, kernel_on(place, kernel_id)[1])
+            tree = pin(place, kernel_on(place.network, kernel_id)[1])
             # the sandbox is that host's: its state in the host's runtime folder (its network is a namespace of
             # its own, below the host's)
             assert any(f"kernel-{kernel_id}" in c and str(host.runtime) in c for c in tree.values()), tree
@@ -133,7 +110,7 @@ def test_a_restart_stays_on_its_host_and_keeps_the_sandbox(place: Place) -> None
     """The stock DistributedProvisioner would start the restarted kernel on the next host (round-robin), with
     a new, empty sandbox; owsandbox's keeps it where its sandbox is, every time."""
     kernel_id = place.server.start_kernel()
-    host, pid = kernel_on(place, kernel_id)
+    host, pid = kernel_on(place.network, kernel_id)
     ws = place.server.websocket(kernel_id)
     try:
         assert ws.run("echo kept-over-restart > /tmp/mark; echo $$", 60).status == "ok"
@@ -145,8 +122,9 @@ def test_a_restart_stays_on_its_host_and_keeps_the_sandbox(place: Place) -> None
     for _ in range(2):  # round-robin alone would have moved it at one of two restarts
         status, body = place.server.request("POST", f"/api/kernels/{kernel_id}/restart")
         assert status == 200, (status, body)
-        again, new_pid = wait_until(lambda: (found := kernel_on(place, kernel_id)) and found[1] not in seen and found,
-                                    60, "the restarted kernel's process")
+        again, new_pid = wait_until(
+            lambda: (found := kernel_on(place.network, kernel_id)) and found[1] not in seen and found, 60,
+            "the restarted kernel's process")
         assert again is host, f"the restart moved from {host.name} to {again.name}"
         seen.append(new_pid)
         ws = place.server.websocket(kernel_id)
@@ -185,7 +163,7 @@ def test_stopping_the_server_ends_its_remote_kernels_and_their_sandboxes(place: 
                                ["--KernelManager.transport_encryption=required"], port=8890)
     try:
         kernel_id = server.start_kernel()
-        host, pid = kernel_on(place, kernel_id)
+        host, pid = kernel_on(place.network, kernel_id)
         ws = server.websocket(kernel_id)
         try:
             assert ws.run("echo here > /tmp/mark", 60).status == "ok"
