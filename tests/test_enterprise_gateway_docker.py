@@ -13,55 +13,26 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from owsandbox.host.isolation.container_seccomp import default_profile_path
 
-from .containers import IMAGE, MARKER, Docker, require_docker, require_podman
-from .enterprise_gateway import BRIDGE, EnterpriseGateway, docker_gateway, stop_keeps_state
+from . import container_gateway_steps as steps
+from .container_gateway_steps import Place, container_of, containers, place_of, refused, restart, run_cell
+from .containers import IMAGE, MARKER
+from .enterprise_gateway import BRIDGE, USER, docker_gateway, stop_keeps_state
 from .enterprise_gateway import DOCKER_KERNEL_NAME as KERNEL
 from .enterprise_gateway import DOCKER_LOCAL_KERNEL_NAME as LOCAL_KERNEL
 from .waiting import wait_until
 
 pytestmark = [pytest.mark.system, pytest.mark.needs("enterprise-gateway"), pytest.mark.needs_owsandbox_image]
 
-USER = {"KERNEL_USERNAME": "student"}
-
-
-@dataclass
-class Place:
-    gateway: EnterpriseGateway
-    docker: Docker
-    image: str
-    folder: Path
-
-
 @pytest.fixture(scope="module")
 def place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Place]:
-    require_podman()
-    require_docker()
-    folder = tmp_path_factory.mktemp("egdocker")
-    try:
-        with docker_gateway(folder) as (gateway, docker, image):
-            yield Place(gateway, docker, image, folder)
-    finally:
-        log = folder / "gateway.log"
-        print(f"gateway log:\n{log.read_text(errors='replace')[-6000:] if log.exists() else '(none)'}")
-
-
-def containers(docker: Docker, kernel_id: str | None = None) -> list[str]:
-    """The ids of the kernels' containers (all of them, running or not; one kernel's where given)."""
-    label = f"kernel_id={kernel_id}" if kernel_id else "app=enterprise-gateway"
-    return docker.run("ps", "--all", "--quiet", "--no-trunc", "--filter", f"label={label}").stdout.split()
-
-
-def container_of(place: Place, kernel_id: str) -> str:
-    found = containers(place.docker, kernel_id)
-    assert len(found) == 1, found
-    return found[0]
+    with place_of(docker_gateway, tmp_path_factory.mktemp("egdocker")) as found:
+        yield found
 
 
 def processes_naming(kernel_id: str) -> list[str]:
@@ -80,9 +51,7 @@ def processes_naming(kernel_id: str) -> list[str]:
 
 def delete(place: Place, kernel_id: str) -> None:
     """DELETE the kernel: its container goes, and with it every process of the kernel's."""
-    status, _ = place.gateway.request("DELETE", f"/api/kernels/{kernel_id}")
-    assert status == 204
-    wait_until(lambda: not containers(place.docker, kernel_id), 30, f"kernel {kernel_id}'s container removed")
+    steps.delete(place, kernel_id)
     wait_until(lambda: not processes_naming(kernel_id), 20, f"no process of kernel {kernel_id} left")
 
 
@@ -130,21 +99,12 @@ def test_a_restart_is_a_new_container_and_delete_leaves_nothing(place: Place) ->
     kernel has a new container and an empty box (a Docker kernel's state does not outlive a restart)."""
     kernel_id = place.gateway.start_kernel(USER)
     first = container_of(place, kernel_id)
-    ws = place.gateway.websocket(kernel_id)
-    try:
-        assert ws.run("echo before-restart > /tmp/mark", 60).status == "ok"
-    finally:
-        ws.close()
-    status, _ = place.gateway.request("POST", f"/api/kernels/{kernel_id}/restart")
-    assert status == 200
+    assert run_cell(place, kernel_id, "echo before-restart > /tmp/mark").status == "ok"
+    restart(place, kernel_id)
     second = container_of(place, kernel_id)
     assert second != first
-    ws = place.gateway.websocket(kernel_id)
-    try:
-        cell = ws.run("cat /tmp/mark 2>&1; echo $OWSANDBOX_SANDBOX", 60)
-        assert "No such file" in cell.text() and "bwrap" in cell.text(), cell.outputs
-    finally:
-        ws.close()
+    cell = run_cell(place, kernel_id, "cat /tmp/mark 2>&1; echo $OWSANDBOX_SANDBOX")
+    assert "No such file" in cell.text() and "bwrap" in cell.text(), cell.outputs
     delete(place, kernel_id)
 
 
@@ -171,10 +131,7 @@ def test_the_local_provider_makes_the_container_the_sandbox_and_says_so(place: P
 ])
 def test_a_refused_launch_fails_at_once_and_leaves_no_container(place: Place, env: dict[str, str],
                                                                 said: str) -> None:
-    status, body = place.gateway.request("POST", "/api/kernels", {"name": KERNEL, "env": {**USER, **env}},
-                                         timeout=60)
-    assert status == 500, (status, body)
-    wait_until(lambda: said in place.gateway.log(), 10, f"{said!r} in the gateway's log")
+    refused(place, KERNEL, env, said)
     wait_until(lambda: not containers(place.docker), 30, "no kernel container left")
 
 

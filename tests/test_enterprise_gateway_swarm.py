@@ -18,29 +18,20 @@ import json
 import shutil
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
-from .containers import IMAGE, MARKER, PROJECT, Docker, require_docker, require_podman
+from . import container_gateway_steps as steps
+from .container_gateway_steps import Place, container_of, containers, place_of, refused, restart, run_cell
+from .containers import IMAGE, MARKER, PROJECT, Docker
 from .enterprise_gateway import SWARM_KERNEL_NAME as KERNEL
-from .enterprise_gateway import SWARM_SUBNET, EnterpriseGateway, stop_keeps_state, swarm_gateway
+from .enterprise_gateway import SWARM_SUBNET, USER, stop_keeps_state, swarm_gateway
 from .waiting import wait_until
 
 pytestmark = [pytest.mark.system, pytest.mark.needs("enterprise-gateway"), pytest.mark.needs_owsandbox_image,
               pytest.mark.xdist_group("tests/test_enterprise_gateway_docker.py")]
 
-USER = {"KERNEL_USERNAME": "student"}
 ENGINE = PROJECT / "notebooks" / "engines" / "echo_engine.py"
-
-
-@dataclass
-class Place:
-    gateway: EnterpriseGateway
-    docker: Docker
-    image: str
-    folder: Path
 
 
 DOCKERS_WORDS = ("DOCKER", "docker", "203.0.113.", "192.0.2.", "4789", "7946", "2377")  # its chains, bridges, ports
@@ -60,16 +51,9 @@ def firewall_rules() -> list[str]:
 
 @pytest.fixture(scope="module")
 def place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Place]:
-    require_podman()
-    require_docker()
-    folder = tmp_path_factory.mktemp("egswarm")
     rules = firewall_rules()
-    try:
-        with swarm_gateway(folder) as (gateway, docker, image):
-            yield Place(gateway, docker, image, folder)
-    finally:
-        log = folder / "gateway.log"
-        print(f"gateway log:\n{log.read_text(errors='replace')[-6000:] if log.exists() else '(none)'}")
+    with place_of(swarm_gateway, tmp_path_factory.mktemp("egswarm")) as found:
+        yield found
     assert firewall_rules() == rules, "the host's firewall rules for Docker changed"
 
 
@@ -79,24 +63,10 @@ def services(docker: Docker, kernel_id: str | None = None) -> list[str]:
     return docker.run("service", "ls", "--quiet", "--filter", f"label={label}").stdout.split()
 
 
-def containers(docker: Docker, kernel_id: str | None = None) -> list[str]:
-    """The ids of the kernels' task containers, running or not."""
-    label = f"kernel_id={kernel_id}" if kernel_id else "app=enterprise-gateway"
-    return docker.run("ps", "--all", "--quiet", "--no-trunc", "--filter", f"label={label}").stdout.split()
-
-
-def running_container(place: Place, kernel_id: str) -> str:
-    found = place.docker.run("ps", "--quiet", "--no-trunc", "--filter", f"label=kernel_id={kernel_id}").stdout.split()
-    assert len(found) == 1, found
-    return found[0]
-
-
 def delete(place: Place, kernel_id: str) -> None:
     """DELETE the kernel: its service goes, and with it its task's container."""
-    status, _ = place.gateway.request("DELETE", f"/api/kernels/{kernel_id}")
-    assert status == 204
+    steps.delete(place, kernel_id)
     wait_until(lambda: not services(place.docker, kernel_id), 30, f"kernel {kernel_id}'s service removed")
-    wait_until(lambda: not containers(place.docker, kernel_id), 30, f"kernel {kernel_id}'s container removed")
 
 
 def test_a_kernel_is_a_service_whose_cells_run_stop_and_attach(place: Place) -> None:
@@ -104,7 +74,7 @@ def test_a_kernel_is_a_service_whose_cells_run_stop_and_attach(place: Place) -> 
     [service] = services(place.docker, kernel_id)
     spec = json.loads(place.docker.run("service", "inspect", service).stdout)[0]["Spec"]
     assert spec["Name"] == f"owsandbox-{kernel_id}" and spec["TaskTemplate"]["RestartPolicy"]["Condition"] == "none"
-    container = running_container(place, kernel_id)
+    container = container_of(place, kernel_id, every=False)
     ws = place.gateway.websocket(kernel_id)
     try:
         cell = ws.run(f"cat {MARKER}; id -u; pwd; hostname -I", 60)
@@ -137,32 +107,19 @@ def test_a_kernel_is_a_service_whose_cells_run_stop_and_attach(place: Place) -> 
 def test_a_restart_is_a_new_service_task_and_delete_leaves_nothing(place: Place) -> None:
     """The gateway removes the service on a restart and starts another: a new container, an empty box."""
     kernel_id = place.gateway.start_kernel(USER)
-    first = running_container(place, kernel_id)
-    ws = place.gateway.websocket(kernel_id)
-    try:
-        assert ws.run("echo before-restart > /tmp/mark", 60).status == "ok"
-    finally:
-        ws.close()
-    status, _ = place.gateway.request("POST", f"/api/kernels/{kernel_id}/restart")
-    assert status == 200
-    second = running_container(place, kernel_id)
+    first = container_of(place, kernel_id, every=False)
+    assert run_cell(place, kernel_id, "echo before-restart > /tmp/mark").status == "ok"
+    restart(place, kernel_id)
+    second = container_of(place, kernel_id, every=False)
     assert second != first
     assert len(services(place.docker, kernel_id)) == 1
-    ws = place.gateway.websocket(kernel_id)
-    try:
-        cell = ws.run("cat /tmp/mark 2>&1; id -u", 60)
-        assert "No such file" in cell.text() and "1000" in cell.text(), cell.outputs
-    finally:
-        ws.close()
+    cell = run_cell(place, kernel_id, "cat /tmp/mark 2>&1; id -u")
+    assert "No such file" in cell.text() and "1000" in cell.text(), cell.outputs
     delete(place, kernel_id)
 
 
 def test_a_refused_launch_fails_at_once_and_leaves_no_service(place: Place) -> None:
-    status, body = place.gateway.request("POST", "/api/kernels",
-                                         {"name": KERNEL, "env": {**USER, "KERNEL_IMAGE": "localhost/other:1"}},
-                                         timeout=60)
-    assert status == 500, (status, body)
-    wait_until(lambda: "this kernelspec runs only its own image" in place.gateway.log(), 10, "the refusal logged")
+    refused(place, KERNEL, {"KERNEL_IMAGE": "localhost/other:1"}, "this kernelspec runs only its own image")
     assert not services(place.docker) and not containers(place.docker)
 
 
