@@ -18,14 +18,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.enterprise_gateway import EnterpriseGateway, docker_gateway  # noqa: E402
+from tests.containers import Docker  # noqa: E402
+from tests.enterprise_gateway import USER, EnterpriseGateway, docker_gateway  # noqa: E402
 from tests.waiting import wait_until  # noqa: E402
-
-USER = {"KERNEL_USERNAME": "student"}
 
 
 def first_result(gateway: EnterpriseGateway, kernel_id: str) -> None:
@@ -55,12 +55,14 @@ def one_round(gateway: EnterpriseGateway, containers: Callable[[str], list[str]]
     return start, restart, answered, time.monotonic() - started
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def measure(setup: Callable[[Path], AbstractContextManager[tuple[EnterpriseGateway, Docker, str]]], prefix: str,
+            description: str) -> None:
+    """`--rounds` rounds of `one_round` on the gateway that `setup` makes in a temporary folder, and their
+    medians printed: the measuring of this script and of benchmarks/eg_swarm.py, whose gateways differ."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="owsbx-egdocker-bench-") as temp, \
-            docker_gateway(Path(temp)) as (gateway, docker, _):
+    with tempfile.TemporaryDirectory(prefix=prefix) as temp, setup(Path(temp)) as (gateway, docker, _):
         def containers(kernel_id: str) -> list[str]:
             return docker.run("ps", "--all", "--quiet", "--filter", f"label=kernel_id={kernel_id}").stdout.split()
 
@@ -70,6 +72,10 @@ def main() -> None:
         values = [r[i] for r in rounds]
         print(f"{what}: median {statistics.median(values):.2f} s ({min(values):.2f}–{max(values):.2f} s, "
               f"{len(values)} rounds)")
+
+
+def main() -> None:
+    measure(docker_gateway, "owsbx-egdocker-bench-", __doc__.split("\n")[0])
 
 
 if __name__ == "__main__":

@@ -14,33 +14,17 @@ Run as root: `python benchmarks/eg_swarm.py [--rounds 3]` from the repository ro
 
 from __future__ import annotations
 
-import argparse
-import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.eg_docker import one_round  # noqa: E402
+from benchmarks.eg_docker import measure  # noqa: E402
 from tests.enterprise_gateway import swarm_gateway  # noqa: E402
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="owsbx-egswarm-bench-") as temp, \
-            swarm_gateway(Path(temp)) as (gateway, docker, _):
-        def containers(kernel_id: str) -> list[str]:
-            return docker.run("ps", "--all", "--quiet", "--filter", f"label=kernel_id={kernel_id}").stdout.split()
-
-        rounds = [one_round(gateway, containers) for _ in range(args.rounds)]
-    for i, what in enumerate(("POST /api/kernels → first result", "restart → first result", "DELETE → answer",
-                              "DELETE → container gone")):
-        values = [r[i] for r in rounds]
-        print(f"{what}: median {statistics.median(values):.2f} s ({min(values):.2f}–{max(values):.2f} s, "
-              f"{len(values)} rounds)")
+    measure(swarm_gateway, "owsbx-egswarm-bench-", __doc__.split("\n")[0])
 
 
 if __name__ == "__main__":
