@@ -190,17 +190,14 @@ class HubKernel(KernelWebSocket):
                 self.hub.request("DELETE", f"/user/{self.user}/api/kernels/{self.id}", token=self.token)
 
 
-CONFIG = '''\
-"""JupyterHub for owsandbox's tests: written by tests/hub.py."""
+HUB_CONFIG = '''\
+"""{title}: written by tests/hub.py."""
 import hmac
-import signal
 
 from jupyterhub.auth import Authenticator
-from jupyterhub.spawner import LocalProcessSpawner
 
 c = get_config()  # noqa: F821
 PASSWORDS = {passwords!r}
-LIMITS = {limits!r}
 
 
 class FixedPasswords(Authenticator):
@@ -228,6 +225,17 @@ c.JupyterHub.cleanup_proxy = True
 c.JupyterHub.services = [{{"name": {admin!r}, "api_token": {admin_token!r}}}]
 c.JupyterHub.load_roles = [{{"name": {admin!r}, "services": [{admin!r}],
                             "scopes": ["admin:users", "admin:servers", "tokens", "read:users"]}}]
+
+'''
+
+# Each student's server, as that student, from an environment every user can read: the part of the
+# config of `Hub` after HUB_CONFIG.
+CONFIG = '''\
+import signal
+
+from jupyterhub.spawner import LocalProcessSpawner
+
+LIMITS = {limits!r}
 
 
 class StudentSpawner(LocalProcessSpawner):
@@ -368,19 +376,25 @@ class Hub:
     def start(self) -> None:
         for student in self.students.values():
             prepare_student(student)
+        self._write_config("JupyterHub for owsandbox's tests", CONFIG.format(
+            limits={s.name: s.limits for s in self.students.values()}, python=self.plain.python,
+            environment=students_environment(self.plain), spawn_seconds=SPAWN_SECONDS))
+        self._launch()
+
+    def _write_config(self, title: str, spawner: str) -> None:
+        """The proxy's token and the hub's config file, root's alone: HUB_CONFIG (what every hub of the
+        tests is: its students' passwords, its ports and state files, the admin service), titled
+        `title`, then `spawner` (how it starts a student's server)."""
         fd = os.open(self.proxy_token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_hex(32))
-        self.config_file.write_text(CONFIG.format(
-            passwords={s.name: s.password for s in self.students.values()},
-            limits={s.name: s.limits for s in self.students.values()},
+        self.config_file.write_text(HUB_CONFIG.format(
+            title=title, passwords={s.name: s.password for s in self.students.values()},
             public_port=self.public_port, hub_port=self.hub_port, proxy_api_port=self.proxy_api_port,
             proxy_token_file=str(self.proxy_token_file), proxy_pid_file=str(self.state / "proxy.pid"),
             db=self.db, cookie_secret_file=str(self.cookie_secret_file), admin=ADMIN_SERVICE,
-            admin_token=self.admin_token, python=self.plain.python, environment=students_environment(self.plain),
-            spawn_seconds=SPAWN_SECONDS))
+            admin_token=self.admin_token) + spawner)
         os.chmod(self.config_file, 0o600)
-        self._launch()
 
     def _launch(self, settings: dict[str, str] | None = None) -> None:
         """Start `jupyterhub` with the config file written, `settings` added to its environment, and
@@ -530,45 +544,12 @@ class Hub:
 
 # -- each student's server in a container: DockerSpawner -------------------------------------------
 
+# The part of DockerHub's config after HUB_CONFIG.
 DOCKER_CONFIG = '''\
-"""JupyterHub with DockerSpawner for owsandbox's tests: written by tests/hub.py (DockerHub)."""
-import hmac
-
 from dockerspawner import DockerSpawner
-from jupyterhub.auth import Authenticator
 from jupyterhub.utils import random_port
 
 from owsandbox.kernelspec.gateway_docker import nested_bwrap_seccomp
-
-c = get_config()  # noqa: F821
-PASSWORDS = {passwords!r}
-
-
-class FixedPasswords(Authenticator):
-    """One fixed password per student."""
-
-    async def authenticate(self, handler, data):
-        name = data.get("username", "")
-        expected = PASSWORDS.get(name)
-        if expected is not None and hmac.compare_digest(expected.encode(), data.get("password", "").encode()):
-            return name
-        return None
-
-
-c.JupyterHub.authenticator_class = FixedPasswords
-c.Authenticator.allowed_users = set(PASSWORDS)
-c.JupyterHub.bind_url = "http://127.0.0.1:{public_port}"
-c.JupyterHub.hub_bind_url = "http://127.0.0.1:{hub_port}"
-c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api_port}"
-c.ConfigurableHTTPProxy.auth_token = open({proxy_token_file!r}).read().strip()
-c.ConfigurableHTTPProxy.pid_file = {proxy_pid_file!r}
-c.JupyterHub.db_url = "sqlite:///{db}"
-c.JupyterHub.cookie_secret_file = {cookie_secret_file!r}
-c.JupyterHub.cleanup_servers = True
-c.JupyterHub.cleanup_proxy = True
-c.JupyterHub.services = [{{"name": {admin!r}, "api_token": {admin_token!r}}}]
-c.JupyterHub.load_roles = [{{"name": {admin!r}, "services": [{admin!r}],
-                            "scopes": ["admin:users", "admin:servers", "tokens", "read:users"]}}]
 
 
 class HostNetworkSpawner(DockerSpawner):
@@ -644,17 +625,9 @@ class DockerHub(Hub):
         self._make_state(students)
 
     def start(self) -> None:
-        fd = os.open(self.proxy_token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_hex(32))
-        self.config_file.write_text(DOCKER_CONFIG.format(
-            passwords={s.name: s.password for s in self.students.values()},
-            public_port=self.public_port, hub_port=self.hub_port, proxy_api_port=self.proxy_api_port,
-            proxy_token_file=str(self.proxy_token_file), proxy_pid_file=str(self.state / "proxy.pid"),
-            db=self.db, cookie_secret_file=str(self.cookie_secret_file), admin=ADMIN_SERVICE,
-            admin_token=self.admin_token, image=self.image, prefix=self.prefix, spawn_seconds=SPAWN_SECONDS,
-            first_uid=FIRST_UID, limits=BOX_LIMITS))
-        os.chmod(self.config_file, 0o600)
+        self._write_config("JupyterHub with DockerSpawner for owsandbox's tests (DockerHub)", DOCKER_CONFIG.format(
+            image=self.image, prefix=self.prefix, spawn_seconds=SPAWN_SECONDS, first_uid=FIRST_UID,
+            limits=BOX_LIMITS))
         self._launch(self.docker.settings)
 
     def container(self, user: str) -> str:
