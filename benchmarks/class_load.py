@@ -42,9 +42,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.enterprise_gateway import EnterpriseGateway, install_spec  # noqa: E402
-from tests.gateway_hosts import GatewayNetwork, Host, gateway_network  # noqa: E402
+from tests.gateway_hosts import GatewayNetwork, gateway_network  # noqa: E402
 from tests.hub import memory_kib  # noqa: E402
-from tests.processes import PinnedProcesses, command_line, descendants, wait_gone  # noqa: E402
+from tests.namespace_server import kernel_process  # noqa: E402
+from tests.processes import PinnedProcesses, descendants, wait_gone  # noqa: E402
 from tests.waiting import wait_until  # noqa: E402
 
 USER = {"KERNEL_USERNAME": "student"}
@@ -55,15 +56,6 @@ LESSON = [  # (cell, what it must print)
     ("for i in 1 2 3; do echo step $i; done | wc -l", "3\n"),
     ("grep -c fraction notes.txt; echo $x", "1\n7\n"),
 ]
-
-
-def kernel_process(network: GatewayNetwork, kernel_id: str) -> tuple[Host, int] | None:
-    for host in network.hosts:
-        for pid in host.processes():
-            line = command_line(pid)
-            if "gateway-kernel" in line and f"kernel-id {kernel_id}" in line:
-                return host, pid
-    return None
 
 
 def workspace(network: GatewayNetwork, name: str) -> dict[str, str]:

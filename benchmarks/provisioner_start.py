@@ -27,19 +27,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.gateway_hosts import GatewayNetwork, Host, gateway_network  # noqa: E402
-from tests.processes import PinnedProcesses, command_line, wait_gone  # noqa: E402
+from tests.gateway_hosts import GatewayNetwork, gateway_network  # noqa: E402
+from tests.namespace_server import kernel_process  # noqa: E402
+from tests.processes import PinnedProcesses, wait_gone  # noqa: E402
 from tests.provisioned_server import ProvisionedServer, install_spec  # noqa: E402
 from tests.waiting import wait_until  # noqa: E402
-
-
-def kernel_process(network: GatewayNetwork, kernel_id: str) -> tuple[Host, int] | None:
-    for host in network.hosts:
-        for pid in host.processes():
-            line = command_line(pid)
-            if "gateway-kernel" in line and f"kernel-id {kernel_id}" in line:
-                return host, pid
-    return None
 
 
 def one_round(server: ProvisionedServer, network: GatewayNetwork) -> tuple[str, float, float, float, float, float]:

@@ -124,15 +124,17 @@ def served(server: NamespaceServer, network: GatewayNetwork, name: str) -> Itera
         assert not left, f"still running {LEFT_SECONDS} s after the {name} ended (now killed): {left}"
 
 
+def kernel_process(network: GatewayNetwork, kernel_id: str) -> tuple[Host, int] | None:
+    """The host a kernel runs on and its pid there (found by the network namespace of its process), or
+    None while there is none."""
+    for host in network.hosts:
+        for pid in host.processes():
+            line = command_line(pid)
+            if "gateway-kernel" in line and f"kernel-id {kernel_id}" in line:
+                return host, pid
+    return None
+
+
 def kernel_on(network: GatewayNetwork, kernel_id: str) -> tuple[Host, int]:
-    """The host a kernel runs on and its pid there (found by the network namespace of its process)."""
-
-    def found() -> tuple[Host, int] | None:
-        for host in network.hosts:
-            for pid in host.processes():
-                line = command_line(pid)
-                if "gateway-kernel" in line and f"kernel-id {kernel_id}" in line:
-                    return host, pid
-        return None
-
-    return wait_until(found, 30, f"the process of kernel {kernel_id} on a host")
+    """`kernel_process`, once there is one."""
+    return wait_until(lambda: kernel_process(network, kernel_id), 30, f"the process of kernel {kernel_id} on a host")
