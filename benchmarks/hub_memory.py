@@ -11,7 +11,8 @@ box's daemon and its bash). The last line extrapolates to a class of `--class-si
 
 Run as root from the repository root (it makes the users owsbx-hub-a, -b, … with useradd):
 `.venv/bin/python benchmarks/hub_memory.py [--students N] [--settle S] [--class-size M]`.
-Needs bubblewrap, configurable-http-proxy and the test extra (jupyterhub).
+Needs bubblewrap, configurable-http-proxy and the test extra (jupyterhub). The students are the tests'
+own (tests/test_jupyterhub.py), so it takes the tests' classroom lock and waits while a test run holds it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.hub import Hub, HubKernel, class_of, memory_kib, processes_of, sandbox_of  # noqa: E402
+from tests.hub import (  # noqa: E402
+    Hub,
+    HubKernel,
+    class_of,
+    classroom_users,
+    memory_kib,
+    processes_of,
+    sandbox_of,
+)
 from tests.processes import command_line, descendants  # noqa: E402
 
 PARTS = ("server", "kernel", "relay", "sandbox")
@@ -73,6 +82,13 @@ def main() -> int:
     if os.getuid() != 0:
         print("run as root: the benchmark makes system users and spawns their servers", file=sys.stderr)
         return 2
+    print("taking the classroom (a test run on this machine that has it is waited for)", flush=True)
+    with classroom_users():  # the students are the tests' system users, and a hub's stop ends all of theirs
+        return measure(args)
+
+
+def measure(args: argparse.Namespace) -> int:
+    """Start the hub, log the class in, read the memory, stop the hub (the caller holds the classroom)."""
     students = class_of(args.students)
     hub = Hub(students)
     kernels: list[HubKernel] = []

@@ -15,6 +15,7 @@ channel and the kernelspec use it too.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from collections.abc import Mapping
@@ -57,11 +58,42 @@ def names(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
+#: The limits a box takes (`OWSANDBOX_LIMITS`, `owsandbox install --limit`): their one list, here so
+#: that the setting is checked where it is read, whichever provider then uses it (or none does).
+LIMIT_NAMES = ("memory", "pids", "tmp", "shm", "cpu")
+#: The words `%sandbox` shows for some limits, which a person may well write instead of the names.
+_LIMIT_WORDS = {"processes": "pids", "/tmp": "tmp", "/dev/shm": "shm", "cpus": "cpu"}
+
+
+def unknown_limit(name: str) -> str | None:
+    """None for a limit's name; else why it is none, with the names and the one meant when that is plain
+    (a word `%sandbox` shows, or a close spelling): a wrong name is never quietly no limit."""
+    if name in LIMIT_NAMES:
+        return None
+    meant = _LIMIT_WORDS.get(name) or next(iter(difflib.get_close_matches(name, LIMIT_NAMES, n=1)), None)
+    return (f"no limit is named {name!r}" + (f" (did you mean {meant}?)" if meant else "")
+            + f"; the limits are {', '.join(LIMIT_NAMES)}")
+
+
+def limit_items(text: str) -> tuple[str, ...]:
+    """`memory=2G, pids=512` as its items (a list's grammar), each NAME=VALUE with a known NAME; a
+    ValueError naming the first that is not. The values are their reader's to judge (the limits')."""
+    items = names(text)
+    for item in items:
+        name, sep, _ = item.partition("=")
+        if not sep:
+            raise ValueError(f"{item!r} is not NAME=VALUE (example: pids=512)")
+        problem = unknown_limit(name.strip().lower())
+        if problem:
+            raise ValueError(problem)
+    return items
+
+
 class Setting(NamedTuple):
     name: str
     reader: str  # the module that uses it
     meaning: str
-    kind: str = "text"  # text, switch, number, size, list
+    kind: str = "text"  # text, switch, number, size, list, limits (a list of NAME=VALUE with known names)
     takes: str = ""  # what a value must be, for errors and `owsandbox settings`
     secret: bool = False  # `owsandbox settings` says it is set, never shows it
     least: float | None = None  # a number's smallest value
@@ -83,6 +115,11 @@ class Setting(NamedTuple):
             return value
         if self.kind == "list":
             return names(text)
+        if self.kind == "limits":
+            try:
+                return limit_items(text)
+            except ValueError as exc:
+                raise SettingsError(f"{self.name}={text!r}: {exc}", self.name) from None
         if self.kind == "text" or not text:
             return text if self.kind == "text" else None
         if self.kind == "size":
@@ -101,6 +138,7 @@ class Setting(NamedTuple):
 
 _ALL: list[Setting] = []
 _TAKES = {"switch": "1 (yes, true, on) or 0 (no, false, off, or empty)", "list": "a list, A,B,...",
+          "limits": f"a list of NAME=VALUE, NAME one of {', '.join(LIMIT_NAMES)}",
           "text": "text", "size": "a size (examples: 500M, 8G)", "number": "a number"}
 
 
@@ -147,8 +185,8 @@ EXECD_HEADERS = _setting("EXECD_HEADERS", "channel.endpoint", "routing headers f
 NETWORK = _setting("NETWORK", "host.isolation.policy", "1: the box may reach the network (default: no network)",
                    "switch")
 LIMITS = _setting("LIMITS", "host.isolation.policy",
-                  "the box's limits, NAME=VALUE,...: memory=2G, pids=512, tmp=1G, shm=256M, cpu=1.5; or off "
-                  "(default: on, with the defaults %sandbox shows)", kind="list")
+                  "the box's limits, NAME=VALUE,...: memory=2G, pids=512, tmp=1G, shm=256M, cpu=1.5 "
+                  "(default: on, with the defaults %sandbox shows)", kind="limits")
 ENV = _setting("ENV", "host.isolation.policy", "names of the host's variables passed into the box, A,B", kind="list")
 HOME_VISIBLE = _setting("HOME_VISIBLE", "host.isolation.guard",
                         "dot entries of a home workspace the box may see, .name,...", kind="list")

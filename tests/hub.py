@@ -35,13 +35,14 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from http.cookiejar import CookieJar
 from pathlib import Path
 from typing import Any
 
 from .kernel_ws import KernelWebSocket
-from .machine_lock import ensure_user
+from .machine_lock import ensure_user, machine_lock
 from .plain_python import PlainPython, _link_tree, make_plain_python
 from .ports import free_port
 from .processes import PinnedProcesses, command_line, descendants, name, parent_of, stop_watched
@@ -84,6 +85,13 @@ def class_of(count: int, prefix: str = "owsbx-hub-") -> list[Student]:
     names = [letters[i] if i < 26 else f"{letters[i // 26 - 1]}{letters[i % 26]}" for i in range(count)]
     return [Student(f"{prefix}{n}", secrets.token_urlsafe(12), f"memory=1G,pids={128 + 32 * (i % 4)}")
             for i, n in enumerate(names)]
+
+
+def classroom_users() -> AbstractContextManager[None]:
+    """The machine's one classroom, held by whoever logs `class_of`'s students in (tests/test_jupyterhub.py,
+    benchmarks/hub_memory.py): the students are system users shared by every run on this machine, and a
+    hub's stop ends every process of theirs, so a second class at once would end the first one's."""
+    return machine_lock("classroom-users")
 
 
 def processes_of(uid: int) -> list[int]:

@@ -36,3 +36,21 @@ def ensure_user(name: str) -> pwd.struct_passwd:
         except KeyError:
             subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", name], check=True)
             return pwd.getpwnam(name)
+
+
+def ids_of_user(user: pwd.struct_passwd) -> list[range]:
+    """The user ids whose processes are `user`'s: their own, and the subordinate ids /etc/subuid gives
+    them (what their rootless containers run as, root in them being the user), however it was given
+    (by useradd, which gives a range to a new user, or by usermod)."""
+    ids = [range(user.pw_uid, user.pw_uid + 1)]
+    try:
+        with open("/etc/subuid") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return ids
+    for line in lines:
+        owner, _, rest = line.partition(":")
+        start, _, count = rest.partition(":")
+        if owner in (user.pw_name, str(user.pw_uid)) and start.isdigit() and count.isdigit():
+            ids.append(range(int(start), int(start) + int(count)))
+    return ids

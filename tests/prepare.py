@@ -8,6 +8,14 @@ program and a copy of the requirements it was made from equal to today's, so a c
 again. `@modelcontextprotocol/server-everything` comes from npm, pinned in tests/npm/package.json,
 into `.cache/tests/npm`.
 
+`quick-start` is the wheels of what the README's first command installs (tests/test_readme.py runs
+that command for real, in a copy of the project): its `pip install` target with every dependency, and
+the build backend that makes the editable install, in `.cache/tests/quick-start-wheels`. The test
+points pip there and nowhere else (PIP_NO_INDEX), so that the command makes the user's environment
+itself, from nothing, yet no download happens within the test's timeout. The wheels count as made for
+the command, the requirements it brings and the Python version they were fetched for (WHEELS_FOR),
+so a change to any of them fetches them again.
+
 Who makes them: `.ci/run`, before the test command (`python3 tests/prepare.py`, standard library
 only); and the test session itself (tests/conftest.py, `pytest_collection_finish`), for a selected
 test marked `needs(NAME)` whose environment is missing, before the first test starts and so outside
@@ -21,9 +29,13 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -117,13 +129,143 @@ def make_npm() -> None:
             raise RuntimeError(f"npm install of tests/npm/package.json made no {EVERYTHING}")
 
 
-NEEDS = {**{name: (env.made, env.make) for name, env in ENVIRONMENTS.items()}, "npm": (npm_made, make_npm)}
+README = ROOT / "README.md"
+PYPROJECT = ROOT / "pyproject.toml"
+QUICK_START_WHEELS = CACHE / "quick-start-wheels"
+WHEELS_FOR = "made-for.txt"  # inside the wheels' folder: what they were fetched for
+# hatchling builds an editable install with `editables` (its get_requires_for_build_editable): pip fetches
+# it as it builds, so it is fetched here with the build backend.
+EDITABLE_BUILD_REQUIRES = ("editables",)
+
+
+def quick_start() -> list[str]:
+    """The README quick start's commands: its `sh` blocks, one command each (the user's, then the
+    contributors'); AssertionError when it is not that shape (tests/test_readme.py holds it so)."""
+    section = re.search(r"^## Quick start\n(.*?)(?=^## )", README.read_text(), re.S | re.M)
+    assert section, "the README has no quick start"
+    blocks = re.findall(r"^```sh\n(.*?)^```", section.group(1), re.S | re.M)
+    commands = [[line for line in block.splitlines() if line.strip()] for block in blocks]
+    assert [len(block) for block in commands] == [1, 1], f"two blocks of one command each: {commands}"
+    return [block[0] for block in commands]
+
+
+def quick_start_install() -> list[str]:
+    """What the README's first command gives `pip install` (`-e .[lab]`), as words."""
+    first = quick_start()[0]
+    found = re.search(r"\bpip install ([^&;|]+)", first)
+    if not found:
+        raise RuntimeError(f"the README's first command installs nothing with pip: {first}")
+    return shlex.split(found.group(1))
+
+
+def build_requires() -> list[str]:
+    """pyproject.toml's [build-system] requires (what building the project fetches)."""
+    found = re.search(r"^\[build-system\]\s*^requires\s*=\s*\[([^\]]*)\]", PYPROJECT.read_text(), re.M)
+    if not found:
+        raise RuntimeError("pyproject.toml has no [build-system] requires = [...]")
+    return re.findall(r"[\"']([^\"']+)[\"']", found.group(1))
+
+
+_PYTHON_TAG = "import sys, sysconfig; print(sys.implementation.cache_tag, sysconfig.get_platform())"
+
+
+def _python_tag() -> str:
+    """This Python's version and platform (`cpython-311 linux-x86_64`): what a wheel is for. The wheels
+    are fetched with `python3` (the README's command's) and checked by the Python running this, the same
+    one where the test environment was made with `python3` as the README's second command does."""
+    return f"{sys.implementation.cache_tag} {sysconfig.get_platform()}"
+
+
+def _dependencies(words: list[str]) -> list[str]:
+    """The project's requirements that installing `words` (`-e .[lab]`) brings: its dependencies and
+    those of the extras named (an extra that names the project's own extras, too), as pyproject.toml
+    says them; its whole [project] tables as text where Python has no tomllib (3.10)."""
+    try:
+        import tomllib
+    except ImportError:
+        text = PYPROJECT.read_text()
+        return [found.group(0) for found in re.finditer(r"^\[project(\.optional-dependencies)?\]\n.*?(?=^\[|\Z)",
+                                                         text, re.S | re.M)]
+    project = tomllib.loads(PYPROJECT.read_text())["project"]
+    optional = project.get("optional-dependencies", {})
+    wanted = list(project.get("dependencies", []))
+    extras = [extra for word in words if word.startswith(".[") for extra in word[2:].rstrip("]").split(",")]
+    seen: set[str] = set()
+    while extras:
+        extra = extras.pop().strip()
+        if extra in seen:
+            continue
+        seen.add(extra)
+        for requirement in optional.get(extra, []):
+            own = re.fullmatch(rf"{re.escape(project['name'])}\[([^\]]+)\]", requirement.strip())
+            if own:
+                extras.extend(own.group(1).split(","))
+            else:
+                wanted.append(requirement)
+    return sorted(set(wanted))
+
+
+def wheels_for() -> str:
+    """What the quick start's wheels are fetched for: the command's `pip install`, the build, the
+    Python and the requirements that install brings."""
+    words = quick_start_install()
+    return "\n".join([f"pip install {shlex.join(words)}",
+                      f"build: {', '.join([*build_requires(), *EDITABLE_BUILD_REQUIRES])}",
+                      f"python: {_python_tag()}", *_dependencies(words)]) + "\n"
+
+
+def quick_start_made() -> bool:
+    stamp = QUICK_START_WHEELS / WHEELS_FOR
+    return stamp.exists() and stamp.read_text() == wheels_for()
+
+
+def make_quick_start_wheels() -> None:
+    """Fetch (and build, for a package that has no wheel) every wheel the README's first command
+    installs, with the `pip` of a fresh virtual environment of `python3` (the one that command makes),
+    into QUICK_START_WHEELS; RuntimeError with pip's words when that fails."""
+    python3 = shutil.which("python3")
+    if python3 is None:
+        raise RuntimeError("no python3 on PATH (the README's first command runs it)")
+    with _locked(CACHE / "quick-start-wheels.lock"):
+        if quick_start_made():
+            return
+        stamp = wheels_for()
+        target = [str(ROOT) + word[1:] if word.startswith(".") else word
+                  for word in quick_start_install() if word not in ("-e", "--editable")]
+        if any(word.startswith("-") for word in target):
+            raise RuntimeError(f"the README's pip install has options this cannot fetch for: {target}")
+        partial = QUICK_START_WHEELS.with_name(QUICK_START_WHEELS.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        with tempfile.TemporaryDirectory(prefix="owsandbox-quick-start-") as folder:
+            venv = Path(folder) / "venv"
+            _run([python3, "-m", "venv", str(venv)], f"{python3} -m venv")
+            theirs = subprocess.run([str(venv / "bin" / "python"), "-c", _PYTHON_TAG], capture_output=True,
+                                    text=True, timeout=60).stdout.strip()
+            if theirs != _python_tag():
+                raise RuntimeError(f"python3 on PATH is {theirs or '?'}, but {sys.executable} is {_python_tag()}: the "
+                                   "wheels would be for another Python than the one that checks them (make the test "
+                                   "environment with that python3, as the README's second command does)")
+            _run([str(venv / "bin" / "pip"), "wheel", "--quiet", "--disable-pip-version-check", "--wheel-dir",
+                  str(partial), *target, *build_requires(), *EDITABLE_BUILD_REQUIRES],
+                 f"pip wheel {' '.join(quick_start_install())} (the README's first command's)")
+        for own in partial.glob("owsandbox-*.whl"):  # the command installs the project from its folder
+            own.unlink()
+        (partial / WHEELS_FOR).write_text(stamp)
+        shutil.rmtree(QUICK_START_WHEELS, ignore_errors=True)
+        partial.rename(QUICK_START_WHEELS)
+
+
+NEEDS = {**{name: (env.made, env.make) for name, env in ENVIRONMENTS.items()}, "npm": (npm_made, make_npm),
+         "quick-start": (quick_start_made, make_quick_start_wheels)}
 
 
 def what(name: str) -> str:
     """What making `name` installs, in words."""
     if name == "npm":
         return f"{NPM_PACKAGE.relative_to(ROOT)} into {(CACHE / 'npm').relative_to(ROOT)}"
+    if name == "quick-start":
+        return (f"the wheels of the README's first command (pip install {' '.join(quick_start_install())}, and "
+                f"its build) into {QUICK_START_WHEELS.relative_to(ROOT)}")
     env = ENVIRONMENTS[name]
     return f"{', '.join(env.pins)} into {env.folder.relative_to(ROOT)}"
 

@@ -7,7 +7,7 @@ import select
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from pathlib import Path
 
@@ -15,8 +15,8 @@ from owsandbox.host.providers.local import descendants, pid_alive
 
 from .waiting import WaitTimeout, wait_until
 
-__all__ = ["PinnedProcesses", "children", "command_line", "connected_to", "descendants", "name", "parent_of",
-           "pid_alive", "wait_for_file", "wait_gone"]
+__all__ = ["PinnedProcesses", "children", "command_line", "connected_to", "descendants", "end_processes_of", "name",
+           "parent_of", "pid_alive", "processes_of_ids", "wait_for_file", "wait_gone"]
 
 
 def _stat_ppid(pid: str) -> int | None:
@@ -83,6 +83,52 @@ def wait_gone(pids: list[int], timeout: float = 10) -> list[int]:
     return [p for p in pids if pid_alive(p)]
 
 
+def _user_ids(pid: str) -> tuple[list[int], bool] | None:
+    """(real, effective, saved and file system user ids, whether it is a zombie) of a process; None once gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+        return [int(uid) for uid in fields["Uid"].split()], fields["State"].strip().startswith("Z")
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def _runs_as(pid: int, ids: Sequence[range]) -> bool:
+    """Whether process `pid` is alive (a zombie has ended: its parent has yet to reap it) with any of
+    its user ids in `ids`."""
+    seen = _user_ids(str(pid))
+    return seen is not None and not seen[1] and any(uid in ids_ for uid in seen[0] for ids_ in ids)
+
+
+def processes_of_ids(ids: Sequence[range]) -> dict[int, str]:
+    """Every live process any of whose user ids is in `ids`, with its command line (or its name, for one
+    that has none)."""
+    return {int(entry): command_line(int(entry)) or f"[{name(int(entry))}]" for entry in os.listdir("/proc")
+            if entry.isdigit() and _runs_as(int(entry), ids)}
+
+
+def end_processes_of(ids: Sequence[range], rounds: int = 5, settle: float = 10) -> dict[int, str]:
+    """SIGKILL every process of the user ids `ids` (a test's own system user and their subordinate ids),
+    each pinned by a pidfd and its ids read again once pinned, so that a pid reused meanwhile is never
+    hit; again while any is left (one may start another as it goes: podman its pause process), a few
+    rounds. The ones ended, with their command lines: the caller checks with `processes_of_ids`."""
+    ended: dict[int, str] = {}
+    for _ in range(rounds):
+        found = processes_of_ids(ids)
+        if not found:
+            break
+        pinned = PinnedProcesses()
+        try:
+            for pid in found:
+                pinned.add(pid, lambda pid: _runs_as(pid, ids))
+            pinned.kill()
+            pinned.still_running_after(settle)
+            ended.update(pinned.seen)
+        finally:
+            pinned.close()
+    return ended
+
+
 def wait_for_file(path: Path, timeout: float = 10) -> None:
     """Wait until a command in the box has made `path` (how a test hears that it got that far)."""
     wait_until(path.exists, timeout, f"{path} to appear", interval=0.01)
@@ -105,6 +151,22 @@ class PinnedProcesses:
                     continue
                 self.seen[pid] = command_line(pid)
         return dict(self.seen)
+
+    def add(self, pid: int, belongs: Callable[[int], bool]) -> bool:
+        """Pin `pid` when it runs and is still, once pinned, the process meant (`belongs(pid)`, read from
+        /proc after the pidfd is open: a pid reused before that is the new process's, and is let go)."""
+        if pid in self._fds:
+            return True
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return False
+        if not belongs(pid):
+            os.close(fd)
+            return False
+        self._fds[pid] = fd
+        self.seen[pid] = command_line(pid)
+        return True
 
     def still_running_after(self, seconds: float) -> set[int]:
         """Wait up to `seconds` for every process to end (a pidfd turns readable); the ones still running."""

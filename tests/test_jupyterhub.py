@@ -35,11 +35,11 @@ from .hub import (
     HubKernel,
     Student,
     class_of,
+    classroom_users,
     environ_of,
     processes_of,
     sandbox_of,
 )
-from .machine_lock import machine_lock
 from .plain_python import as_user
 from .processes import PinnedProcesses, command_line, descendants, pid_alive
 from .waiting import WaitTimeout, patience, wait_until
@@ -81,7 +81,7 @@ class Classroom:
 @pytest.fixture(scope="module")
 def classroom() -> Iterator[Classroom]:
     _require_hub()
-    with machine_lock("classroom-users"):  # the students are system users: one classroom on the machine at a time
+    with classroom_users():  # the students are system users: one classroom on the machine at a time
         yield from _classroom()
 
 

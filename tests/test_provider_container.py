@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -39,8 +40,9 @@ from . import test_runner_terminal as terminal
 from .conftest import DEFAULT_KERNEL_NAME, running
 from .containers import IMAGE, MARKER, engine_of
 from .kernel_session import KernelSession
-from .machine_lock import ensure_user, machine_lock
+from .machine_lock import ensure_user, ids_of_user, machine_lock
 from .plain_python import as_user
+from .processes import end_processes_of, processes_of_ids
 from .waiting import wait_until
 
 # The first test may build the image with debootstrap (about a minute); later runs find it.
@@ -510,14 +512,15 @@ print(json.dumps(found))
 """
 
 
-def test_rootless_podman_run_by_a_plain_user(podman, debian_image):
-    """A plain user (made with useradd) runs the provider with rootless podman: root in the container
-    is that user outside, so what a cell writes in the workspace is theirs. On cgroup v1 rootless podman
-    cannot limit, and the sandbox says so instead of showing limits it does not have."""
-    import shutil
-    import subprocess
-    import tempfile
-
+@pytest.fixture
+def rootless_user():
+    """(the plain user, a folder they may read) for the rootless test: the user made with useradd, with
+    subordinate ids, and theirs alone while the test runs (a machine lock). Whatever the test leaves,
+    however it ends, goes afterwards: their containers (`podman rm`), then every process of the user and
+    of their subordinate ids, by pid (podman's pause process, catatonit, which holds the user's
+    namespaces; a conmon; a container's processes; a podman that a timeout left behind), and the
+    teardown fails, naming them, if any is still running then. What an earlier run left (a run killed
+    outright) is ended first, and said."""
     if os.getuid() != 0:
         pytest.skip("making the plain user needs root")
     if shutil.which("newuidmap") is None:
@@ -529,26 +532,48 @@ def test_rootless_podman_run_by_a_plain_user(podman, debian_image):
         if ROOTLESS_USER + ":" not in Path("/etc/subuid").read_text():
             subprocess.run(["usermod", "--add-subuids", "300000-365535", "--add-subgids", "300000-365535",
                             ROOTLESS_USER], check=True)
-    base = Path(tempfile.mkdtemp(prefix="owsbx-rootless-"))  # where the plain user may read (not pytest's 0700 folder)
-    try:
-        with machine_lock("rootless-user"):  # one system user, and podman's one pause process of theirs
-            _rootless_run(podman, debian_image, user, base)
-    finally:
-        # Rootless podman leaves a pause process (catatonit) holding the user's namespaces: end it.
-        for folder in (base / "runtime", Path(f"/tmp/podman-run-{user.pw_uid}")):
-            try:
-                pid = int((folder / "libpod" / "tmp" / "pause.pid").read_text())
-                if os.stat(f"/proc/{pid}").st_uid == user.pw_uid:
-                    os.kill(pid, signal.SIGKILL)
-            except (OSError, ValueError):
-                pass
-        shutil.rmtree(base, ignore_errors=True)
+    with machine_lock("rootless-user"):  # one system user, and podman's one pause process of theirs
+        ids = ids_of_user(user)
+        earlier = end_processes_of(ids)
+        if earlier:
+            print(f"ended what an earlier run left running as {ROOTLESS_USER}: {earlier}")
+        base = Path(tempfile.mkdtemp(prefix="owsbx-rootless-"))  # the plain user may read it (not pytest's 0700)
+        try:
+            yield user, base
+        finally:
+            problems = []
+            if (base / "runtime").is_dir():  # the test got as far as podman: its containers go, if any is left
+                try:
+                    removed = subprocess.run(as_user(ROOTLESS_USER, ["podman", "rm", "--all", "--force", "--time", "0"],
+                                                     _rootless_env(user, base)),
+                                             capture_output=True, text=True, timeout=120, cwd="/")
+                    if removed.returncode != 0:
+                        problems.append(f"podman rm --all as {ROOTLESS_USER}: {removed.stderr.strip()}")
+                except subprocess.TimeoutExpired:  # the podman it left is ended below, as the rest
+                    problems.append(f"podman rm --all as {ROOTLESS_USER} took over 120 s")
+            ended = end_processes_of(ids)
+            print(f"ended as the test ended, running as {ROOTLESS_USER} or their subordinate ids: {ended}")
+            shutil.rmtree(base, ignore_errors=True)
+            left = processes_of_ids(ids)
+            assert not left and not problems, f"left running as {ROOTLESS_USER}: {left}; {problems}"
+
+
+def test_rootless_podman_run_by_a_plain_user(podman, debian_image, rootless_user):
+    """A plain user (made with useradd) runs the provider with rootless podman: root in the container
+    is that user outside, so what a cell writes in the workspace is theirs. On cgroup v1 rootless podman
+    cannot limit, and the sandbox says so instead of showing limits it does not have. Nothing of the
+    user's runs on afterwards (the fixture's teardown checks)."""
+    user, base = rootless_user
+    _rootless_run(podman, debian_image, user, base)
+
+
+def _rootless_env(user, base: Path) -> dict[str, str]:
+    """The plain user's environment: podman's runtime folder in `base` (theirs), the project's code there."""
+    return {"HOME": user.pw_dir, "XDG_RUNTIME_DIR": str(base / "runtime"), "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "PYTHONPATH": str(base / "code"), "LANG": "C.UTF-8"}
 
 
 def _rootless_run(podman, debian_image: str, user, base: Path) -> None:
-    import shutil
-    import subprocess
-
     runtime, code, folder = base / "runtime", base / "code", base / "ws"
     shutil.copytree(Path(__file__).resolve().parents[1] / "owsandbox", code / "owsandbox",
                     ignore=shutil.ignore_patterns("__pycache__"))
@@ -561,8 +586,7 @@ def _rootless_run(podman, debian_image: str, user, base: Path) -> None:
     for path in (runtime, folder):
         os.chown(path, user.pw_uid, user.pw_gid)
     runtime.chmod(0o700)
-    env = {"HOME": user.pw_dir, "XDG_RUNTIME_DIR": str(runtime), "PATH": "/usr/local/bin:/usr/bin:/bin",
-           "PYTHONPATH": str(code), "LANG": "C.UTF-8"}
+    env = _rootless_env(user, base)
 
     def run_as_user(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         return subprocess.run(as_user(ROOTLESS_USER, list(argv), env), capture_output=True, text=True,

@@ -149,7 +149,7 @@ def test_the_settings_object_and_the_list_come_from_the_same_definitions() -> No
 
     described = settings.describe()
     assert [field.name for field in fields(settings.Settings)] == [setting.field for setting in described]
-    assert {setting.kind for setting in described} == {"text", "switch", "number", "size", "list"}
+    assert {setting.kind for setting in described} == {"text", "switch", "number", "size", "list", "limits"}
     assert all(setting.takes for setting in described)
     kinds = {setting.name: setting.kind for setting in described}
     assert kinds[settings.NETWORK] == kinds[settings.WRITABLE_ROOT] == kinds[settings.OPENSANDBOX_SERVER_PROXY] \
@@ -178,3 +178,66 @@ def test_the_kernels_sandbox_says_an_invalid_setting_to_every_cell_instead_of_st
         with pytest.raises(SandboxUnavailable, match="cannot start: OWSANDBOX_NETWORK='maybe' is neither 1"):
             sandbox.wait(0.1)
     assert sandbox.settings == settings.Settings()  # the kernel's other parts run on the defaults meanwhile
+
+
+# -- the limits: a name of no limit is refused where the setting is read, whatever the provider ----------
+
+@pytest.mark.parametrize(("text", "word", "meant"), [
+    ("processes=5", "processes", "pids"),  # the word %sandbox shows for pids
+    ("memory=1G, memroy=2G", "memroy", "memory"),  # a close spelling
+    ("/tmp=1G", "/tmp", "tmp"),
+    ("pids=64,cpus=2", "cpus", "cpu"),
+    ("swap=1G", "swap", None),  # nothing close: the names alone
+])
+def test_a_limit_of_no_such_name_is_refused_naming_the_variable_the_word_and_the_limits(
+        text: str, word: str, meant: str | None) -> None:
+    with pytest.raises(settings.SettingsError) as raised:
+        settings.Settings.from_env({settings.LIMITS: text})
+    said = str(raised.value)
+    assert said.startswith(f"OWSANDBOX_LIMITS={text!r}: no limit is named {word!r}"), said
+    assert said.endswith("; the limits are memory, pids, tmp, shm, cpu"), said
+    assert (f"(did you mean {meant}?)" in said) if meant else "did you mean" not in said, said
+    assert raised.value.name == settings.LIMITS
+    assert [error.name for error in settings.problems({settings.LIMITS: text})] == [settings.LIMITS]
+
+
+def test_a_limit_without_a_value_is_refused_and_known_names_pass_in_any_case() -> None:
+    with pytest.raises(settings.SettingsError, match=r"^OWSANDBOX_LIMITS='pids': 'pids' is not NAME=VALUE"):
+        settings.Settings.from_env({settings.LIMITS: "pids"})
+    parsed = settings.Settings.from_env({settings.LIMITS: "Memory=1G, PIDS=64, tmp=1G, shm=64M, cpu=1"})
+    assert parsed.limits == ("Memory=1G", "PIDS=64", "tmp=1G", "shm=64M", "cpu=1")
+    assert settings.Settings.from_env({settings.LIMITS: ""}).limits == ()
+
+
+def test_a_wrong_limit_name_is_the_same_error_from_install_and_from_the_settings() -> None:
+    """`owsandbox install --limit` (the limits' own parse) says what the setting says."""
+    from owsandbox.host.isolation.resources import Limits
+
+    with pytest.raises(ValueError, match=r"^limit 'processes=5': no limit is named 'processes' "
+                                         r"\(did you mean pids\?\); the limits are memory, pids, tmp, shm, cpu$"):
+        Limits.parse(["processes=5"])
+
+
+def test_a_wrong_limit_name_stops_even_a_sandbox_without_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The local provider enforces no limits and never reads them: the name is still refused, said to
+    every cell, never quietly no limit at all; read leniently, it is an error where it is read."""
+    from owsandbox.kernel.sandbox import Sandbox, SandboxUnavailable
+
+    monkeypatch.setenv(settings.LIMITS, "processes=5")
+    sandbox = Sandbox(provider="local")
+    with pytest.raises(SandboxUnavailable, match=r"cannot start: OWSANDBOX_LIMITS='processes=5': no limit is named "
+                                                 r"'processes' \(did you mean pids\?\)"):
+        sandbox.wait(0.1)
+    lenient = settings.settings_of({settings.LIMITS: "processes=5"})
+    with pytest.raises(settings.SettingsError, match="did you mean pids"):
+        lenient.limits  # noqa: B018 - reading it is the test
+
+
+def test_owsandbox_settings_fails_on_a_wrong_limit_name(capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(settings.LIMITS, "processes=5")
+    assert cli.main(["settings"]) == 1
+    captured = capsys.readouterr()
+    assert "INVALID: OWSANDBOX_LIMITS takes a list of NAME=VALUE, NAME one of memory, pids, tmp, shm, cpu" \
+        in captured.out, captured.out
+    assert "no limit is named 'processes' (did you mean pids?)" in captured.err

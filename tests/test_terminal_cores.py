@@ -33,7 +33,8 @@ def test_limits_parse_sizes_and_refuse_what_is_wrong():
     assert (limits.memory, limits.pids, limits.tmp, limits.shm, limits.cpu) == (2 << 30, 512, 512 << 20, 64 << 20, 1.5)
     assert Limits.parse(None).pids == 1024 and Limits.parse(None).memory <= 4 << 30
     for bad, words in [("memory=lots", "not a size"), ("pids=3", "at least 16"), ("cpu=0", "more than 0"),
-                       ("disk=1G", "NAME one of"), ("memory", "NAME=VALUE"), ("tmp=10K", "under 1 MiB")]:
+                       ("disk=1G", "no limit is named 'disk'; the limits are memory"), ("memory", "NAME=VALUE"),
+                       ("tmp=10K", "under 1 MiB")]:
         with pytest.raises(ValueError, match=words):
             Limits.parse(bad)
 

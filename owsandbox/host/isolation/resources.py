@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...settings import size_bytes
+# The limits' names are the settings': OWSANDBOX_LIMITS is checked where it is read, whichever provider uses it.
+from ...settings import LIMIT_NAMES, size_bytes, unknown_limit
 
-LIMIT_NAMES = ("memory", "pids", "tmp", "shm", "cpu")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
@@ -82,8 +82,11 @@ class Limits:
         for setting in settings or []:
             name, sep, value = setting.partition("=")
             name = name.strip().lower()
-            if not sep or name not in LIMIT_NAMES:
+            if not sep:
                 raise ValueError(f"limit {setting!r} is not NAME=VALUE with NAME one of {', '.join(LIMIT_NAMES)}")
+            problem = unknown_limit(name)
+            if problem:
+                raise ValueError(f"limit {setting!r}: {problem}")
             if name == "pids":
                 if not value.strip().isdigit() or int(value) < 16:
                     raise ValueError(f"limit pids={value!r} must be a whole number of at least 16")
@@ -354,5 +357,6 @@ def enforce(limits: Limits) -> Enforcement:
     return CgroupEnforcement.make(limits) or Enforcement(limits)
 
 
-__all__ = ["MIN_MEMORY", "Enforcement", "CgroupEnforcement", "LimitTooSmall", "Limits", "check_room", "enforce",
-           "human_size", "out_of_processes", "parse_size", "refused_a_process", "starved", "tasks_of", "too_small"]
+__all__ = ["LIMIT_NAMES", "MIN_MEMORY", "Enforcement", "CgroupEnforcement", "LimitTooSmall", "Limits", "check_room",
+           "enforce", "human_size", "out_of_processes", "parse_size", "refused_a_process", "starved", "tasks_of",
+           "too_small"]
