@@ -11,10 +11,20 @@ from __future__ import annotations
 import fcntl
 import os
 import pwd
+import secrets
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+PROCESS_TAG = secrets.token_hex(3)
+
+
+def own_key(name: str) -> str:
+    """A sandbox key of this test process's own: a key names the user's runtime folder (and a container's
+    record), where a daemon with that key is found again, so two runs (or workers) giving the same
+    literal key would reach each other's box. Every call in one process gives the same key for `name`."""
+    return f"{name}-{PROCESS_TAG}"
 
 
 @contextmanager

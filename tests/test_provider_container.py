@@ -40,7 +40,7 @@ from . import test_runner_terminal as terminal
 from .conftest import DEFAULT_KERNEL_NAME, running
 from .containers import IMAGE, MARKER, engine_of
 from .kernel_session import KernelSession
-from .machine_lock import ensure_user, ids_of_user, machine_lock
+from .machine_lock import ensure_user, ids_of_user, machine_lock, own_key
 from .plain_python import as_user
 from .processes import end_processes_of, processes_of_ids
 from .waiting import wait_until
@@ -139,7 +139,7 @@ def test_the_box_is_the_image_with_the_workspace_and_nothing_of_the_host(engine,
     monkeypatch.setenv("SECRET_TOKEN", "do-not-pass")
     assert not Path(MARKER).exists()
     provider = ContainerProvider(home, image=image, engine=engine.path, limits="memory=512M,pids=256,cpu=1",
-                                 key="kernel-box-facts")
+                                 key=own_key("kernel-box-facts"))
     workspace = RunnerWorkspace(provider, str(home))
     try:
         ex = workspace.executor
@@ -179,11 +179,11 @@ def test_the_box_is_the_image_with_the_workspace_and_nothing_of_the_host(engine,
         assert provider.headline() == [f"{engine.name} container", f"image {image}",
                                        f"writes to {home} (as /workspace)", "no network", "512 MiB, 256 processes"]
         labels = json.loads(engine.run("inspect", "--format", "{{json .Config.Labels}}", provider.container).stdout)
-        assert labels["owsandbox.key"] == "kernel-box-facts" and labels["owsandbox.user"] == str(os.getuid())
+        assert labels["owsandbox.key"] == own_key("kernel-box-facts") and labels["owsandbox.user"] == str(os.getuid())
         assert abs(int(labels["owsandbox.created"]) - time.time()) < 120
     finally:
         workspace.close()
-    assert labelled(engine, "owsandbox.key=kernel-box-facts") == []
+    assert labelled(engine, "owsandbox.key=" + own_key("kernel-box-facts")) == []
 
 
 def test_what_the_host_loads_in_the_workspace_is_read_only_in_the_container(engine, image, workspace):
@@ -480,7 +480,7 @@ def test_a_kernel_killed_for_good_leaves_no_container_after_the_linger_time(engi
         kernel.close()
     if engine.name == "docker":
         assert labelled(engine, f"owsandbox.workspace={tmp_path}") == [left]
-        later = ContainerProvider(tmp_path, image=image, engine=engine.path, key="kernel-after-the-killed-one")
+        later = ContainerProvider(tmp_path, image=image, engine=engine.path, key=own_key("kernel-after-the-killed-one"))
         try:
             later.create()
             assert labelled(engine, f"owsandbox.workspace={tmp_path}") == [later.container]
@@ -647,7 +647,7 @@ def test_one_engines_start_never_sweeps_a_live_box_of_another_engine(podman, doc
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     on_podman = ContainerProvider(tmp_path / "a", image=debian_image, engine=podman.path, linger_seconds=2,
-                                  relay_silence_seconds=0, key="kernel-on-two-engines")
+                                  relay_silence_seconds=0, key=own_key("kernel-on-two-engines"))
     with running(on_podman) as (_, podman_client):
         folder = on_podman.state_dir
         assert folder is not None and json.loads((folder / "engine.json").read_text())["lease_limit"] == \
@@ -657,7 +657,7 @@ def test_one_engines_start_never_sweeps_a_live_box_of_another_engine(podman, doc
         uid = os.getuid()
         docker_image = docker.image()
         on_docker = ContainerProvider(tmp_path / "b", image=docker_image, engine=docker.path, relay_silence_seconds=0,
-                                      key="kernel-on-two-engines")
+                                      key=own_key("kernel-on-two-engines"))
         on_docker._use_engine()
         docker_folder = folder.parent.parent / on_docker.engine_folder_name()
         assert docker_folder != folder.parent

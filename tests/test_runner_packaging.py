@@ -16,6 +16,8 @@ import pytest
 from owsandbox.host.bundle import box_sources, build_runner_zipapp
 from owsandbox.host.workspace import DirectWorkspace, RunnerWorkspace, open_workspace
 
+from .machine_lock import own_key
+
 
 @pytest.mark.unit
 def test_the_box_imports_nothing_but_the_standard_library():
@@ -171,7 +173,7 @@ def test_folders_of_daemons_that_are_gone_are_swept_away(tmp_path, zipapp, monke
 
     runtime = tempfile.mkdtemp(prefix="ows-rt-")  # short: a Unix socket path has at most 107 bytes
     monkeypatch.setenv("XDG_RUNTIME_DIR", runtime)
-    first = LocalProvider(cwd=tmp_path, runner_path=zipapp, key="kernel-old")
+    first = LocalProvider(cwd=tmp_path, runner_path=zipapp, key=own_key("kernel-old"))
     first.create()
     old = Path(first.state_dir)
     first.release()  # as a killed kernel would: the daemon is left lingering
@@ -182,7 +184,7 @@ def test_folders_of_daemons_that_are_gone_are_swept_away(tmp_path, zipapp, monke
     assert wait_gone([daemon]) == []  # SIGKILL is delivered asynchronously
     untouched = old.parent / "not-ours"
     untouched.mkdir()
-    second = LocalProvider(cwd=tmp_path, runner_path=zipapp, key="kernel-new")
+    second = LocalProvider(cwd=tmp_path, runner_path=zipapp, key=own_key("kernel-new"))
     try:
         second.create()
         assert not old.exists() and untouched.exists()

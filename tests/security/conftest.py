@@ -26,7 +26,7 @@ import pytest
 from owsandbox.host.bundle import build_runner_zipapp
 
 from ..conftest import require_bwrap
-from ..machine_lock import ensure_user
+from ..machine_lock import ensure_user, machine_lock
 from ..plain_python import as_user
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -120,8 +120,15 @@ def who(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def owner(who: str) -> pwd.struct_passwd:
-    return pwd.getpwuid(0) if who == "root" else plain_user()
+def owner(who: str) -> Iterator[pwd.struct_passwd]:
+    """The attacker's account. The plain user's half holds the machine's lock on that user for the whole
+    test: its processes count against every limit the kernel counts per user (a fork bomb's processes, say,
+    under RLIMIT_NPROC), so another worker's or another run's test as the same user would share them."""
+    if who == "root":
+        yield pwd.getpwuid(0)
+        return
+    with machine_lock("plain-user"):
+        yield plain_user()
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ import pytest
 
 from owsandbox.box.procstat import namespace_pids
 
+from ..machine_lock import own_key
 from ..processes import command_line
 from ..waiting import wait_until
 from .conftest import Attacker
@@ -126,8 +127,8 @@ def test_other_sandboxes_and_the_runtime_folder_are_out_of_reach(attacker_factor
     os.chmod(runtime, 0o700)
     try:
         first, second = attacker_factory(XDG_RUNTIME_DIR=str(runtime)), attacker_factory(XDG_RUNTIME_DIR=str(runtime))
-        first.start(home / "project", key="kernel-one", linger_seconds=5)
-        second.start(home / "project", key="kernel-two", linger_seconds=5)
+        first.start(home / "project", key=own_key("kernel-one"), linger_seconds=5)
+        second.start(home / "project", key=own_key("kernel-two"), linger_seconds=5)
         other = second.step(state=True)["state_dir"]
         assert other.startswith(str(runtime))
         probe = first.run(f"ls {runtime} >/dev/null 2>&1 && echo LISTED; python3 -c \"import socket; "
@@ -209,7 +210,7 @@ def test_what_held_still_holds(attacker: Attacker, home: Path):
 
 def test_a_sandbox_whose_kernel_is_killed_ends_within_the_linger_time(attacker_factory, home: Path):
     attacker = attacker_factory()
-    attacker.start(home / "project", key="kernel-killed", linger_seconds=2)
+    attacker.start(home / "project", key=own_key("kernel-killed"), linger_seconds=2)
     attacker.run("setsid sleep 300 & (setsid sleep 301 &) ; nohup sleep 302 >/dev/null 2>&1 & echo ok")
     pidns = attacker.step(state=True)["pidns"]
     assert len(_in_namespace(pidns)) >= 4
@@ -234,7 +235,7 @@ def test_a_private_folder_made_first_by_someone_else_is_not_used(attacker_factor
         else:
             os.chown(squat, 0, 0)
         attacker = attacker_factory(TMPDIR=str(tmpdir))
-        attacker.start(home / "project", key="kernel-squatted", linger_seconds=5)
+        attacker.start(home / "project", key=own_key("kernel-squatted"), linger_seconds=5)
         state = attacker.step(state=True)["state_dir"]
         assert not state.startswith(str(squat)), state
         assert attacker.run("echo fine")["output"] == "fine\n"

@@ -22,6 +22,7 @@ import pytest
 from owsandbox.kernelspec import kernel_argv
 
 from ..kernel_session import KernelSession
+from ..machine_lock import own_key
 from ..netns import GREETING, LOOPBACK_PORT, OTHER_ADDRESS, SERVER_ADDRESS, OwnNetwork, fetch, own_network
 from ..processes import wait_gone
 from ..waiting import wait_until
@@ -156,7 +157,7 @@ def _simple_index(served: Path) -> None:
 
 def test_network_on_and_off_as_root_and_as_a_plain_user(attacker_factory, home: Path, network, who: str):
     attacker: Attacker = attacker_factory(outer=tuple(network.in_client([])))
-    attacker.start(home / "project", key="kernel-network-switch", linger_seconds=2)
+    attacker.start(home / "project", key=own_key("kernel-network-switch"), linger_seconds=2)
     url = network.url + "hello.txt"
     assert attacker.run(fetch(url))["exit_code"] != 0
     said = attacker.step(network=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from owsandbox.host.isolation import seccomp
 
+from ..machine_lock import own_key
 from ..waiting import wait_until
 from .conftest import Attacker
 from .test_syscalls import python_in_box
@@ -98,12 +99,12 @@ def test_a_lingering_daemon_outlives_the_reader_of_its_log(attacker_factory, hom
     """The kernel that copied the log is killed; the daemon lingers and logs into a pipe nobody reads
     (every request, at debug level), and the next kernel finds it alive and answering."""
     first = attacker_factory(OWSANDBOX_LOG="debug")
-    first.start(home / "project", key="kernel-log-reader", linger_seconds=30)
+    first.start(home / "project", key=own_key("kernel-log-reader"), linger_seconds=30)
     assert first.run("echo one")["output"] == "one\n"
     init = first.step(state=True)["init_pid"]
     first.kill()
     second = attacker_factory(OWSANDBOX_LOG="debug")
-    second.start(home / "project", key="kernel-log-reader", linger_seconds=5)
+    second.start(home / "project", key=own_key("kernel-log-reader"), linger_seconds=5)
     for round_ in range(20):
         assert second.run(f"echo {round_}")["output"] == f"{round_}\n"
     assert second.step(state=True)["init_pid"] == init  # the same sandbox, not a new one
