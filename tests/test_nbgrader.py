@@ -41,7 +41,7 @@ import pytest
 from nbformat import NotebookNode
 
 from .conftest import require_bwrap
-from .machine_lock import ensure_user
+from .machine_lock import ensure_user, machine_lock
 from .nbgrader_course import (
     ASSIGNMENT,
     POINTS,
@@ -155,7 +155,10 @@ def attack(course: Path, grader: Grader, canary: Path, owner: str | None = None)
 def plain_attack(stack: ExitStack, copy: Path, secret: str) -> Attack:
     """The hostile run by a plain grader: on a copy of the course made before root's (alice, bob and
     carol graded), owned by a user made with useradd, who runs nbgrader with the system Python. What it
-    makes goes on `stack`, to be removed after the tests."""
+    makes goes on `stack`, to be removed after the tests. The grader's account is the machine's: its
+    processes count against the per-user process limit mallory's fork bomb meets, so one test process
+    at a time grades as that user."""
+    stack.enter_context(machine_lock("plain-grader"))
     owner = ensure_user(PLAIN_GRADER)
     chown_tree(copy, owner)
     os.chmod(copy, 0o700)
