@@ -13,13 +13,11 @@ import json
 import logging
 import os
 import platform
-import secrets
 import signal
 import socket
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -35,6 +33,13 @@ from .shell.registry import ShellRegistry
 
 log = logging.getLogger(__name__)
 
+
+def _token_urlsafe(nbytes: int) -> str:
+    """`secrets.token_urlsafe`, without importing `secrets` (and `random`, which it imports) for it."""
+    import base64
+
+    return base64.urlsafe_b64encode(os.urandom(nbytes)).rstrip(b"=").decode("ascii")
+
 RUNNER_VERSION = "0.1.0"
 
 
@@ -49,7 +54,7 @@ class Daemon:
         self.log_dir = log_dir or os.path.join(folder, "logs")
         self.max_frame_bytes = max_frame_bytes
         self.output_limit = output_limit
-        self.instance_id = uuid.uuid4().hex
+        self.instance_id = os.urandom(16).hex()  # os.urandom, not uuid or secrets: their imports cost memory
         self.started = time.time()
         self.records = Records()
         self.shells = ShellRegistry(self.cwd, log_dir=self.log_dir, output_limit=output_limit,
@@ -59,7 +64,7 @@ class Daemon:
                                      self.instance_id)
         # Given, like the daemon's own socket, by a host that makes the files the box cannot replace.
         given_execd = socket.socket(fileno=execd_fd) if execd_fd is not None else None
-        self.execd = ExecdServer(secrets.token_urlsafe(24), unix_path=os.path.join(folder, "execd.sock"),
+        self.execd = ExecdServer(_token_urlsafe(24), unix_path=os.path.join(folder, "execd.sock"),
                                  cwd=self.cwd, unix_listener=given_execd)
 
     def _on_message(self, conn: Connection, message: dict[str, Any]) -> None:
