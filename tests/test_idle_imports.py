@@ -21,11 +21,11 @@ from .kernel_session import KernelSession
 
 #: Never in an idle box's daemon: the command line's argparse (and what it imports), the file, process,
 #: usage and completion methods' modules, dataclasses (inspect), secrets (random), uuid, urllib.parse
-#: (ipaddress), hashlib and hmac (OpenSSL), pty, pkgutil.
+#: (ipaddress), hashlib and hmac (OpenSSL), pty, pkgutil, logging (traceback, tokenize), platform, ast.
 DAEMON_DEFERRED = ["argparse", "gettext", "shutil", "owsandbox.box.files.ops", "owsandbox.box.files.search",
                    "owsandbox.box.procs", "owsandbox.box.usage", "owsandbox.box.shell.complete", "dataclasses",
                    "inspect", "secrets", "random", "uuid", "urllib.parse", "ipaddress", "hashlib", "hmac", "pty",
-                   "pkgutil"]
+                   "pkgutil", "logging", "traceback", "tokenize", "platform", "ast"]
 #: Never in a relay: it copies bytes, with `_socket`; its command line is read without argparse.
 RELAY_DEFERRED = ["argparse", "socket", "selectors", "enum", "re", "typing", "logging", "json",
                   "owsandbox.protocol", "owsandbox.box.daemonctl", "owsandbox.box.daemon"]

@@ -137,13 +137,10 @@ def main(argv: list[str] | None = None, prog: str = "runner") -> int:
     given = sys.argv[1:] if argv is None else argv
     args = quick_parse(given) or build_parser(prog).parse_args(given)
     if args.command == "serve":
-        import logging
-
         from .daemon import serve as run_daemon
+        from .log import configure
 
-        logging.basicConfig(stream=sys.stderr, level=args.log_level.upper(),
-                            format="%(asctime)s [owbox %(levelname)s %(name)s] %(message)s")
-
+        configure(args.log_level)  # lines on stderr, as `logging` wrote them (log.py)
         return run_daemon(args.socket, args.cwd, args.exit_with_parent, args.log_dir,
                           args.max_frame_bytes, args.output_limit, args.linger, args.listen_fd, args.execd_fd,
                           args.end_namespace)

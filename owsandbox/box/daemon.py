@@ -10,9 +10,7 @@ share: the folders, the instance id, the execd endpoint for `%attach`, and what 
 from __future__ import annotations
 
 import json
-import logging
 import os
-import platform
 import signal
 import socket
 import sys
@@ -26,12 +24,13 @@ from .dispatch import Dispatcher
 from .execd.endpoint import ExecdServer
 from .footprint import keep_address_space_small
 from .hardening import keep_to_itself, make_undumpable
+from .log import getLogger
 from .outbox import Records
 from .server import Connection, SocketServer
 from .shell.bash import DEFAULT_OUTPUT_LIMIT
 from .shell.registry import ShellRegistry
 
-log = logging.getLogger(__name__)
+log = getLogger(__name__)
 
 
 def _token_urlsafe(nbytes: int) -> str:
@@ -94,9 +93,10 @@ class Daemon:
             "runner_version": RUNNER_VERSION,
             "instance_id": self.instance_id,
             "pid": os.getpid(),
-            "os": f"{platform.system()} {platform.release()}",
-            "machine": platform.machine(),
-            "python": platform.python_version(),
+            # os.uname() and sys.version, as `platform` reads them (its module is 0.1 MiB of a daemon)
+            "os": f"{os.uname().sysname} {os.uname().release}",
+            "machine": os.uname().machine,
+            "python": sys.version.split()[0],
             "shell": _bash_version(),
             "cwd": self.cwd,
             "shells": self.shells.describe(),

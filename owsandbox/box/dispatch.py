@@ -19,7 +19,6 @@ holds them (they and what they import were about half a MiB of an idle daemon's 
 from __future__ import annotations
 
 import importlib
-import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -48,6 +47,7 @@ from ..protocol.methods import (
     SHELL_RUN,
 )
 from ..protocol.shapes import ShapeError, parse
+from .log import getLogger
 from .outbox import ANSWERED, NEW, Records
 from .params import Handler, at_least, finite, parsed
 from .server import Connection
@@ -55,7 +55,7 @@ from .shell.bash import Command, Shell
 from .shell.registry import ShellRegistry
 from .shell.terminal import DEFAULT_COLS, DEFAULT_ROWS
 
-log = logging.getLogger(__name__)
+log = getLogger(__name__)
 
 MAX_WORKERS = 64
 DEFERRED = object()  # a work handler's value when the answer comes later (a shell's command, when done)
