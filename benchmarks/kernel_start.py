@@ -15,6 +15,13 @@ the two kernels taking turns (so both see the same machine load), and always shu
 Medians of the starts are printed as a Markdown table, with the owsandbox kernel's figures beside the
 python3 kernel's (the difference in start time, the ratio of PSS).
 
+Both kernels run as installed: with their modules' bytecode. pip compiles a package when it installs it
+(ipykernel and IPython have theirs); an editable install of owsandbox run where PYTHONDONTWRITEBYTECODE
+is set (a developer's shell, CI) never gets it, and its kernel would compile each of its modules at every
+start and keep the compiler's garbage, about 2 MiB of its PSS. So the owsandbox package's bytecode (and
+--against's) is written first, as `pip install` does (`compileall`, into its `__pycache__` folders),
+unless --as-is says to measure the tree as it is.
+
 With --against DIR (a folder holding another `owsandbox` package, say `git archive` of an earlier
 commit), that tree's kernel is measured too, as a third kernel taking its turn with the others (the same
 kernelspec, with DIR first on PYTHONPATH): a before/after of a change under the same machine load.
@@ -23,12 +30,14 @@ With --importtime, the owsandbox kernel's imports are listed instead (`python -X
 kernel's module imported as Jupyter starts it), the slowest first, cumulative and self milliseconds:
 what to look at for a start that takes too long.
 
-Run: `python benchmarks/kernel_start.py [--starts 5] [--provider bwrap] [--settle 2] [--against DIR] [--importtime]`.
+Run: `python benchmarks/kernel_start.py [--starts 5] [--provider bwrap] [--settle 2] [--against DIR] [--importtime]
+[--as-is]`.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import contextlib
 import os
 import shutil
@@ -103,6 +112,13 @@ def tree_pss_kb(pid: int, marker: str, root: Path) -> tuple[int, int, list[tuple
     return pss_kb(pid), sum(kb for kb, _ in each), each
 
 
+def compile_like_an_install(package: Path) -> None:
+    """Write the bytecode of the package's modules where Python looks for it, as `pip install` does."""
+    progress(f"compiling {package} as an install does")
+    if not compileall.compile_dir(str(package), quiet=1):
+        raise SystemExit(f"could not compile {package}")
+
+
 # -- one start -------------------------------------------------------------------------------------
 
 
@@ -132,6 +148,12 @@ def measure(args: argparse.Namespace, root: Path, marker: str) -> dict[str, list
         against = {**env, "PYTHONPATH": os.pathsep.join([str(Path(args.against).resolve()),
                                                           *filter(None, [env.get("PYTHONPATH")])])}
         kernels["against"] = (ours, "true", against)
+    if not args.as_is:
+        import owsandbox
+
+        compile_like_an_install(Path(owsandbox.__file__).resolve().parent)
+        if args.against:
+            compile_like_an_install(Path(args.against).resolve() / "owsandbox")
     python3 = prepare_python3()
     if python3.why_not:
         raise SystemExit(f"python3: {python3.why_not}")
@@ -209,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle", type=float, default=2.0, help="seconds idle before memory is read")
     parser.add_argument("--against", help="a folder with another owsandbox package, measured too")
     parser.add_argument("--importtime", action="store_true", help="list the kernel's imports instead")
+    parser.add_argument("--as-is", action="store_true",
+                        help="do not compile the owsandbox package first (measure it as it is)")
     parser.add_argument("--top", type=int, default=40, help="imports listed with --importtime")
     args = parser.parse_args(argv)
     if args.importtime:
@@ -220,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         with jupyter_paths(root):
             runs = measure(args, root, marker)
         print(table(runs, args.starts, args.provider, args.against))
+        print(f"\nowsandbox {'as it is' if args.as_is else 'with its bytecode written first, as an install has it'}")
     finally:
         kill_leftovers(marker, root)
         shutil.rmtree(root, ignore_errors=True)

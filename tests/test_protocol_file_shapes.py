@@ -16,7 +16,7 @@ import pytest
 
 from owsandbox import protocol as P
 from owsandbox.box import procs, usage
-from owsandbox.box.dispatch import Dispatcher
+from owsandbox.box.dispatch import HANDLED_IN, Dispatcher, handler_of
 from owsandbox.box.files import ops as fsops
 from owsandbox.box.files import search as searchchild
 from owsandbox.box.outbox import Records
@@ -145,6 +145,13 @@ def test_each_handler_takes_its_methods_shape() -> None:
     assert set(handlers) == FILE_METHODS
     for method, handler in handlers.items():
         assert (handler.method, handler.shape) == (method, M.REQUEST_SHAPES[method])
+
+
+def test_the_dispatcher_imports_each_methods_handler_from_the_module_that_has_it() -> None:
+    """Its table of modules (imported at a method's first request) says what the modules' own tables say."""
+    handlers = {**fsops.HANDLERS, **procs.HANDLERS, **searchchild.HANDLERS, **usage.HANDLERS}
+    assert set(HANDLED_IN) == FILE_METHODS
+    assert {method: handler_of(method) for method in HANDLED_IN} == handlers
 
 
 class Answers:

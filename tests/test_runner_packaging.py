@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
+import marshal
 import os
 import shutil
 import subprocess
@@ -13,10 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from owsandbox.host import bundle
 from owsandbox.host.bundle import box_sources, build_runner_zipapp
 from owsandbox.host.workspace import DirectWorkspace, RunnerWorkspace, open_workspace
 
 from .machine_lock import own_key
+from .test_protocol_shapes_pythons import interpreter
 
 
 @pytest.mark.unit
@@ -69,6 +73,69 @@ def test_the_zipapp_runs_without_site_packages(zipapp):
     done = subprocess.run([sys.executable, "-S", "-I", str(zipapp), "--help"], capture_output=True, text=True,
                           timeout=30)
     assert done.returncode == 0 and "serve" in done.stdout and "attach" in done.stdout
+
+
+def test_a_zipapp_for_a_python_holds_its_bytecode_of_each_module_beside_it_under_another_name(tmp_path):
+    plain, compiled = build_runner_zipapp(tmp_path), build_runner_zipapp(tmp_path, python=sys.executable)
+    assert plain != compiled and compiled.name.startswith("runner-")
+    assert build_runner_zipapp(tmp_path, python=sys.executable) == compiled  # the same bytes: reused
+    with zipfile.ZipFile(plain) as zf:
+        sources = [name for name in zf.namelist() if name.endswith(".py")]
+        assert not [name for name in zf.namelist() if name.endswith(".pyc")]
+    with zipfile.ZipFile(compiled) as zf:
+        names = set(zf.namelist())
+        daemon = zf.read("owsandbox/box/daemon.pyc")
+    assert {name + "c" for name in sources} <= names and "owsandbox/box/daemon.py" in names
+    source = (bundle._ROOT / "box" / "daemon.py").read_bytes()
+    assert daemon[:4] == importlib.util.MAGIC_NUMBER and daemon[4:8] == (3).to_bytes(4, "little")  # checked hash
+    assert daemon[8:16] == importlib.util.source_hash(source)
+    assert marshal.loads(daemon[16:]) == compile(source, "owsandbox/box/daemon.py", "exec", dont_inherit=True)
+
+
+@pytest.mark.parametrize("python", ["/nonexistent/python3", "/bin/false"])
+def test_a_python_that_cannot_compile_leaves_the_zipapp_to_its_sources_and_says_so(tmp_path, python, caplog):
+    with caplog.at_level("WARNING", logger="owsandbox.host.bundle"):
+        runner = build_runner_zipapp(tmp_path, python=python)
+    assert runner == build_runner_zipapp(tmp_path)
+    assert f"the runner goes without bytecode, its modules compiled where they run: {python} did not compile" \
+        in caplog.text
+
+
+PROBE = ("import sys; sys.path.insert(0, sys.argv[1]); import owsandbox.box.daemon as d, owsandbox.box.cli as c; "
+         "print(d.__file__.rsplit('.', 1)[1], c.quick_parse(['forward', '--socket', '/s']).socket)")
+
+
+def test_the_python_it_was_made_for_runs_it_from_its_bytecode_and_another_from_the_sources(tmp_path):
+    compiled = build_runner_zipapp(tmp_path, python=sys.executable)
+    done = subprocess.run([sys.executable, "-S", "-I", "-c", PROBE, str(compiled)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.stdout.split() == ["pyc", "/s"], done.stderr
+    others = [python for version in ("3.9", "3.10", "3.12", "3.13") if version != sys.version[:len(version)]
+              if (python := interpreter(version)) is not None]
+    if not others:
+        pytest.skip("no other Python here to read the sources past this one's bytecode")
+    for python in others:
+        done = subprocess.run([python, "-S", "-I", "-c", PROBE, str(compiled)], capture_output=True, text=True,
+                              timeout=60)
+        assert done.stdout.split() == ["py", "/s"], (python, done.stderr)
+        done = subprocess.run([python, "-S", "-I", "-c", PROBE, str(build_runner_zipapp(tmp_path / python[-4:],
+                                                                                          python=python))],
+                              capture_output=True, text=True, timeout=60)
+        assert done.stdout.split() == ["pyc", "/s"], (python, done.stderr)
+
+
+def test_the_bytecode_is_the_same_whatever_the_process_that_asks_for_it(tmp_path):
+    """The name is the hash of the content, so a runner's bytecode must not change with the hash seed or
+    with what the process that asks for it has imported (a kernel has imported much)."""
+    build = "import sys{}; from owsandbox.host.bundle import zipapp_bytes; print(zipapp_bytes(sys.executable)[0])"
+    names = set()
+    for seed, imports in (("1", ""), ("2", ", json, asyncio, typing, email.message, zipfile")):
+        done = subprocess.run([sys.executable, "-c", build.format(imports)], capture_output=True, text=True,
+                              timeout=120, env={**os.environ, "PYTHONHASHSEED": seed},
+                              cwd=str(Path(__file__).resolve().parents[1]))
+        assert done.returncode == 0, done.stderr
+        names.add(done.stdout.strip())
+    assert len(names) == 1
 
 
 def test_the_console_script_builds_and_runs_the_box(tmp_path):

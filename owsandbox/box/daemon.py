@@ -10,16 +10,12 @@ share: the folders, the instance id, the execd endpoint for `%attach`, and what 
 from __future__ import annotations
 
 import json
-import logging
 import os
-import platform
-import secrets
 import signal
 import socket
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -28,12 +24,20 @@ from .dispatch import Dispatcher
 from .execd.endpoint import ExecdServer
 from .footprint import keep_address_space_small
 from .hardening import keep_to_itself, make_undumpable
+from .log import getLogger
 from .outbox import Records
 from .server import Connection, SocketServer
 from .shell.bash import DEFAULT_OUTPUT_LIMIT
 from .shell.registry import ShellRegistry
 
-log = logging.getLogger(__name__)
+log = getLogger(__name__)
+
+
+def _token_urlsafe(nbytes: int) -> str:
+    """`secrets.token_urlsafe`, without importing `secrets` (and `random`, which it imports) for it."""
+    import base64
+
+    return base64.urlsafe_b64encode(os.urandom(nbytes)).rstrip(b"=").decode("ascii")
 
 RUNNER_VERSION = "0.1.0"
 
@@ -49,7 +53,7 @@ class Daemon:
         self.log_dir = log_dir or os.path.join(folder, "logs")
         self.max_frame_bytes = max_frame_bytes
         self.output_limit = output_limit
-        self.instance_id = uuid.uuid4().hex
+        self.instance_id = os.urandom(16).hex()  # os.urandom, not uuid or secrets: their imports cost memory
         self.started = time.time()
         self.records = Records()
         self.shells = ShellRegistry(self.cwd, log_dir=self.log_dir, output_limit=output_limit,
@@ -59,7 +63,7 @@ class Daemon:
                                      self.instance_id)
         # Given, like the daemon's own socket, by a host that makes the files the box cannot replace.
         given_execd = socket.socket(fileno=execd_fd) if execd_fd is not None else None
-        self.execd = ExecdServer(secrets.token_urlsafe(24), unix_path=os.path.join(folder, "execd.sock"),
+        self.execd = ExecdServer(_token_urlsafe(24), unix_path=os.path.join(folder, "execd.sock"),
                                  cwd=self.cwd, unix_listener=given_execd)
 
     def _on_message(self, conn: Connection, message: dict[str, Any]) -> None:
@@ -89,9 +93,10 @@ class Daemon:
             "runner_version": RUNNER_VERSION,
             "instance_id": self.instance_id,
             "pid": os.getpid(),
-            "os": f"{platform.system()} {platform.release()}",
-            "machine": platform.machine(),
-            "python": platform.python_version(),
+            # os.uname() and sys.version, as `platform` reads them (its module is 0.1 MiB of a daemon)
+            "os": f"{os.uname().sysname} {os.uname().release}",
+            "machine": os.uname().machine,
+            "python": sys.version.split()[0],
             "shell": _bash_version(),
             "cwd": self.cwd,
             "shells": self.shells.describe(),

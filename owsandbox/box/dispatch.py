@@ -10,11 +10,15 @@ runs once. A `shell.run` on a shell that is already up starts without a thread h
 A Stop is never lost: a `shell.run` is tracked from the moment its request is read, so a
 `shell.interrupt` that comes while the run still waits for its shell (a new bash starting, a thread
 to run on) marks it, and the run is then answered as interrupted without being given to bash.
+
+The modules of the file, process and usage methods and of completion are imported at their method's
+first request (`HANDLED_IN`): a box that only runs cells, as most do for most of their life, never
+holds them (they and what they import were about half a MiB of an idle daemon's memory).
 """
 
 from __future__ import annotations
 
-import logging
+import importlib
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -22,7 +26,16 @@ from typing import Any
 from .. import protocol as P
 from ..protocol import messages as M
 from ..protocol.methods import (
+    BOX_USAGE,
+    FS_LIST,
+    FS_MKDIR,
+    FS_READ,
+    FS_REMOVE,
+    FS_SEARCH,
+    FS_STAT,
+    FS_WRITE,
     HELLO,
+    PROC_RUN,
     SESSION_ACK,
     SESSION_RESUME,
     SHELL_CLOSE,
@@ -34,21 +47,24 @@ from ..protocol.methods import (
     SHELL_RUN,
 )
 from ..protocol.shapes import ShapeError, parse
-from . import procs, usage
-from .files import ops as fsops
-from .files import search as searchchild
+from .log import getLogger
 from .outbox import ANSWERED, NEW, Records
 from .params import Handler, at_least, finite, parsed
 from .server import Connection
-from .shell import complete
 from .shell.bash import Command, Shell
 from .shell.registry import ShellRegistry
 from .shell.terminal import DEFAULT_COLS, DEFAULT_ROWS
 
-log = logging.getLogger(__name__)
+log = getLogger(__name__)
 
 MAX_WORKERS = 64
 DEFERRED = object()  # a work handler's value when the answer comes later (a shell's command, when done)
+
+#: The module (of this package) whose `HANDLERS` answers each file, process and usage method. fs.search
+#: is `files.search`'s, not `files.ops'`: a regex can hold the GIL for minutes, so it runs in a child.
+HANDLED_IN = {FS_READ: "files.ops", FS_WRITE: "files.ops", FS_STAT: "files.ops", FS_LIST: "files.ops",
+              FS_MKDIR: "files.ops", FS_REMOVE: "files.ops", FS_SEARCH: "files.search", PROC_RUN: "procs",
+              BOX_USAGE: "usage"}
 
 ControlHandler = Callable[[Connection, dict[str, Any]], Any]
 WorkHandler = Callable[[Any, dict[str, Any]], Any]
@@ -96,15 +112,13 @@ class Dispatcher:
             SHELL_INTERRUPT: lambda _conn, p: self._shell_interrupt(p),
             SHELL_LIST: lambda _conn, _p: M.ListShellsResult(shells=self.shells.describe()),
         }
-        # searchchild's fs.search replaces fsops': a regex can hold the GIL for minutes, so it runs in a child
-        files = {**fsops.HANDLERS, **procs.HANDLERS, **searchchild.HANDLERS, **usage.HANDLERS}
-        self._work: dict[str, WorkHandler] = {method: self._in_folder(handler) for method, handler in files.items()}
+        self._work: dict[str, WorkHandler] = {method: self._in_folder(method) for method in HANDLED_IN}
         self._work.update({
             SHELL_RUN: self._shell_run,
             SHELL_CLOSE: lambda _id, p: self._shell_close(p),
             SHELL_INPUT: lambda _id, p: self._shell_input(p),
-            SHELL_COMPLETE: lambda _id, p: self._shell_complete(p, complete.shell_complete),
-            SHELL_INSPECT: lambda _id, p: self._shell_complete(p, complete.shell_inspect),
+            SHELL_COMPLETE: lambda _id, p: self._shell_complete(p, "shell_complete"),
+            SHELL_INSPECT: lambda _id, p: self._shell_complete(p, "shell_inspect"),
         })
 
     # -- routing ----------------------------------------------------------------------------
@@ -212,11 +226,12 @@ class Dispatcher:
         self._forget_run(request_id)  # after the records: a Stop that finds neither is told "ended" by them
         self._send_live(frame)
 
-    def _in_folder(self, handler: Handler) -> WorkHandler:
-        """A file or process handler: its params parsed as its method's shape, then it runs given the
-        folder its relative paths start from."""
+    def _in_folder(self, method: str) -> WorkHandler:
+        """A file or process method's handler: its params parsed as its method's shape, then it runs given
+        the folder its relative paths start from."""
 
         def run(_id: Any, raw: dict[str, Any]) -> Any:
+            handler = handler_of(method)
             p: M.FolderParams = parsed(handler.shape, raw)
             return handler.typed(p, self._base_folder(p))
 
@@ -372,10 +387,13 @@ class Dispatcher:
         self.shells.close(name)
         return M.CloseResult(shell=name, closed=True)
 
-    def _shell_complete(self, p: dict[str, Any],
-                        answer: Callable[[dict[str, Any], str, Callable[[], str | None]], Any]) -> Any:
-        """Completion or inspection for a shell, by a fresh bash in its folder (complete.py), with the
-        functions and aliases the shell writes if it is idle; a shell not started yet has the defaults."""
+    def _shell_complete(self, p: dict[str, Any], which: str) -> Any:
+        """Completion or inspection (`which`: complete.py's function) for a shell, by a fresh bash in its
+        folder, with the functions and aliases the shell writes if it is idle; a shell not started yet
+        has the defaults."""
+        from .shell import complete
+
+        answer: Callable[[dict[str, Any], str, Callable[[], str | None]], Any] = getattr(complete, which)
         name = _given(parsed(M.ShellNameParams, p).get("shell"), "main")
         shell = self.shells.running(name)
         cwd = self.shells.folder(name) or self.shells.cwd
@@ -387,6 +405,13 @@ class Dispatcher:
             return shell.definitions_path
 
         return answer(p, cwd, definitions)
+
+
+def handler_of(method: str) -> Handler:
+    """The handler of a file, process or usage method, its module imported if it was not yet."""
+    module = importlib.import_module(f"{__package__}.{HANDLED_IN[method]}")
+    handler: Handler = module.HANDLERS[method]
+    return handler
 
 
 def _run_key(request_id: Any) -> Any:

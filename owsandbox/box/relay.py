@@ -4,13 +4,17 @@ It copies bytes between its stdin/stdout and the daemon's Unix socket and never 
 provider may leave it running after the client's end of the pipe is gone, so it leaves by itself
 when the client has been silent for `silence_seconds`. Its real stdout is kept for frames alone:
 anything printed by mistake goes to stderr.
+
+It idles for the whole life of its kernel, so it imports little: `_socket`, the C module under
+`socket` (the same socket object without the enums and file wrappers, whose imports were a sixth
+of an idle relay's private memory), and the daemon's modules only to start a daemon (`--start`).
 """
 
 from __future__ import annotations
 
+import _socket
 import os
 import select
-import socket
 import sys
 import time
 
@@ -31,7 +35,7 @@ def attach(socket_path: str, silence_seconds: float = 0, half_close: bool = Fals
     With `start_args`, a daemon that is not there is started first (`serve` with those arguments)."""
     out_fd = os.dup(1)
     os.dup2(2, 1)  # stray prints can no longer reach the client's stream
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.connect(socket_path)
     except OSError as exc:
@@ -45,7 +49,7 @@ def attach(socket_path: str, silence_seconds: float = 0, half_close: bool = Fals
 
         try:
             daemonctl.start(os.path.dirname(os.path.dirname(socket_path)), start_args)
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
             sock.connect(socket_path)
         except daemonctl.DaemonError as exc:
             sys.stderr.write(f"owsandbox relay: cannot start a runner at {socket_path}: {exc}\n")
@@ -78,7 +82,7 @@ def attach(socket_path: str, silence_seconds: float = 0, half_close: bool = Fals
             if not data:
                 if not half_close:
                     return 0
-                sock.shutdown(socket.SHUT_WR)
+                sock.shutdown(_socket.SHUT_WR)
                 watching = [sock_fd]
                 continue
             last_heard = time.monotonic()

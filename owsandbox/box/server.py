@@ -8,7 +8,6 @@ answered here (nothing in it is run); what a message means is the dispatcher's b
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 import threading
@@ -17,8 +16,9 @@ from typing import Any
 
 from .. import protocol as P
 from .daemonctl import AlreadyServing, listen_unix
+from .log import getLogger
 
-log = logging.getLogger(__name__)
+log = getLogger(__name__)
 
 
 class Connection:

@@ -22,6 +22,7 @@ from ..host.isolation.resources import LimitTooSmall
 from ..host.providers import bwrap_problem, enforcement_of, resolve
 from ..host.workspace import DEFAULT_PROVIDER, PROVIDER_ENV, RunnerWorkspace
 from ..settings import Settings, SettingsError
+from .footprint import give_back_freed_memory
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,7 @@ class Sandbox:
                 self._workspace = workspace
         finally:
             self._ready.set()
+        give_back_freed_memory()  # what the start allocated and freed (footprint.py)
 
     @property
     def ready(self) -> bool:

@@ -18,7 +18,6 @@ WebSocket (so nothing that hands it frames ever blocks on the network), and a pu
 from __future__ import annotations
 
 import heapq
-import hmac
 import itertools
 import json
 import os
@@ -522,6 +521,8 @@ class ExecdServer:
         return False
 
     def _authorized(self, request: Request) -> bool:
+        import hmac  # here, not at the top: it loads OpenSSL, which an idle daemon has no use for
+
         values = request.headers.get(TOKEN_HEADER, [])
         given = values[0].encode("latin-1") if len(values) == 1 else b""
         return hmac.compare_digest(given, self.token.encode("utf-8"))

@@ -5,6 +5,9 @@ so it needs HTTP/1.1's request head, a `Content-Length` body and `Expect: 100-co
 more; anything else is refused with a 400 that names it (`Transfer-Encoding` included). Bounded:
 a head over MAX_HEAD_BYTES or a body over MAX_BODY_BYTES is refused before it is read. The reader
 is fed whatever a `recv` returned, the way `wsframes` reads WebSocket frames.
+
+`urllib.parse` (with the `ipaddress` it imports) is imported by the first request: a box whose
+endpoint is never called (no `%attach`, no terminal) does not hold it.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ from __future__ import annotations
 import json
 import re
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 MAX_HEAD_BYTES = 64 * 1024
 MAX_BODY_BYTES = 1024 * 1024
@@ -37,6 +39,8 @@ def bad_request(message: str) -> HttpError:
 
 class Request:
     def __init__(self, method: str, target: str, headers: dict[str, list[str]], body: bytes) -> None:
+        from urllib.parse import parse_qs, urlsplit
+
         parts = urlsplit(target)
         self.method = method
         self.path = parts.path

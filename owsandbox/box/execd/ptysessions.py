@@ -13,7 +13,8 @@ line goes on reading that pipe while it has bytes ready, before the other pipe i
 nothing that tells stdout from stderr, so the other stream's bytes in the middle of a line would cut
 it in two there, and a client resuming from that line's start would read neither half as a record.
 (A pump that a busy machine left behind finds a pipe holding more than CHUNK_BYTES, and its read of
-CHUNK_BYTES ends wherever it ends.) Standard library only.
+CHUNK_BYTES ends wherever it ends.) Standard library only; `pty` and `uuid` are imported by the first
+session, as the daemon of a box that never has one does not need them.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from __future__ import annotations
 import fcntl
 import functools
 import os
-import pty
 import selectors
 import signal
 import struct
@@ -29,7 +29,6 @@ import subprocess
 import termios
 import threading
 import time
-import uuid
 from typing import Protocol
 
 from ..procstat import session_members
@@ -209,6 +208,8 @@ class PtySession:
         self._proc, self.mode, self._stdin_fd = proc, "pipe", proc.stdin.fileno()
 
     def _start_pty(self) -> None:
+        import pty
+
         master, slave = pty.openpty()
         try:
             _set_window(slave, DEFAULT_COLS, DEFAULT_ROWS)
@@ -408,6 +409,8 @@ class SessionTable:
         self._lock = threading.Lock()
 
     def create(self, cwd: str, command: str | None) -> PtySession:
+        import uuid
+
         session = self.session_class(str(uuid.uuid4()), cwd, command)
         with self._lock:
             self._sessions[session.session_id] = session

@@ -10,8 +10,6 @@ past a size limit, which is checked against the declared length before any paylo
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import struct
 
 OP_CONTINUATION = 0x0
@@ -46,6 +44,9 @@ class ProtocolError(Exception):
 
 def accept_key(key: str) -> str:
     """The `Sec-WebSocket-Accept` value answering a client's `Sec-WebSocket-Key`."""
+    import base64
+    import hashlib  # here, not at the top: it loads OpenSSL, which an idle daemon has no use for
+
     digest = hashlib.sha1((key + _GUID).encode("ascii"), usedforsecurity=False).digest()
     return base64.b64encode(digest).decode("ascii")
 

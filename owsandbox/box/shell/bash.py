@@ -18,7 +18,6 @@ runs (delivery.py).
 from __future__ import annotations
 
 import os
-import secrets
 import signal
 import threading
 import time
@@ -113,7 +112,7 @@ class Shell:
             cols: int = DEFAULT_COLS, rows: int = DEFAULT_ROWS) -> Command:
         """Give bash `command` and return at once with it (`interrupt` takes it); `on_done` gets its result."""
         limit = self.output_limit if output_limit is None else min(output_limit, MAX_OUTPUT_LIMIT)
-        cmd = Command(command, secrets.token_hex(8), OutputRecord(limit, self._open_log),
+        cmd = Command(command, os.urandom(8).hex(), OutputRecord(limit, self._open_log),
                       LiveBatcher(self.live_delay), on_live, on_done, timeout_s)
         cmd.terminal, cmd.allow_stdin = terminal, stdin and on_live is not None
         cmd.first_pid = procstat.last_pid()  # read before the command can start a job

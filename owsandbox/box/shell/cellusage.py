@@ -25,8 +25,7 @@ process of the box), where the kernel has it; else every process's stat is read.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import procstat
 
@@ -38,8 +37,7 @@ FIRST_SAMPLE_SECONDS = 0.01
 MAX_SAMPLE_SECONDS = 0.1
 
 
-@dataclass(frozen=True)
-class _Proc:
+class _Proc(NamedTuple):  # not a dataclass: `dataclasses` imports inspect, half a MiB of an idle daemon
     started: str  # start time in ticks since boot: with the pid, names one process for good
     ticks: int
 

@@ -18,7 +18,6 @@ line would cost each ~0.4 ms of round trip, ~1.6 ms with such a library.
 from __future__ import annotations
 
 import os
-import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -49,7 +48,7 @@ class Definitions:
         if self.path is None:
             return False
         self._used = True
-        token = secrets.token_hex(8)
+        token = os.urandom(8).hex()
         written = threading.Event()
         with self._lock:  # `run` starts a command under this lock: it cannot write its line before ours
             if not self._idle():

@@ -8,7 +8,7 @@ in its place. The reader that finds the marks again is in reader.py and capture.
 
 from __future__ import annotations
 
-import pkgutil
+import os
 
 from .colours import COLOUR_INIT
 
@@ -20,8 +20,10 @@ DISPLAY_START = "\x1f\x1dOWD:"  # a line asking the notebook to show a file: mim
 # (owsandbox/kernel/display/untrusted.py), since anything in the box can print a display line.
 DISPLAY_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp", "image/bmp", "image/svg+xml",
                  "text/html", "text/markdown", "application/json", "text/plain")
-# The function every shell has, kept as bash in a file of its own (owdisplay.bash: `bash -n` checks it).
-OWDISPLAY_FUNCTION = ((pkgutil.get_data(__package__ or __name__.rpartition(".")[0], "owdisplay.bash") or b"")
+# The function every shell has, kept as bash in a file of its own (owdisplay.bash: `bash -n` checks it),
+# read by the loader that read this module, from its folder or the zipapp (as `pkgutil.get_data` does,
+# without the imports of `pkgutil` in every daemon).
+OWDISPLAY_FUNCTION = (__loader__.get_data(os.path.join(os.path.dirname(__file__), "owdisplay.bash"))  # type: ignore[union-attr]
                       .decode("utf-8").replace("@TYPES_CASE@", "|".join(DISPLAY_TYPES))
                       .replace("@TYPES_LIST@", ", ".join(DISPLAY_TYPES)))
 SHELL_INIT = (

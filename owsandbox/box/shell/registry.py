@@ -12,15 +12,15 @@ no pids file.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 from typing import Any
 
 from ...protocol import INVALID_PARAMS, UNKNOWN_SHELL, RunnerError
+from ..log import getLogger
 from .bash import DEFAULT_OUTPUT_LIMIT, Shell
 
-log = logging.getLogger(__name__)
+log = getLogger(__name__)
 
 PIDS_FILE = "shells.pids"
 

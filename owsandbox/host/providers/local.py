@@ -151,7 +151,9 @@ class LocalProvider(Provider):
         if self.runner_path is None:
             # In the private runtime folder, never under the home folder (~/.cache), which a workspace may be or
             # hold: the host runs this file for every relay, so a box that could rewrite it would run outside.
-            self.runner_path = str(build_runner_zipapp(root / "runners"))
+            # With the bytecode of the Python that runs it: its daemon and relays start without compiling, and
+            # idle smaller (bundle.py).
+            self.runner_path = str(build_runner_zipapp(root / "runners", python=self.python))
         if self.key:
             sweep_dead_state(root, keep=self.key)
             folder = root / self.key
