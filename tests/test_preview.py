@@ -353,11 +353,17 @@ def test_the_server_reaches_a_container_only_as_the_hosts_record_says(previewing
     kept = (state_dir / container_door.RECORD).read_text()
     try:
         # A relay that ends without the box's answer: a 502 with what it said (here the box's python3).
+        # Podman's exec sometimes loses the stderr of a program that ends at once (about one in three
+        # here; containers/podman#9096): then the 502 has only the exit status, and a next try says it.
         changed = {**json.loads(kept), "runner": "/run/owsandbox/not-the-runner.pyz"}
         (state_dir / container_door.RECORD).write_text(json.dumps(changed))
-        status, _, body = previewing.fetch("GET", f"{cap}/index.html", token=False)
-        assert status == 502 and b"the relay into the container ended without the box's answer" in body, body
-        assert b"not-the-runner.pyz" in body and previewing.marker.encode() not in body
+        for _ in range(8):
+            status, _, body = previewing.fetch("GET", f"{cap}/index.html", token=False)
+            assert status == 502 and b"the relay into the container ended without the box's answer" in body, body
+            assert previewing.marker.encode() not in body
+            if b"not-the-runner.pyz" in body:
+                break
+        assert b"not-the-runner.pyz" in body
         # A record that would have the engine run with more than its own settings is never used.
         changed = {**json.loads(kept), "engine_env": {"LD_PRELOAD": "/tmp/x.so"}}
         (state_dir / container_door.RECORD).write_text(json.dumps(changed))
