@@ -312,11 +312,12 @@ def peer(request: pytest.FixtureRequest) -> Iterator[SilentCloser]:
 # closed, would last it, so a test that waits for its event with a bound (stretched by the machine's
 # load, never near an hour) fails then, however busy the machine is.
 LONG = 3600.0
-OPEN = {"open_timeout": 5.0, "keepalive": None, "max_size": None, "close_timeout": LONG}
+OPEN = {"open_timeout": 5.0, "keepalive": None, "max_size": None}
+OPEN_LONG = {**OPEN, "close_timeout": LONG}
 
 
 def test_sync_close_does_not_wait_for_the_fin_execd_never_sends(peer: SilentCloser):
-    ws = execdws.open_sync(peer.endpoint(), "/pty/s/ws", {"since": "0"}, **OPEN)
+    ws = execdws.open_sync(peer.endpoint(), "/pty/s/ws", {"since": "0"}, **OPEN_LONG)
     assert isinstance(ws, SyncConnection)
     closing = threading.Thread(target=ws.close, name="closing")
     closing.start()
@@ -328,7 +329,7 @@ def test_sync_close_does_not_wait_for_the_fin_execd_never_sends(peer: SilentClos
 
 @pytest.mark.parametrize("peer", [execdws.CLOSE_TAKEN_OVER], indirect=True)
 def test_sync_a_close_from_execd_ends_the_stream_at_once(peer: SilentCloser):
-    ws = execdws.open_sync(peer.endpoint(), "/pty/s/ws", {}, **OPEN)
+    ws = execdws.open_sync(peer.endpoint(), "/pty/s/ws", {}, **OPEN_LONG)
     with pytest.raises(ConnectionClosed) as closed:  # not TimeoutError
         ws.recv(patience(10))
     assert closed.value.rcvd is not None and closed.value.rcvd.code == execdws.CLOSE_TAKEN_OVER
@@ -337,7 +338,7 @@ def test_sync_a_close_from_execd_ends_the_stream_at_once(peer: SilentCloser):
 
 def test_async_close_does_not_wait_for_the_fin_execd_never_sends(peer: SilentCloser):
     async def scenario() -> None:
-        ws = await execdws.open_async(peer.endpoint(), "/pty/s/ws", {"since": "0"}, **OPEN)
+        ws = await execdws.open_async(peer.endpoint(), "/pty/s/ws", {"since": "0"}, **OPEN_LONG)
         assert isinstance(ws, AsyncConnection)
         await asyncio.wait_for(execdws.close_async(ws, LONG), patience(10))
         assert ws.state is State.CLOSED
@@ -350,7 +351,7 @@ def test_async_close_does_not_wait_for_the_fin_execd_never_sends(peer: SilentClo
 @pytest.mark.parametrize("peer", [execdws.CLOSE_TAKEN_OVER], indirect=True)
 def test_async_a_close_from_execd_ends_the_stream_at_once(peer: SilentCloser):
     async def scenario() -> None:
-        ws = await execdws.open_async(peer.endpoint(), "/pty/s/ws", {}, **OPEN)
+        ws = await execdws.open_async(peer.endpoint(), "/pty/s/ws", {}, **OPEN_LONG)
         with pytest.raises(ConnectionClosed) as closed:  # not TimeoutError
             await asyncio.wait_for(ws.recv(), patience(10))
         assert closed.value.rcvd is not None and closed.value.rcvd.code == execdws.CLOSE_TAKEN_OVER
