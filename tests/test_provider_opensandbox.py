@@ -130,9 +130,10 @@ def test_the_runner_is_copied_into_a_box_once_per_version(fresh_runtime, make_pr
 
 
 def test_a_provider_with_the_same_key_finds_the_lingering_daemon(make_provider, workspace):
-    first = make_provider(key="k-opensandbox-reuse")
+    key = f"k-opensandbox-reuse-{os.getpid()}"  # the box is this machine: another test run's daemon is not ours
+    first = make_provider(key=key)
     first.release()
-    again = make_provider(key="k-opensandbox-reuse")
+    again = make_provider(key=key)
     assert again.reused and again.daemon_info["pid"] == first.daemon_info["pid"]
 
 
