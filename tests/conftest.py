@@ -477,6 +477,25 @@ def pytest_configure(config: pytest.Config) -> None:
                                               else "")
     config._owsandbox_kernelspec_root = root  # type: ignore[attr-defined]
     _record_durations(config)
+    _interruptible_children()
+
+
+def _interruptible_children() -> None:
+    """Let the shells the tests start get SIGINT and SIGQUIT.
+
+    A shell without job control starts `pytest ... &` with both ignored, and an ignored signal stays
+    ignored through every fork and exec: the bash sessions that the tests' own execd endpoints start in
+    this process would then sleep through a SIGINT (a test of Ctrl-C fails, not the product). The box's
+    daemon handles SIGINT itself, so what it starts gets the default; here this process does the same."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGQUIT) == signal.SIG_IGN:
+        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 # `-n auto` (pyproject's addopts) runs the suite in this process: `-n 4` runs it in four workers, a module

@@ -33,7 +33,7 @@ from owsandbox.box.execd.endpoint import ExecdServer
 from owsandbox.box.execd.ptysessions import ReplayRing
 
 from .released_execd import ReleasedExecd
-from .waiting import wait_until
+from .waiting import patience, wait_until
 
 TOKEN = "test-token-5f3a"
 STDOUT, STDERR, REPLAY = 0x01, 0x02, 0x03
@@ -65,8 +65,8 @@ class Endpoint:
 
     def _http_connection(self) -> http.client.HTTPConnection:
         if self.transport == "tcp":
-            return http.client.HTTPConnection("127.0.0.1", self.server.tcp_port, timeout=10)
-        conn = http.client.HTTPConnection("localhost", timeout=10)
+            return http.client.HTTPConnection("127.0.0.1", self.server.tcp_port, timeout=patience(10))
+        conn = http.client.HTTPConnection("localhost", timeout=patience(10))
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(10)
         sock.connect(self.server.address()["unix_socket"])
@@ -141,9 +141,10 @@ def control(message: str | bytes) -> dict[str, Any]:
 
 
 def read_until(client: ClientConnection, done: Callable[[bytes], bool], timeout: float = 10) -> bytes:
-    """Output bytes (STDOUT and STDERR frames) until `done(all so far)`; control frames must not come."""
+    """Output bytes (STDOUT and STDERR frames) until `done(all so far)`; control frames must not come.
+    `timeout` is for a quiet machine (stretched by `patience`)."""
     data = b""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + patience(timeout)
     while not done(data):
         message = client.recv(timeout=max(0.01, deadline - time.monotonic()))
         assert isinstance(message, bytes) and message[0] in (STDOUT, STDERR), message
@@ -152,9 +153,10 @@ def read_until(client: ClientConnection, done: Callable[[bytes], bool], timeout:
 
 
 def read_to_close(client: ClientConnection, timeout: float = 10) -> tuple[list[str | bytes], int | None, str]:
-    """Every message until the server closes: (messages, close code, close reason)."""
+    """Every message until the server closes: (messages, close code, close reason); `timeout` is
+    for a quiet machine (stretched by `patience`)."""
     messages: list[str | bytes] = []
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + patience(timeout)
     while True:
         try:
             messages.append(client.recv(timeout=max(0.01, deadline - time.monotonic())))
@@ -341,7 +343,8 @@ def test_a_websocket_request_with_a_bad_since_is_a_400(box: Endpoint):
 def test_output_stdin_and_exit_over_either_transport(any_box: Endpoint):
     session_id = any_box.create("read line; echo \"got $line\"; exit 7")
     with any_box.attach(session_id) as client:
-        assert control(client.recv(timeout=10)) == {"type": "connected", "session_id": session_id, "mode": "pipe"}
+        connected = control(client.recv(timeout=patience(10)))
+        assert connected == {"type": "connected", "session_id": session_id, "mode": "pipe"}
         assert any_box.status(session_id)["running"] is True
         client.send(b"\x00hello\n")
         messages, code, reason = read_to_close(client)
@@ -354,7 +357,7 @@ def test_output_stdin_and_exit_over_either_transport(any_box: Endpoint):
 
 def test_stdin_by_binary_frame_and_by_control_frame(box: Endpoint):
     with box.attach(box.create("cat")) as client:
-        client.recv(timeout=10)
+        client.recv(timeout=patience(10))
         client.send(b"\x00binary \xff\n")
         assert read_until(client, lambda d: d.endswith(b"\n")) == b"binary \xff\n"
         client.send(json.dumps({"type": "stdin", "data": "text é\n"}))
@@ -364,13 +367,13 @@ def test_stdin_by_binary_frame_and_by_control_frame(box: Endpoint):
 def test_a_second_client_is_refused_and_takeover_closes_the_first_with_4001(box: Endpoint):
     session_id = box.create("cat")
     with box.attach(session_id) as first:
-        assert control(first.recv(timeout=10))["type"] == "connected"
+        assert control(first.recv(timeout=patience(10)))["type"] == "connected"
         with pytest.raises(InvalidStatus) as refused:
             box.connect(f"/pty/{session_id}/ws?pty=0")
         assert refused.value.response.status_code == 409
         assert json.loads(refused.value.response.body)["code"] == "ALREADY_CONNECTED"
         with box.attach(session_id, "pty=0&takeover=1") as second:
-            assert control(second.recv(timeout=10))["type"] == "connected"
+            assert control(second.recv(timeout=patience(10)))["type"] == "connected"
             messages, code, reason = read_to_close(first)
             assert (messages, code, reason) == ([], 4001, "TAKEN_OVER")
             second.send(b"\x00still here\n")
@@ -381,35 +384,35 @@ def test_a_second_client_is_refused_and_takeover_closes_the_first_with_4001(box:
 def test_the_replay_comes_before_connected_and_since_at_the_end_gets_none(box: Endpoint):
     session_id = box.create("printf 'hello'; printf ' world' >&2; read x")
     with box.attach(session_id) as client:
-        client.recv(timeout=10)
+        client.recv(timeout=patience(10))
         assert read_until(client, lambda d: len(d) == 11) in (b"hello world", b" worldhello")
     with box.attach(session_id, "pty=0&since=0") as client:
-        replay = client.recv(timeout=10)
+        replay = client.recv(timeout=patience(10))
         assert replay[0] == REPLAY and int.from_bytes(replay[1:9], "big") == 0
         assert replay[9:] in (b"hello world", b" worldhello")
-        assert control(client.recv(timeout=10))["type"] == "connected"
+        assert control(client.recv(timeout=patience(10)))["type"] == "connected"
     with box.attach(session_id, "pty=0&since=5") as client:
-        replay = client.recv(timeout=10)
+        replay = client.recv(timeout=patience(10))
         assert int.from_bytes(replay[1:9], "big") == 5 and len(replay[9:]) == 6
     for since in (11, 12, 10**12):
         with box.attach(session_id, f"pty=0&since={since}") as client:
-            assert control(client.recv(timeout=10))["type"] == "connected"
+            assert control(client.recv(timeout=patience(10)))["type"] == "connected"
 
 
 def test_stderr_bytes_advance_the_offsets_too(box: Endpoint):
     session_id = box.create("printf out1; read a; printf err22 >&2; read b; printf out333; read c")
     frames = []
     with box.attach(session_id) as client:
-        client.recv(timeout=10)
+        client.recv(timeout=patience(10))
         for _ in range(3):
-            frames.append(client.recv(timeout=10))
+            frames.append(client.recv(timeout=patience(10)))
             client.send(b"\x00\n")
         messages, code, _ = read_to_close(client)
     assert frames == [b"\x01out1", b"\x02err22", b"\x01out333"]
     assert exits(messages) == [0] and code == 1000
     assert box.status(session_id)["output_offset"] == 4 + 5 + 6
     with box.attach(session_id, "pty=0&since=4") as client:
-        replay = client.recv(timeout=10)
+        replay = client.recv(timeout=patience(10))
     assert replay == b"\x03" + (4).to_bytes(8, "big") + b"err22out333"
 
 
@@ -426,14 +429,14 @@ def test_resuming_from_since_never_loses_or_repeats_a_byte(box: Endpoint):
     while not finished:
         hops += 1
         with box.attach(session_id, f"pty=0&since={len(received)}") as client:
-            first = client.recv(timeout=10)
+            first = client.recv(timeout=patience(10))
             if isinstance(first, bytes):
                 assert first[0] == REPLAY and int.from_bytes(first[1:9], "big") == len(received)
                 received += first[9:]
-                first = client.recv(timeout=10)
+                first = client.recv(timeout=patience(10))
             assert control(first)["type"] == "connected"
             for _ in range(1 + hops % 4):  # a few live frames, then detach in the middle of the output
-                message = client.recv(timeout=10)
+                message = client.recv(timeout=patience(10))
                 if isinstance(message, str):
                     assert control(message)["type"] == "exit"
                     finished = True
@@ -470,7 +473,7 @@ def test_a_pump_that_fell_behind_keeps_each_line_whole_in_the_ring(box: Endpoint
     os.mkfifo(fifo)
     session_id = box.create(shlex.join(["exec", sys.executable, "-c", WHOLE_LINES, str(fifo)]))
     with box.attach(session_id) as client:
-        assert control(client.recv(timeout=10))["type"] == "connected"
+        assert control(client.recv(timeout=patience(10)))["type"] == "connected"
         session = box.server.sessions.get(session_id)
         assert session is not None
         with session.lock:  # the pump stops at its first output, as a busy machine would leave it
@@ -479,7 +482,7 @@ def test_a_pump_that_fell_behind_keeps_each_line_whole_in_the_ring(box: Endpoint
         messages, _, _ = read_to_close(client)
     assert exits(messages) == [0]
     with box.attach(session_id, "pty=0&since=0") as client:
-        replay = client.recv(timeout=10)
+        replay = client.recv(timeout=patience(10))
     assert replay[0] == REPLAY and int.from_bytes(replay[1:9], "big") == 0
     lines = replay[9:].decode().splitlines()
     cut = [line for line in lines if not re.fullmatch(r'\{"n":\d+,"pad":"x*"\}|warn \d+', line)]
@@ -492,13 +495,13 @@ def test_an_offset_older_than_the_ring_gets_a_replay_that_shows_the_gap(box: End
     total = 1_500_000
     session_id = box.create(f"head -c {total} /dev/zero | tr '\\0' a; read x")
     with box.attach(session_id) as client:
-        client.recv(timeout=10)
+        client.recv(timeout=patience(10))
         data = read_until(client, lambda d: len(d) >= total, timeout=60)
     assert data == b"a" * total
     assert box.status(session_id)["output_offset"] == total
     with box.attach(session_id, "pty=0&since=100") as client:
-        replay = client.recv(timeout=10)
-        assert control(client.recv(timeout=10))["type"] == "connected"
+        replay = client.recv(timeout=patience(10))
+        assert control(client.recv(timeout=patience(10)))["type"] == "connected"
     offset = int.from_bytes(replay[1:9], "big")
     assert replay[0] == REPLAY and offset == total - 1024 * 1024 and offset > 100  # the client sees the gap
     assert replay[9:] == b"a" * (1024 * 1024)
@@ -507,7 +510,7 @@ def test_an_offset_older_than_the_ring_gets_a_replay_that_shows_the_gap(box: End
 def test_sigint_goes_to_the_process_group(box: Endpoint):
     session_id = box.create("echo started; sleep 30; echo after")
     with box.attach(session_id) as client:
-        client.recv(timeout=10)
+        client.recv(timeout=patience(10))
         assert read_until(client, lambda d: d == b"started\n") == b"started\n"
         client.send(json.dumps({"type": "signal", "signal": "SIGINT"}))
         messages, code, _ = read_to_close(client)
@@ -541,36 +544,36 @@ def test_a_session_whose_folder_vanished_before_the_connect_reports_start_failed
 
 def test_unknown_control_frames_are_errors_and_text_that_is_not_json_is_ignored(box: Endpoint):
     with box.attach(box.create("cat")) as client:
-        client.recv(timeout=10)
+        client.recv(timeout=patience(10))
         for frame in ({"type": "bogus"}, [1, 2], {"type": "signal", "signal": "SIGUSR1"},
                       {"type": "stdin", "data": 5}, {"type": "resize", "cols": 0, "rows": 10}):
             client.send(json.dumps(frame))
-            error = control(client.recv(timeout=10))
+            error = control(client.recv(timeout=patience(10)))
             assert error["type"] == "error" and error["code"] == "INVALID_FRAME" and error["error"]
         client.send(b"\x07not stdin")
-        assert control(client.recv(timeout=10))["code"] == "INVALID_FRAME"
+        assert control(client.recv(timeout=patience(10)))["code"] == "INVALID_FRAME"
         client.send("not json at all")
         client.send(json.dumps({"type": "ping"}))
-        assert control(client.recv(timeout=10)) == {"type": "pong"}  # nothing came for the text before it
+        assert control(client.recv(timeout=patience(10))) == {"type": "pong"}  # nothing came for the text before it
         client.ping(b"ws-level").wait(10)  # a WebSocket ping gets its pong
         client.send(json.dumps({"type": "resize", "cols": 100, "rows": 40}))  # ignored in pipe mode
         client.send(json.dumps({"type": "ping"}))
-        assert control(client.recv(timeout=10)) == {"type": "pong"}
+        assert control(client.recv(timeout=patience(10))) == {"type": "pong"}
 
 
 def test_a_stdin_write_that_fails_is_reported(box: Endpoint):
     with box.attach(box.create("exec 0<&-; echo closed; sleep 30")) as client:
-        client.recv(timeout=10)
+        client.recv(timeout=patience(10))
         read_until(client, lambda d: d == b"closed\n")
         client.send(b"\x00" + b"x" * 100)
-        error = control(client.recv(timeout=10))
+        error = control(client.recv(timeout=patience(10)))
     assert error["type"] == "error" and error["code"] == "STDIN_WRITE_FAILED"
 
 
 def test_pty_mode_has_a_terminal_that_resizes(box: Endpoint):
     session_id = box.create("tty; stty size; read x; stty size")
     with box.attach(session_id, "pty=1") as client:
-        assert control(client.recv(timeout=10))["mode"] == "pty"
+        assert control(client.recv(timeout=patience(10)))["mode"] == "pty"
         head = read_until(client, lambda d: d.count(b"\n") >= 2)
         assert re.match(rb"/dev/pts/\d+\r\n24 80\r\n", head), head
         client.send(json.dumps({"type": "resize", "cols": 100, "rows": 30}))
@@ -581,7 +584,7 @@ def test_pty_mode_has_a_terminal_that_resizes(box: Endpoint):
 
 def test_pty_mode_is_an_interactive_shell_with_job_control(box: Endpoint):
     with box.attach(box.create(), "pty=1") as client:
-        client.recv(timeout=10)
+        client.recv(timeout=patience(10))
         client.send(b"\x00echo flags=$-\n")
         seen = read_until(client, lambda d: re.search(rb"flags=(\w+)\r\n", d) is not None)
         flags = re.search(rb"flags=(\w+)\r\n", seen).group(1)
@@ -595,15 +598,15 @@ def test_pty_mode_is_an_interactive_shell_with_job_control(box: Endpoint):
 def test_a_detached_process_keeps_running_and_since_picks_up_where_the_cursor_was(box: Endpoint, tmp_path: Path):
     session_id = box.create("echo start; while [ ! -e go ]; do sleep 0.02; done; echo after-detach; read x")
     with box.attach(session_id) as client:
-        client.recv(timeout=10)
+        client.recv(timeout=patience(10))
         cursor = len(read_until(client, lambda d: d == b"start\n"))
     assert box.status(session_id) == {"session_id": session_id, "running": True, "output_offset": cursor,
                                       "exit_code": None}
     (tmp_path / "go").touch()
-    wait_until(lambda: box.status(session_id)["output_offset"] > cursor, 10, "output while detached")
+    wait_until(lambda: box.status(session_id)["output_offset"] > cursor, patience(10), "output while detached")
     with box.attach(session_id, f"pty=0&since={cursor}") as client:
-        assert client.recv(timeout=10) == b"\x03" + cursor.to_bytes(8, "big") + b"after-detach\n"
-        assert control(client.recv(timeout=10))["type"] == "connected"
+        assert client.recv(timeout=patience(10)) == b"\x03" + cursor.to_bytes(8, "big") + b"after-detach\n"
+        assert control(client.recv(timeout=patience(10)))["type"] == "connected"
         client.send(b"\x00\n")
         messages, code, _ = read_to_close(client)
     assert exits(messages) == [0] and code == 1000
@@ -612,35 +615,35 @@ def test_a_detached_process_keeps_running_and_since_picks_up_where_the_cursor_wa
 def test_delete_kills_the_process_group_and_a_grandchild(box: Endpoint):
     session_id = box.create("sleep 300 & echo $$ $!; sleep 301")
     with box.attach(session_id) as client:
-        client.recv(timeout=10)
+        client.recv(timeout=patience(10))
         bash_pid, grandchild = map(int, read_until(client, lambda d: d.endswith(b"\n")).split())
         assert box.http("DELETE", f"/pty/{session_id}")[0] == 200
         messages, code, _ = read_to_close(client)
     assert exits(messages) == [-1] and code == 1000
-    wait_until(lambda: gone(bash_pid) and gone(grandchild), 10, "the session's processes to end")
+    wait_until(lambda: gone(bash_pid) and gone(grandchild), patience(10), "the session's processes to end")
     assert box.http("GET", f"/pty/{session_id}")[0] == 404
 
 
 def test_delete_in_pty_mode_kills_background_jobs_in_their_own_groups(box: Endpoint):
     session_id = box.create()
     with box.attach(session_id, "pty=1") as client:
-        client.recv(timeout=10)
+        client.recv(timeout=patience(10))
         client.send(b"\x00sleep 300 & echo PIDS=$$:$!\n")
         seen = read_until(client, lambda d: re.search(rb"PIDS=(\d+):(\d+)", d) is not None)
         bash_pid, job = map(int, re.search(rb"PIDS=(\d+):(\d+)", seen).groups())
         assert os.getpgid(job) != bash_pid  # job control put the job in a group of its own
         assert box.http("DELETE", f"/pty/{session_id}")[0] == 200
         read_to_close(client)
-    wait_until(lambda: gone(bash_pid) and gone(job), 10, "the shell and its job to end")
+    wait_until(lambda: gone(bash_pid) and gone(job), patience(10), "the shell and its job to end")
 
 
 def test_stopping_the_server_kills_every_session(tmp_path: Path):
     with running_server(tmp_path) as server:
         box = Endpoint(server, "unix")
         with box.attach(box.create("echo $$; sleep 300")) as client:
-            client.recv(timeout=10)
+            client.recv(timeout=patience(10))
             pid = int(read_until(client, lambda d: d.endswith(b"\n")))
-    wait_until(lambda: gone(pid), 10, "the session's process to end")
+    wait_until(lambda: gone(pid), patience(10), "the session's process to end")
 
 
 # -- closing --------------------------------------------------------------------------------------
@@ -673,11 +676,11 @@ def test_a_silent_client_is_pinged_then_dropped_and_a_live_one_is_not(tmp_path: 
         started = time.monotonic()
         with sock:
             frames = raw_frames_to_eof(sock, parser, rest)  # never answers a ping
-        assert 0.7 < time.monotonic() - started < 5
+        assert 0.7 < time.monotonic() - started < patience(5)
         assert [op for op, _ in frames].count(ws.OP_PING) >= 2
         assert frames[-1][0] == ws.OP_CLOSE and ws.parse_close(frames[-1][1])[0] == 1001
         with box.attach(session_id) as client:  # `websockets` answers pings: it stays
-            client.recv(timeout=10)
+            client.recv(timeout=patience(10))
             with pytest.raises(TimeoutError):
                 client.recv(timeout=2)
             client.send(b"\x00alive\n")
@@ -694,7 +697,7 @@ def release_box(tmp_path: Path) -> Iterator[Endpoint]:
 
 
 def _connected(client: ClientConnection) -> None:
-    assert control(client.recv(timeout=10))["type"] == "connected"
+    assert control(client.recv(timeout=patience(10)))["type"] == "connected"
 
 
 def test_release_mode_ignores_command_and_knows_no_list_no_takeover(release_box: Endpoint):
@@ -723,7 +726,7 @@ def test_release_mode_restarts_an_ended_program_and_sends_exit_before_the_tail(r
     assert frames[-1] == (ws.OP_CLOSE, ws.close_payload(1000, "process exited"))
     assert release_box.status(session_id)["running"] is False
     with release_box.attach(session_id, "pty=0&since=0") as client:  # a new bash, in the same session
-        replay = client.recv(timeout=10)
+        replay = client.recv(timeout=patience(10))
         assert replay[0] == REPLAY and replay[9:] == b"errtail"  # the ring's order
         _connected(client)
         assert release_box.status(session_id)["running"] is True
@@ -736,7 +739,7 @@ def test_release_mode_lets_live_stderr_fall_behind_stdout(release_box: Endpoint)
     with release_box.attach(session_id) as client:
         _connected(client)
         client.send(b"\x00printf 'e\\n' >&2; sleep 0.01; printf 'o\\n'; read x\n")
-        frames = [client.recv(timeout=10), client.recv(timeout=10)]
+        frames = [client.recv(timeout=patience(10)), client.recv(timeout=patience(10))]
     assert frames == [b"\x01o\n", b"\x02e\n"]  # live: stdout first; the ring holds e then o
     with release_box.attach(session_id, "pty=0&since=0") as client:
-        assert client.recv(timeout=10) == b"\x03" + (0).to_bytes(8, "big") + b"e\no\n"
+        assert client.recv(timeout=patience(10)) == b"\x03" + (0).to_bytes(8, "big") + b"e\no\n"

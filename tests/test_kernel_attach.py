@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from .kernel_session import KernelSession
+from .waiting import patience
 
 ENGINE = Path(__file__).resolve().parents[1] / "notebooks" / "engines" / "echo_engine.py"
 
@@ -43,8 +44,9 @@ def records_of(kernel: KernelSession, extra: str = "") -> list[dict]:
 
 
 def wait_for_ticks(kernel: KernelSession, selector: str, count: int, timeout: float = 20) -> list[int]:
-    """The tick numbers of a program once at least `count` have arrived (polled through %records)."""
-    deadline = time.monotonic() + timeout
+    """The tick numbers of a program once at least `count` have arrived (polled through %records;
+    `timeout` on a quiet machine, stretched by its load)."""
+    deadline = time.monotonic() + patience(timeout)
     while True:
         ticks = [r["n"] for r in records_of(kernel, f"{selector} --type tick")]
         if len(ticks) >= count or time.monotonic() > deadline:

@@ -23,6 +23,7 @@ from owsandbox.kernel.cell.notes import is_note
 from .kernel_session import CellRun, KernelSession
 from .mcp_servers import mcp_server_time as installed_mcp_server_time
 from .test_kernel_attach import wait_for_display
+from .waiting import patience
 
 SERVER = r'''
 import json, sys, threading, time
@@ -155,7 +156,7 @@ def attach_and_initialize(kernel: KernelSession, command: str) -> CellRun:
 
 
 def stderr_of(kernel: KernelSession, wanted: str, timeout: float = 10) -> str:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + patience(timeout)
     while True:
         text = kernel.run("%records --stderr").text()
         if wanted in text or time.monotonic() > deadline:

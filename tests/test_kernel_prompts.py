@@ -26,7 +26,7 @@ from owsandbox.kernel.cell.output import CellOutput, Display, InputWanted, Notic
 from owsandbox.kernel.editing.stdin import EOF, CellPrompts, StdinChannel, answers
 
 from .fuzz_budget import examples
-from .waiting import wait_until
+from .waiting import patience, wait_until
 
 FUZZ = settings(max_examples=examples(300), deadline=None, database=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -412,7 +412,7 @@ def test_closing_abandons_the_open_prompt_and_sends_nothing():
     frontend = FakeFrontend([None])
     prompts = CellPrompts(True, frontend.ask, frontend.send_input)
     prompts.wanted("a? ", False)
-    wait_until(lambda: frontend.asked, 2, "the prompt to be asked")
+    wait_until(lambda: frontend.asked, patience(10), "the prompt to be asked")
     prompts.close()
     assert prompts.join(2)
     assert frontend.sent == []
@@ -423,7 +423,7 @@ def test_a_new_prompt_abandons_the_one_before():
     frontend = FakeFrontend([None, "second"])
     prompts = CellPrompts(True, frontend.ask, frontend.send_input)
     prompts.wanted("first? ", False)
-    wait_until(lambda: frontend.asked, 2, "the first prompt to be asked")
+    wait_until(lambda: frontend.asked, patience(10), "the first prompt to be asked")
     prompts.wanted("second? ", False)
     assert prompts.join(2)
     assert frontend.sent == [{"text": "second"}]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import random
 import shutil
 import socket
@@ -37,7 +38,7 @@ from .conftest import DEFAULT_KERNEL_NAME, require_bwrap
 from .kernel_ws import Cell, KernelWebSocket
 from .lab_browser import Lab, needs_linux_processes
 from .preview_apps import HEADERS_ECHO, WS_ECHO
-from .waiting import wait_until
+from .waiting import patience, wait_until
 
 pytestmark = [pytest.mark.system]
 
@@ -58,7 +59,7 @@ class Previewing:
               body: bytes | None = None) -> tuple[int, http.client.HTTPMessage, bytes]:
         """One request to the server (not following redirects): status, headers, body."""
         parts = urllib.parse.urlsplit(self.lab.url)
-        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=patience(60))
         sent = dict(headers or {})
         if token:
             sent.setdefault("Authorization", f"token {self.lab.token}")
@@ -78,7 +79,7 @@ class Previewing:
         return location.rstrip("/")
 
     def run(self, code: str) -> Cell:
-        cell = self.kernel.run(code, timeout=90)
+        cell = self.kernel.run(code, timeout=patience(90))
         return cell
 
     def restart(self) -> None:
@@ -86,12 +87,15 @@ class Previewing:
         status, _, body = self.fetch("POST", f"/api/kernels/{self.kernel_id}/restart")
         assert status == 200, body
         self.kernel.wait_for(lambda message: message.get("msg_type") == "status"
-                             and message["content"].get("execution_state") == "idle", 90, "the restarted kernel")
+                             and message["content"].get("execution_state") == "idle", patience(90),
+                             "the restarted kernel")
 
     def serve(self, command: str, port: int) -> None:
-        """Start `command` in the box in the background and wait until `port` accepts there."""
+        """Start `command` in the box in the background and wait until `port` accepts there (for 10 s
+        on a quiet machine, stretched by its load)."""
+        tries = math.ceil(patience(10) / 0.05)
         cell = self.run(f"nohup {command} >/dev/null 2>&1 &\n"
-                        f"for i in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && break; "
+                        f"for i in $(seq {tries}); do (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && break; "
                         "sleep 0.05; done; (exec 3<>/dev/tcp/127.0.0.1/" f"{port}) && echo listening")
         assert cell.text().strip() == "listening", cell.outputs
 
@@ -310,7 +314,7 @@ def test_a_restarted_kernel_keeps_its_previews_and_previews_again(previewing: Pr
     # from a cell has ended with them.
     assert previewing.path(port) in previewing.run("%preview --list").plain()
     gone = f"nothing listens on port {port} in the sandbox".encode()
-    wait_until(lambda: gone in previewing.fetch("GET", f"{cap}/index.html", token=False)[2], 30,
+    wait_until(lambda: gone in previewing.fetch("GET", f"{cap}/index.html", token=False)[2], patience(30),
                "the server started from the old kernel's shell to end with it", interval=0.1)
     # Started again, it is previewed again by the new kernel (whose own way into the box is new).
     previewing.serve(serve, port)
@@ -349,11 +353,17 @@ def test_the_server_reaches_a_container_only_as_the_hosts_record_says(previewing
     kept = (state_dir / container_door.RECORD).read_text()
     try:
         # A relay that ends without the box's answer: a 502 with what it said (here the box's python3).
+        # Podman's exec sometimes loses the stderr of a program that ends at once (about one in three
+        # here; containers/podman#9096): then the 502 has only the exit status, and a next try says it.
         changed = {**json.loads(kept), "runner": "/run/owsandbox/not-the-runner.pyz"}
         (state_dir / container_door.RECORD).write_text(json.dumps(changed))
-        status, _, body = previewing.fetch("GET", f"{cap}/index.html", token=False)
-        assert status == 502 and b"the relay into the container ended without the box's answer" in body, body
-        assert b"not-the-runner.pyz" in body and previewing.marker.encode() not in body
+        for _ in range(8):
+            status, _, body = previewing.fetch("GET", f"{cap}/index.html", token=False)
+            assert status == 502 and b"the relay into the container ended without the box's answer" in body, body
+            assert previewing.marker.encode() not in body
+            if b"not-the-runner.pyz" in body:
+                break
+        assert b"not-the-runner.pyz" in body
         # A record that would have the engine run with more than its own settings is never used.
         changed = {**json.loads(kept), "engine_env": {"LD_PRELOAD": "/tmp/x.so"}}
         (state_dir / container_door.RECORD).write_text(json.dumps(changed))

@@ -29,6 +29,7 @@ from owsandbox.box.execd import endpoint as execd_module
 from owsandbox.box.execd.endpoint import ExecdServer
 from owsandbox.channel import ExecdControl, ExecdEndpoint, ExecdJsonLineChannel, ExecdNotFound
 from owsandbox.channel.endpoint import TOKEN_HEADER
+from owsandbox.host import wstransport
 from owsandbox.host.client import RunnerClient
 from owsandbox.host.executor import RunnerExecutor
 from owsandbox.host.providers import RUNNER_PROVIDERS, enforcement_of
@@ -44,7 +45,7 @@ from .ports import free_port
 from .processes import wait_for_file
 from .released_execd import ReleasedExecd
 from .test_runner_shells import run_in_background, wait_until_busy
-from .waiting import wait_until
+from .waiting import patience, wait_until
 
 ENGINE = Path(__file__).resolve().parents[1] / "notebooks" / "engines" / "echo_engine.py"
 
@@ -129,9 +130,10 @@ def test_the_runner_is_copied_into_a_box_once_per_version(fresh_runtime, make_pr
 
 
 def test_a_provider_with_the_same_key_finds_the_lingering_daemon(make_provider, workspace):
-    first = make_provider(key="k-opensandbox-reuse")
+    key = f"k-opensandbox-reuse-{os.getpid()}"  # the box is this machine: another test run's daemon is not ours
+    first = make_provider(key=key)
     first.release()
-    again = make_provider(key="k-opensandbox-reuse")
+    again = make_provider(key=key)
     assert again.reused and again.daemon_info["pid"] == first.daemon_info["pid"]
 
 
@@ -264,19 +266,23 @@ def test_closing_a_pipe_deletes_its_session_and_the_relay_leaves(connected):
 
 
 def test_close_does_not_wait_for_a_fin_that_execd_never_sends(monkeypatch, tmp_path):
-    """execd answers Close but leaves TCP open; the transport closes it itself, at once."""
+    """execd answers Close but leaves TCP open; the transport closes it itself, at once. The close
+    timeout is made far longer than the wait here, so a close that waited for the FIN (and was cut off
+    by that timeout) would not end in time, however busy the machine is."""
     held: list[Any] = []
     monkeypatch.setattr(execd_module.WsConnection, "finish", lambda self: held.append(self))  # never closes TCP
+    monkeypatch.setattr(wstransport, "CLOSE_TIMEOUT_SECONDS", 3600.0)
     server = ExecdServer("tok", tcp_host="127.0.0.1", cwd=str(tmp_path))
     server.start()
     try:
         endpoint = ExecdEndpoint(origin=server.address()["url"], headers={TOKEN_HEADER: "tok"})
         transport = ExecdPipeTransport(endpoint, "cat")
         transport.send(b"ping\n")
-        assert transport.read(10) == b"ping\n"
-        started = time.monotonic()
-        transport.close()
-        assert time.monotonic() - started < CLOSE_TIMEOUT_SECONDS / 2
+        assert transport.read(patience(10)) == b"ping\n"
+        closing = threading.Thread(target=transport.close, name="closing")
+        closing.start()
+        closing.join(patience(CLOSE_TIMEOUT_SECONDS * 5))
+        assert not closing.is_alive(), "close() waited for execd to close TCP"
         assert held and not held[0].closed  # the server really had left the connection open
     finally:
         for connection in held:
@@ -420,7 +426,8 @@ def test_a_kernel_runs_cells_and_attach_in_an_opensandbox_box(execd_fixture, req
 
 
 @pytest.mark.parametrize("warning", ["warn", "warning!\\n"])
-def test_a_cursor_that_disagrees_with_a_released_execds_ring_is_found_and_re_derived(released_execd, warning):
+def test_a_cursor_that_disagrees_with_a_released_execds_ring_is_found_and_re_derived(released_execd, warning,
+                                                                                      monkeypatch):
     """A warning on stderr, then a record on stdout; the channel detaches right after the record.
     Live stderr may fall behind stdout (the stand-in's release mode always lags it; OpenSandbox's
     execd delivered stderr first every time here): then the cursor, taken right after the record,
@@ -428,7 +435,13 @@ def test_a_cursor_that_disagrees_with_a_released_execds_ring_is_found_and_re_der
     where the byte before the cursor is an LF as expected; the reattach compares the bytes it read
     last with the ring, finds them after the warning and resumes right after them. When stderr came
     first the cursor agrees with the ring and nothing is re-derived. Either way: the record once,
-    and the second channel ends right after the warning and the record."""
+    and the second channel ends right after the warning and the record.
+
+    The stand-in holds stdout back `lag` s and stderr twice that: here long enough (stretched by the
+    machine's load) that the record, printed a moment after the warning, always overtakes it."""
+    if isinstance(released_execd, ReleasedExecd):
+        monkeypatch.setattr(released_execd, "lag", patience(0.5))
+    stderr_bytes = len(warning.replace("\\n", "\n"))
     address = released_execd.address()
     endpoint = ExecdEndpoint(origin=address["url"], headers={TOKEN_HEADER: address["token"]})
     session_id = ExecdControl(endpoint).create()
@@ -454,18 +467,20 @@ def test_a_cursor_that_disagrees_with_a_released_execds_ring_is_found_and_re_der
 
         one = channel()
         await one.connect(command=f"""printf '{warning}' >&2; sleep 0.02; echo '{{"a": 1}}'; read x""")
-        await asyncio.wait_for(first.wait(), 10)
+        await asyncio.wait_for(first.wait(), patience(10))
         await one.detach()  # the cursor counts what has arrived by now: the record, and the warning if it came
         cursor, byte = one.cursor, one.cursor_tail
         two = channel()
         await two.connect(since=cursor, since_tail=byte)
-        await asyncio.sleep(0.3)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + patience(10)
+        while two.cursor < stderr_bytes + 9 and loop.time() < deadline:  # the replay, read
+            await asyncio.sleep(0.02)
         await two.delete()
         return cursor, byte, records, told, two
 
     cursor, byte, records, told, two = asyncio.run(converse())
     assert records == [{"a": 1}] and byte.endswith(b'{"a": 1}\n')  # the record, once
-    stderr_bytes = len(warning.replace("\\n", "\n"))
     mismatch_said = any("does not agree with execd's output ring" in text for text in told)
     assert two.cursor == stderr_bytes + 9  # the ring: the warning, then the record
     if cursor == 9:  # stderr came after the record: counted as arrived, the cursor is 9, inside the ring's record

@@ -8,6 +8,8 @@ import time
 
 from owsandbox.host.executor import RunnerExecutor
 
+from .waiting import patience
+
 
 def complete(client, word: str, shell: str = "main", what: str = "commands") -> list[str]:
     return client.call("shell.complete", {"shell": shell, "what": what, "word": word}, timeout=15)["matches"]
@@ -66,7 +68,7 @@ def test_a_shell_asked_once_writes_its_definitions_again_when_idle_after_a_comma
     worker = threading.Thread(target=lambda: busy.update(ex.run("sleep 2; echo done")))
     worker.start()
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + patience(10)
         while not any(s["name"] == "idle" and s["busy"] for s in client.call("shell.list", timeout=5)["shells"]):
             assert time.monotonic() < deadline, "the shell never became busy"
             time.sleep(0.01)

@@ -36,9 +36,9 @@ from owsandbox.terminal.boxshell import shell_command
 from owsandbox.terminal.launch import LAB_TERMINALS_ENV, kernel_of_lab_terminal, lab_terminal_name
 
 from .conftest import DEFAULT_KERNEL_NAME, KERNEL_NAME, require_bwrap
-from .waiting import wait_until
+from .waiting import patience, wait_until
 
-START_SECONDS = 30
+START_SECONDS = 30  # the first prompt, and each step below: on a quiet machine (stretched by `patience`)
 STEP_SECONDS = 15
 PROMPT = "OWS-READY> "  # set by each test: PS1='OWS''-READY> ', so the echoed line does not match
 SHELL = [sys.executable, "-c", "import sys; from owsandbox.cli import main; sys.exit(main())", "shell"]
@@ -154,25 +154,25 @@ class Terminal:
         self.started = time.monotonic()
         self.count = 0  # commands run by `run`
         self.child = pexpect.spawn(args[0], args[1:], env=env, encoding="utf-8", codec_errors="replace",
-                                   timeout=STEP_SECONDS, dimensions=(rows, cols))
+                                   timeout=patience(STEP_SECONDS), dimensions=(rows, cols))
         if transcript is not None:
             self._log = transcript.open("a", encoding="utf-8")
             self.child.logfile_read = self._log
 
     def ready(self) -> float:
         """Wait for the shell's own prompt, then set ours; the seconds to the first prompt."""
-        self.child.expect(r"[#$] ", timeout=START_SECONDS)
+        self.child.expect(r"[#$] ", timeout=patience(START_SECONDS))
         seconds = time.monotonic() - self.started
         self.child.sendline("PS1='OWS''-READY> '")
         self.child.expect(PROMPT)
         return seconds
 
-    def run(self, line: str, timeout: float = STEP_SECONDS) -> str:
+    def run(self, line: str, timeout: float | None = None) -> str:
         """Type `line`; what the terminal showed until it was done, escapes and \\r taken out. Done is a
         marker printed after it (a window change redraws the prompt, so prompts cannot be counted)."""
         self.count += 1
         self.child.sendline(f"{line}\nprintf 'OWS-DO''NE-%s\\n' {self.count}")
-        self.child.expect(f"OWS-DONE-{self.count}\r\n", timeout=timeout)
+        self.child.expect(f"OWS-DONE-{self.count}\r\n", timeout=patience(STEP_SECONDS) if timeout is None else timeout)
         shown = plain(self.child.before)
         self.child.expect(PROMPT)
         return shown
@@ -270,15 +270,15 @@ def test_vi_less_and_git_add_p_draw_and_quit(terminal: Terminal) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_ctrl_c_stops_a_sleep_ctrl_z_stops_a_job_and_ctrl_d_leaves(terminal: Terminal) -> None:
-    terminal.child.sendline("sleep 60")
-    time.sleep(0.3)
-    pressed = time.monotonic()
+    # Each key is pressed once the job says it runs: from then on it is the terminal's foreground job
+    # (before, bash may still be reading the line, and takes the key itself).
+    terminal.child.sendline("(echo OWS-SLEEP''ING-60; exec sleep 60)")
+    terminal.child.expect("OWS-SLEEPING-60\r\n")
     terminal.child.sendcontrol("c")
-    terminal.child.expect(PROMPT, timeout=5)
-    assert time.monotonic() - pressed < 5
+    terminal.child.expect(PROMPT)  # well before the 60 s are up (a sleep that ended gives status 0)
     assert "\nstatus=130\n" in terminal.run("echo status=$?")
-    terminal.child.sendline("sleep 61")
-    time.sleep(0.3)
+    terminal.child.sendline("(echo OWS-SLEEP''ING-61; exec sleep 61)")
+    terminal.child.expect("OWS-SLEEPING-61\r\n")
     terminal.child.sendcontrol("z")
     terminal.child.expect("Stopped")
     terminal.child.expect(PROMPT)
@@ -286,11 +286,8 @@ def test_ctrl_c_stops_a_sleep_ctrl_z_stops_a_job_and_ctrl_d_leaves(terminal: Ter
     terminal.run("kill %1; wait")
     # bash drops a killed job from its table once it has reaped it and said so, which may be after the
     # prompt is back: until then Ctrl-D answers "There are stopped jobs" instead of leaving.
-    for _ in range(50):
-        if "sleep 61" not in terminal.run("jobs"):
-            break
-    else:
-        raise AssertionError("the killed job stayed in the shell's job table")
+    wait_until(lambda: "sleep 61" not in terminal.run("jobs"), patience(STEP_SECONDS),
+               "the killed job to leave the shell's job table", interval=0)
     terminal.child.sendcontrol("d")  # end of input on an empty line: the shell leaves, as in any terminal
     terminal.child.expect(pexpect.EOF)
     terminal.child.close()
