@@ -498,10 +498,10 @@ def _interruptible_children() -> None:
         signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
-# `-n auto` (pyproject's addopts) runs the suite in this process: `-n 4` runs it in four workers, a module
-# at a time in each (tests/scheduling.py), in about 15 minutes on 2 cores against 27, but at that load (and
-# more so beside a CPU hog) a few tests that wait a fixed time still fail now and then.
-WORKERS = 0
+# `-n auto` (pyproject's addopts) runs the suite in four workers, a module at a time in each
+# (tests/scheduling.py): on 2 cores about 15 minutes of pytest against 27 in one process, and 18.5 beside
+# a CPU hog on each core. `-n 0` runs it in this process.
+WORKERS = 4
 
 
 @pytest.hookimpl(optionalhook=True)
