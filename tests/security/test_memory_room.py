@@ -94,7 +94,7 @@ def test_a_process_limit_the_user_is_already_at_is_named_at_start(attacker_facto
         assert attacker.step(describe=True)["limits enforced by"].startswith("cgroup"), answer
         pytest.skip("this plain user has a cgroup of its own, which counts only the box's processes")
     error = answer.get("error", "")
-    assert error.startswith("LimitTooSmall: processes=16 was reached as the sandbox started"), answer
+    assert error.startswith("LimitTooSmall: pids=16, the processes limit, was reached as the sandbox started"), answer
     assert f"every process and thread of user {user.pw_uid} on this machine" in error, error
     runs = int(error.split("that user runs ")[1].split()[0])
     assert runs >= 24, error
@@ -136,8 +136,8 @@ def test_a_refused_process_is_told_by_what_the_clone_or_fork_said():
     assert not L.refused_a_process("bwrap: Can't mount proc on /newroot/proc: Operation not permitted")
     shown = str(L.out_of_processes(L.Limits.parse(["pids=64"]), "cgroup", "bwrap: clone: Resource temporarily "
                                                                           "unavailable"))
-    assert shown.startswith("processes=64 left the sandbox no room to start (bwrap: clone: Resource") and \
-        "OWSANDBOX_LIMITS=pids=" in shown
+    assert shown.startswith("pids=64, the processes limit, left the sandbox no room to start (bwrap: clone: "
+                            "Resource") and "OWSANDBOX_LIMITS=pids=" in shown
 
 
 @pytest.mark.unit

@@ -344,12 +344,13 @@ def out_of_processes(limits: Limits, kind: str, failure: str) -> LimitTooSmall:
     said = failure.strip()[-500:]
     if kind == "rlimits":
         uid = os.getuid()
-        return LimitTooSmall(f"processes={limits.pids} was reached as the sandbox started ({said}): without a cgroup "
-                             f"the limit counts every process and thread of user {uid} on this machine, the Jupyter "
-                             f"server's and the kernels' included, and that user runs {tasks_of(uid)} now. Set a "
-                             "larger one with OWSANDBOX_LIMITS=pids=... or --limit pids=..., or end some of them")
-    return LimitTooSmall(f"processes={limits.pids} left the sandbox no room to start ({said}): set a larger one "
-                         "with OWSANDBOX_LIMITS=pids=... or --limit pids=...")
+        return LimitTooSmall(f"pids={limits.pids}, the processes limit, was reached as the sandbox started ({said}): "
+                             f"without a cgroup the limit counts every process and thread of user {uid} on this "
+                             f"machine, the Jupyter server's and the kernels' included, and that user runs "
+                             f"{tasks_of(uid)} now. Set a larger one with OWSANDBOX_LIMITS=pids=... or --limit "
+                             "pids=..., or end some of them")
+    return LimitTooSmall(f"pids={limits.pids}, the processes limit, left the sandbox no room to start ({said}): set "
+                         "a larger one with OWSANDBOX_LIMITS=pids=... or --limit pids=...")
 
 
 def enforce(limits: Limits) -> Enforcement:
