@@ -268,9 +268,9 @@ class Podman:
         """The single-user server's image for DockerSpawner (see the module's docstring)."""
         base = self.image()
         with self._build_lock():
-            site = self._singleuser_site()
             name = self._singleuser_name()
-            if not self.has_image(name):
+            if not self.has_image(name):  # another run on the machine may have built it: then nothing is staged
+                site = self._singleuser_site()
                 with tempfile.TemporaryDirectory(prefix="owsandbox-image-") as temp:
                     context = Path(temp)
                     shutil.copytree(site, context / "site", symlinks=True)

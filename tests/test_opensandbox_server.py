@@ -310,9 +310,15 @@ def test_bridge_mode_here_gives_an_endpoint_nothing_answers_at_and_the_sandbox_i
 BRIDGE = "203.0.113.1/24"  # TEST-NET-3, on the bridge in that namespace only
 
 
+# Podman's netavark writes its rules (chains named NETAVARK...) into this machine's firewall while a
+# container of its default network lives: another test's (another worker's, another run's), never one of
+# this module's, whose dockerd starts in a namespace of its own. They come and go without this module.
+OTHERS_RULES = "NETAVARK"
+
+
 def firewall(netns: str | None = None) -> list[str]:
     """The iptables and ip6tables rules and chains of this machine (of `netns` when given), without
-    iptables-save's comments (they carry the time)."""
+    iptables-save's comments (they carry the time) and without podman's rules for other tests' containers."""
     tools = [shutil.which(tool) or shutil.which(tool, path="/usr/sbin:/sbin") for tool in ("iptables-save",
                                                                                          "ip6tables-save")]
     if None in tools:
@@ -321,8 +327,19 @@ def firewall(netns: str | None = None) -> list[str]:
     lines = []
     for tool in tools:
         done = subprocess.run([*prefix, str(tool)], capture_output=True, text=True, timeout=30, check=True)
-        lines += [line for line in done.stdout.splitlines() if not line.startswith("#")]
+        lines += [line for line in done.stdout.splitlines() if meaningful(line) and OTHERS_RULES not in line]
     return lines
+
+
+def meaningful(line: str) -> bool:
+    """A rule, a chain of someone's own, or a built-in chain's policy other than ACCEPT: what a change of
+    the firewall consists of. A table's header and its built-in chains with their ACCEPT policy show up in
+    iptables-save once any rule of that table was ever loaded (podman's for another test, say)."""
+    if line.startswith("-A"):
+        return True
+    if line.startswith(":"):
+        return line.split()[1] != "ACCEPT"  # ":NAME - [0:0]" for a chain of its own, ":INPUT DROP [..]"
+    return False
 
 
 @pytest.fixture(scope="module")

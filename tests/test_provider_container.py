@@ -434,8 +434,14 @@ def test_the_kernel_runs_in_a_container_named_in_its_first_cell(engine, image, t
         assert kernel.run("%attach --kill").status == "ok"
         oom = kernel.run("python3 -c \"data = b'x' * (600 << 20)\"")
         assert oom.status == "error" and oom.error["ename"] == "OutOfMemory", oom.outputs
-        forks = kernel.run("python3 -c \"import os, time\nfor _ in range(100):\n"
-                           "    if os.fork() == 0:\n        time.sleep(3); os._exit(0)\"")
+        # The children live until their parent lets go of the pipe, and it reaps them before it ends: the
+        # next cell must not meet the processes limit still held by these (they slept 3 s before, which a
+        # busy machine's next cell came within).
+        forks = kernel.run("python3 -c \"import os\nr, w = os.pipe()\nkids = []\ntry:\n"
+                           "    for _ in range(100):\n        pid = os.fork()\n"
+                           "        if pid == 0:\n            os.close(w); os.read(r, 1); os._exit(0)\n"
+                           "        kids.append(pid)\nfinally:\n    os.close(w)\n"
+                           "    for pid in kids:\n        os.waitpid(pid, 0)\"")
         assert forks.status == "error" and forks.error["ename"] == "TooManyProcesses", forks.outputs
         lookup = kernel.run("python3 -c \"import socket; socket.getaddrinfo('example.org', 80)\"")
         assert lookup.status == "error" and "no network" in lookup.notes()

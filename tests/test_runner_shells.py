@@ -13,7 +13,7 @@ from owsandbox import protocol as P
 from owsandbox.host.executor import DirectExecutor, RunnerExecutor
 
 from .processes import wait_for_file
-from .waiting import wait_until
+from .waiting import patience, wait_until
 
 
 def run_in_background(fn) -> tuple[threading.Thread, dict]:
@@ -23,14 +23,14 @@ def run_in_background(fn) -> tuple[threading.Thread, dict]:
     return worker, box
 
 
-def wait_until_busy(client, shell: str = "main", timeout: float = 10) -> None:
+def wait_until_busy(client, shell: str = "main", timeout: float | None = None) -> None:
     """Block until the daemon reports `shell` running a command (an event, not a guess)."""
 
     def busy() -> bool:
         shells = {s["name"]: s for s in client.call("shell.list", timeout=5)["shells"]}
         return bool(shells.get(shell, {}).get("busy"))
 
-    wait_until(busy, timeout, f"shell {shell} to become busy", interval=0.01)
+    wait_until(busy, patience(10) if timeout is None else timeout, f"shell {shell} to become busy", interval=0.01)
 
 
 def test_shell_syntax_reaches_bash_unchanged(box, workspace):

@@ -26,7 +26,7 @@ import pytest
 from owsandbox.host.bundle import build_runner_zipapp
 
 from ..conftest import require_bwrap
-from ..machine_lock import ensure_user, machine_lock
+from ..machine_lock import ensure_user, machine_lock, own_key
 from ..plain_python import as_user
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -210,7 +210,7 @@ def rootful_box(engine: Any, folder: Path, key: str) -> Iterator[tuple[Any, Any]
 
     if container_seccomp.default_profile_path() is None:
         pytest.fail("the default seccomp profile to extend (containers-common's seccomp.json) is missing")
-    provider = ContainerProvider(folder, image=engine.image(), engine=engine.path, key=key)
+    provider = ContainerProvider(folder, image=engine.image(), engine=engine.path, key=own_key(key))
     workspace = RunnerWorkspace(provider, str(folder))
     try:
         assert workspace.executor.run("id -u")["output"] == "0\n"  # root in the container, root on the host
