@@ -36,6 +36,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.processes import terminate  # noqa: E402
+
 PORT = 8765
 
 
@@ -88,12 +92,7 @@ class Server:
         return answer.status, json.loads(raw) if raw.startswith(b"{") else raw
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        terminate(self.process)
 
 
 def run_cell(ws: Any, code: str) -> list[dict[str, Any]]:

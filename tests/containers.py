@@ -63,6 +63,7 @@ from typing import Any
 import pytest
 
 from .netns import ip
+from .processes import terminate
 
 RECIPE = "1"
 IMAGE = f"localhost/owsandbox-test-bookworm:{RECIPE}"
@@ -505,13 +506,8 @@ class Docker:
     def stop(self) -> None:
         """End this dockerd (SIGTERM stops its containers and its containerd), by its pid; what it left
         running, its mounts and its folder go too."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        if self.process is not None:
+            terminate(self.process, grace=60)
         self._end_leftovers()
         self._unmount()
         if self._made_netns:  # its bridge and the containers' veths go with it

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .netns import ip, require_network_namespaces
+from .processes import terminate
 from .sshd_server import SSHD
 
 CLONE_NEWNET = 0x40000000
@@ -187,12 +188,7 @@ def gateway_network() -> Iterator[GatewayNetwork]:
         yield GatewayNetwork(gw, hosts, folder, home, daemons)
     finally:
         for daemon in daemons:
-            daemon.terminate()
-            try:
-                daemon.wait(10)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-                daemon.wait()
+            terminate(daemon, grace=10)
         for name in made:
             subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=20)  # the veths go too
         shutil.rmtree(folder, ignore_errors=True)

@@ -21,7 +21,7 @@ from typing import Any
 
 from .gateway_hosts import GatewayNetwork, Host, socket_in
 from .kernel_ws import KernelWebSocket
-from .processes import PinnedProcesses, command_line
+from .processes import PinnedProcesses, command_line, terminate
 from .waiting import wait_until
 
 START_SECONDS = 90
@@ -95,13 +95,7 @@ class NamespaceServer:
                                user or self.user, sock=sock)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        terminate(self.process)
         self._log.close()
 
 

@@ -194,6 +194,19 @@ class PinnedProcesses:
         self._fds.clear()
 
 
+def terminate(process: subprocess.Popen, grace: float = 30) -> None:
+    """End a process the test started: SIGTERM, then SIGKILL if it is still there after `grace` s;
+    reaped either way (nothing when it had already ended)."""
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def stop_watched(process: subprocess.Popen[bytes] | None, processes: PinnedProcesses,
                  remember: Callable[[], object], settle: float = 15, grace: float = 30) -> dict[int, str]:
     """Stop a server whose processes are watched: `remember()` what runs now, terminate it (kill it
@@ -203,13 +216,7 @@ def stop_watched(process: subprocess.Popen[bytes] | None, processes: PinnedProce
     try:
         if process is not None:
             remember()
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(grace)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(10)
+            terminate(process, grace)
             remember()
             running = processes.still_running_after(settle)
             left = {pid: processes.seen[pid] for pid in running}
