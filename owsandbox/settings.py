@@ -15,7 +15,6 @@ channel and the kernelspec use it too.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from collections.abc import Mapping
@@ -70,6 +69,8 @@ def unknown_limit(name: str) -> str | None:
     (a word `%sandbox` shows, or a close spelling): a wrong name is never quietly no limit."""
     if name in LIMIT_NAMES:
         return None
+    import difflib  # only for a wrong name: not on every start's path
+
     meant = _LIMIT_WORDS.get(name) or next(iter(difflib.get_close_matches(name, LIMIT_NAMES, n=1)), None)
     return (f"no limit is named {name!r}" + (f" (did you mean {meant}?)" if meant else "")
             + f"; the limits are {', '.join(LIMIT_NAMES)}")
