@@ -15,6 +15,8 @@ from owsandbox.box.outbox import ANSWERED, RUNNING, Records
 from owsandbox.box.shell.registry import ShellRegistry
 from owsandbox.protocol.methods import SHELL_LIST, SHELL_RUN
 
+from .waiting import patience, wait_until
+
 pytestmark = pytest.mark.unit
 
 
@@ -128,4 +130,6 @@ def test_each_live_frame_goes_out_as_its_own_kind_and_shape(tmp_path):
 def test_every_request_is_parsed_as_its_shape_and_a_bad_one_named(tmp_path, method, params, message):
     router, sent = dispatcher(tmp_path)
     router.handle(sent, P.request("r1", method, params))
+    # a work method (shell.input, say) is answered from the dispatcher's worker thread: wait for it
+    wait_until(lambda: sent.frames, patience(10), f"the answer to {method}")
     assert sent.frames[0]["error"] == {"code": P.INVALID_PARAMS, "message": message}
