@@ -6,6 +6,7 @@ import base64
 import hashlib
 import json
 import os
+import queue
 import re
 import signal
 import struct
@@ -519,12 +520,29 @@ def test_the_kernel_never_imports_a_debugger_so_its_frozen_modules_warning_never
     try:
         info = kc.kernel_info(reply=True, timeout=60)
         assert "debugger" not in info["content"]["supported_features"]
-        msg_id = kc.execute("echo done")
         said = []
-        while True:
-            message = kc.get_iopub_msg(timeout=60)
+
+        def keep(message: dict) -> None:
             if message["msg_type"] == "stream":
                 said.append(message["content"]["text"])
+
+        # IOPub is a subscription that joins late: the reply above does not mean it hears yet. Ask again
+        # until IOPub carries a status for one of the asks, keeping every message it carried before.
+        asks: set[str] = set()
+        heard = False
+        while not heard:
+            asks.add(kc.kernel_info())
+            try:
+                while not heard:
+                    message = kc.get_iopub_msg(timeout=1)
+                    keep(message)
+                    heard = message["parent_header"].get("msg_id") in asks
+            except queue.Empty:
+                assert len(asks) < 120, "IOPub never heard a kernel_info's status in two minutes"
+        msg_id = kc.execute("echo done")
+        while True:
+            message = kc.get_iopub_msg(timeout=60)
+            keep(message)
             if (message["msg_type"] == "status" and message["content"]["execution_state"] == "idle"
                     and message["parent_header"].get("msg_id") == msg_id):
                 break
