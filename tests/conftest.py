@@ -158,14 +158,10 @@ def _build_test_images(owsandbox: bool, say: Any, singleuser: bool = False) -> N
             say(f"tests/conftest.py: the test images could not be built: {exc}")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the xdist_group marks this adds
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    from .scheduling import mark_groups
-
     both = [item.nodeid for item in items if item.get_closest_marker("unit") and item.get_closest_marker("system")]
     if both:
         raise pytest.UsageError(f"marked both unit and system: {', '.join(both)}")
-    mark_groups(items)
 
 
 @pytest.fixture(scope="session")
@@ -476,7 +472,7 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["JUPYTER_PATH"] = str(root) + (os.pathsep + os.environ["JUPYTER_PATH"] if os.environ.get("JUPYTER_PATH")
                                               else "")
     config._owsandbox_kernelspec_root = root  # type: ignore[attr-defined]
-    _record_durations(config)
+    _spread_over_workers(config)
     _interruptible_children()
 
 
@@ -514,21 +510,11 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return WORKERS
 
 
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+def _spread_over_workers(config: pytest.Config) -> None:
     """A module (or an `xdist_group`) at a time, the longest first: tests/scheduling.py."""
-    from .scheduling import ModuleScheduling
+    from .scheduling import Units
 
-    return ModuleScheduling(config, log)
-
-
-def _record_durations(config: pytest.Config) -> None:
-    """In the process that reports (not in a worker): each unit's time, for the next run's order."""
-    if hasattr(config, "workerinput"):
-        return
-    from .scheduling import DurationRecorder
-
-    config.pluginmanager.register(DurationRecorder(config), "owsandbox-durations")
+    config.pluginmanager.register(Units(config), "owsandbox-units")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
