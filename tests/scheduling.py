@@ -13,7 +13,8 @@ nothing on pytest 9.2, whose node ids are structured (pytest-xdist issue 1386), 
 tests were spread over every worker, each setting the module's fixtures up again.
 
 Units start longest first, so that a long one never starts last while the other workers sit idle: by
-the seconds the last run on this checkout recorded (pytest's cache), else by size.
+the seconds the last run on this checkout recorded (pytest's cache), else by the seconds a run recorded
+in tests/unit_seconds.json, else by size.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ from xdist.scheduler import LoadScopeScheduling
 
 DURATIONS_KEY = "owsandbox/unit-seconds"
 UNITS_FILE = "owsandbox_units_file"  # the key of the units file in each worker's workerinput
+# A fresh clone (CI's) has no recorded seconds: the order then comes from a run's, kept here. Units of
+# 5 s or more, from pytest's cache after a whole four-worker run (.pytest_cache/v/owsandbox/unit-seconds).
+SEEDED_SECONDS = Path(__file__).with_name("unit_seconds.json")
 
 
 def uses_docker(item: pytest.Item) -> bool:
@@ -77,8 +81,19 @@ def longest_first(units: dict[str, dict[str, bool]], seconds: dict[str, float]) 
 
 
 def recorded_seconds(config: Any) -> dict[str, float]:
-    """Each unit's seconds, as the last run on this checkout recorded them."""
+    """Each unit's seconds, as the last run on this checkout recorded them, else as SEEDED_SECONDS says."""
     recorded = config.cache.get(DURATIONS_KEY, {}) if getattr(config, "cache", None) else {}
+    return {**seeded_seconds(), **seconds_of(recorded)}
+
+
+def seeded_seconds(path: Path = SEEDED_SECONDS) -> dict[str, float]:
+    try:
+        return seconds_of(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return {}
+
+
+def seconds_of(recorded: Any) -> dict[str, float]:
     return {str(unit): float(value) for unit, value in recorded.items()
             if isinstance(value, (int, float))} if isinstance(recorded, dict) else {}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from .scheduling import longest_first, read_units, unit_of, write_units
+from .scheduling import DURATIONS_KEY, longest_first, read_units, recorded_seconds, seeded_seconds, unit_of, write_units
 
 pytestmark = pytest.mark.unit
 
@@ -33,3 +33,27 @@ def test_the_longest_recorded_unit_starts_first_then_the_largest_unrecorded():
              "d": {"7": False}}
     assert longest_first(units, {"a": 90.0, "docker": 120.0}) == ["docker", "a", "c", "d"]
     assert longest_first(units, {}) == ["c", "docker", "a", "d"]
+
+
+def test_a_fresh_clone_orders_its_units_by_the_seeded_seconds(tmp_path):
+    """CI's clone has no pytest cache: the seeded file puts the long units first, and a unit's own
+    recorded seconds win over the seed's."""
+
+    class Cache:
+        def __init__(self, recorded):
+            self.recorded = recorded
+
+        def get(self, key, default):
+            return self.recorded.get(key, default)
+
+    class Config:
+        def __init__(self, recorded):
+            self.cache = Cache(recorded)
+
+    seeded = seeded_seconds()
+    assert seeded["docker"] > 60 and seeded["tests/faults/test_floods.py"] > 60, seeded  # the longest units are in it
+    assert recorded_seconds(Config({})) == seeded
+    assert recorded_seconds(Config({DURATIONS_KEY: {"docker": 1.0}}))["docker"] == 1.0
+    broken = tmp_path / "seconds.json"
+    broken.write_text("{")
+    assert seeded_seconds(broken) == {}
