@@ -163,7 +163,7 @@ class Units:
 
     @pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the xdist_group marks on older pytest
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        units = mark_groups(items)
+        units = self.units = mark_groups(items)  # a run without workers records its seconds by these
         path = getattr(self.config, "workerinput", {}).get(UNITS_FILE)
         if path:
             write_units(Path(path), units)
