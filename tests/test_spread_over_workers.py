@@ -57,7 +57,7 @@ def test_a_modules_tests_share_a_worker_and_set_its_fixtures_up_once(tmp_path):
     six = "".join(MODULE.replace("test_one", f"test_{n}") for n in range(6))
     for name in ("alpha", "beta", "gamma"):
         (suite / f"test_{name}.py").write_text(six)
-    for name in ("dock_one", "dock_two", "dock_three", "dock_four"):  # the tests' dockerd: one unit, whatever the module
+    for name in ("dock_one", "dock_two", "dock_three", "dock_four"):  # on the tests' dockerd: one unit
         (suite / f"test_{name}.py").write_text(six.replace("(shared, request)", "(shared, docker, request)"))
     log = tmp_path / "log"
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
