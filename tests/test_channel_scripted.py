@@ -486,6 +486,44 @@ async def _fresh_channel_reattach(peer: ScriptedExecd, endpoint: ExecdEndpoint) 
 test_a_new_channel_resumes_at_the_old_ones_cursor = with_peer(_fresh_channel_reattach)
 
 
+async def _detach_in_the_middle_of_a_callback(peer: ScriptedExecd, endpoint: ExecdEndpoint) -> None:
+    """The adapter has taken record 2 and awaits something else when the detach comes: a channel that
+    resumes at the cursor must not hand record 2 over again, and the first callback still finishes."""
+    program = peer.program()
+    taken: list[int] = []
+    inside, gate, finished, last = asyncio.Event(), asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def taking(value: dict[str, Any], offset: int) -> None:
+        taken.append(value["n"])  # shown first, then a wait (a reply sent, a lock taken)
+        if value["n"] == 2:
+            inside.set()
+            await gate.wait()
+            finished.set()
+        if value["n"] == 6:
+            last.set()
+
+    async def failed(exc: BaseException) -> None:
+        raise AssertionError(f"no failure expected: {exc!r}")
+
+    first = ExecdJsonLineChannel(endpoint, session_id=program.session_id, on_record=taking, on_failure=failed)
+    await first.connect()
+    for n in range(1, 6):
+        program.record({"n": n})
+    await asyncio.wait_for(inside.wait(), 5.0)
+    await first.detach()
+    second = ExecdJsonLineChannel(endpoint, session_id=program.session_id, on_record=taking, on_failure=failed)
+    await second.connect(since=first.cursor)
+    gate.set()
+    await asyncio.wait_for(finished.wait(), 5.0)
+    program.record({"n": 6})
+    await asyncio.wait_for(last.wait(), 5.0)
+    assert taken == [1, 2, 3, 4, 5, 6], "a record whose callback a detach interrupted was handed over again"
+    await second.detach()
+
+
+test_a_detach_during_a_callback_hands_its_record_over_only_once = with_peer(_detach_in_the_middle_of_a_callback)
+
+
 async def _busy_adapter_detach(peer: ScriptedExecd, endpoint: ExecdEndpoint) -> None:
     program = peer.program()
     stuck, release = asyncio.Event(), asyncio.Event()
@@ -510,12 +548,12 @@ async def _busy_adapter_detach(peer: ScriptedExecd, endpoint: ExecdEndpoint) -> 
     await channel.detach()
     assert loop.time() - started < 1.0, "the Close answer was stuck behind unread frames"
     assert peer.connections[0].closes_received == 1
-    assert channel.cursor == 2 * 9, "the interrupted record is not counted as delivered"
+    assert channel.cursor == 3 * 9, "the record handed to the busy callback counts as delivered"
 
     seen.clear()
     release.set()
     await channel.connect(since=channel.cursor)
-    assert seen == list(range(3, 301)), "the replay resumes with the record whose callback was interrupted"
+    assert seen == list(range(4, 301)), "the replay resumes after the record the busy callback was handed"
     await channel.detach()
 
 

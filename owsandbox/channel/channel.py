@@ -150,6 +150,8 @@ class ExecdJsonLineChannel:
         self._cursor = 0
         self._ws: ClientConnection | None = None
         self._reader: asyncio.Task[None] | None = None
+        self._handing: asyncio.Task[Any] | None = None  # the reader while it awaits an adapter's callback
+        self._finishing: set[asyncio.Task[Any]] = set()  # released readers whose callback still runs
         self._ready: asyncio.Future[None] | None = None  # set while `connect` waits for `connected`
         self._connected = False
         self._opening = False
@@ -295,7 +297,11 @@ class ExecdJsonLineChannel:
 
     async def detach(self) -> None:
         """Stop reading and close the connection; the program keeps running and waiting requests keep
-        waiting (a later `connect(since=cursor)` may still deliver their answers)."""
+        waiting (a later `connect(since=cursor)` may still deliver their answers).
+
+        Prompt even while an adapter's callback is busy: that callback is not cut off but left to
+        finish on its own, and its record counts as delivered (the cursor is past it), so that every
+        record is handed over once, whichever channel resumes at the cursor."""
         await self._release()
 
     async def delete(self) -> bool:
@@ -418,7 +424,7 @@ class ExecdJsonLineChannel:
     async def _read(self, ws: ClientConnection) -> None:
         cause: BaseException
         try:
-            while True:
+            while self._ws is ws:  # not once released (a callback let finish ends the loop here)
                 if self._exited is None:
                     message = await ws.recv()
                 else:  # after `exit`, output may still come until the connection closes: not for ever
@@ -429,7 +435,8 @@ class ExecdJsonLineChannel:
                 if isinstance(message, str):
                     await self._on_control(message)
                 else:
-                    await self._on_frame(message)
+                    await self._on_frame(ws, message)
+            return
         except asyncio.CancelledError:
             raise
         except ConnectionClosed as exc:
@@ -443,7 +450,7 @@ class ExecdJsonLineChannel:
         if self._ws is ws:  # not a detach or a failure already under way
             await self.fail(cause)
 
-    async def _on_frame(self, frame: bytes) -> None:
+    async def _on_frame(self, ws: ClientConnection, frame: bytes) -> None:
         if self._probe is not None:
             frame = await self._check_cursor(frame)
             if not frame:
@@ -452,14 +459,28 @@ class ExecdJsonLineChannel:
         decoder = self._decoder
         decoder.push(frame)
         while (event := decoder.next_event()) is not None:
-            if isinstance(event, Record):
-                await self._on_record(event.value, event.offset)
-            elif isinstance(event, NotJsonLine):
-                if self._on_not_json is not None:
-                    await self._on_not_json(event.text, event.offset)
-            elif self._on_stderr is not None:
-                await self._on_stderr(event.text)
+            # Handed over is delivered: the cursor passes the event before its callback runs, and a
+            # detach never cuts the callback off (`_release`), so no later connection hands it again.
             self._cursor = decoder.resume_offset
+            if isinstance(event, Record):
+                callback = self._on_record(event.value, event.offset)
+            elif isinstance(event, NotJsonLine):
+                if self._on_not_json is None:
+                    continue
+                callback = self._on_not_json(event.text, event.offset)
+            elif self._on_stderr is not None:
+                callback = self._on_stderr(event.text)
+            else:
+                continue
+            reader = asyncio.current_task()
+            self._handing = reader
+            try:
+                await callback
+            finally:
+                if self._handing is reader:
+                    self._handing = None
+            if self._ws is not ws:
+                return  # released while the callback ran: the rest is the next connection's to read
         self._cursor = decoder.resume_offset
 
     async def _refused(self) -> bool:
@@ -575,7 +596,13 @@ class ExecdJsonLineChannel:
         if self._ready is not None and not self._ready.done():
             self._ready.set_exception(ChannelDetached(f"the {self.label} channel was detached while connecting"))
         if reader is not None and reader is not asyncio.current_task():
-            reader.cancel()
-            await asyncio.wait({reader})
+            if reader is self._handing:
+                # An adapter's callback is running: its event counts as delivered, so it is let
+                # finish (however long it takes: a detach stays prompt); the reader ends after it.
+                self._finishing.add(reader)
+                reader.add_done_callback(self._finishing.discard)
+            else:
+                reader.cancel()
+                await asyncio.wait({reader})
         if ws is not None:
             await close_async(ws, CLOSE_TIMEOUT_SECONDS)  # this module's value, so that a patched one counts

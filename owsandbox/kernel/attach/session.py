@@ -281,13 +281,14 @@ class AttachManager:
             call = entry.call
             if call is not None and call.answer is entry and call.asked_by == SENT:
                 program.vocabulary.listed(call.method, record)
-            if program.channel is not None:
-                program.answers.offer(program.channel, entry)
-                auto = program.auto_answers.get(call.method) if call is not None and call.request is entry \
-                    and call.asked_by == RECEIVED and entry.kind == R.REQUEST else None
-                if auto is not None:
-                    await self._answer_by_itself(program, program.channel, auto, record)
-            moved(offset)
+            channel = program.channel
+            if channel is not None:
+                program.answers.offer(channel, entry)
+            moved(offset)  # before any wait: the channel counts the record delivered once handed over
+            auto = program.auto_answers.get(call.method) if call is not None and call.request is entry \
+                and call.asked_by == RECEIVED and entry.kind == R.REQUEST else None
+            if auto is not None and channel is not None:
+                await self._answer_by_itself(program, channel, auto, record)
 
         async def on_not_json(text: str, offset: int) -> None:
             conversation.stdout_text(text, time.time(), offset)
