@@ -85,7 +85,9 @@ def test_terminal_open_opens_a_jupyterlab_terminal_in_the_notebooks_sandbox(tmp_
         # (its first line, with the load average, may have scrolled away under the prompt that follows)
         expect(screen).to_contain_text(re.compile(r"Tasks:[\s\S]*PID\s+USER[\s\S]*\btop\b[\s\S]*root@sandbox:\S*#\s*$"))
         page.keyboard.type("vi notes.txt\n")
-        expect(screen).to_contain_text("notes.txt")
+        # vi's own status line names the file in quotes; the echoed command line does not (keys typed
+        # before vi has the terminal would reach the shell instead)
+        expect(screen).to_contain_text('"notes.txt"', timeout=TERMINAL_MS)
         page.keyboard.press("Escape")
         page.keyboard.type(":q!\n")
         expect(screen).to_contain_text(re.compile(r"vi notes\.txt\s*root@sandbox:\S*#\s*$"))

@@ -173,10 +173,12 @@ class Shell:
         """Where `write_definitions` puts them (None: not asked for)."""
         return self._definitions.path
 
-    def write_definitions(self, timeout: float = 1.0) -> bool:
+    def write_definitions(self, timeout: float = 5.0) -> bool:
         """Have the shell write its functions, aliases and PATH to `definitions_path`, if it is idle;
         True once they are written. A busy shell is left alone: its file is as it was (once asked, a
-        shell writes them again whenever it has been idle a moment after a command)."""
+        shell writes them again whenever it has been idle a moment after a command). An idle shell
+        writes them in about a millisecond; the bound is for a machine so loaded that it takes
+        seconds, where a shorter one had the Tab read the file while the shell was still writing it."""
         return self._definitions.write_now(timeout) and self.alive
 
     # -- stopping ---------------------------------------------------------------------------
