@@ -451,37 +451,38 @@ class ExecdJsonLineChannel:
             await self.fail(cause)
 
     async def _on_frame(self, ws: ClientConnection, frame: bytes) -> None:
-        if self._probe is not None:
-            frame = await self._check_cursor(frame)
-            if not frame:
-                return
-        self._note_arrival(frame)
-        decoder = self._decoder
-        decoder.push(frame)
-        while (event := decoder.next_event()) is not None:
-            # Handed over is delivered: the cursor passes the event before its callback runs, and a
-            # detach never cuts the callback off (`_release`), so no later connection hands it again.
-            self._cursor = decoder.resume_offset
-            if isinstance(event, Record):
-                callback = self._on_record(event.value, event.offset)
-            elif isinstance(event, NotJsonLine):
-                if self._on_not_json is None:
+        # Handed over is delivered: the cursor passes an event before its callback runs, and a detach
+        # never cuts a callback off (`_release` leaves a reader alone while it is in here: it waits
+        # only in callbacks), so no later connection hands the event over again.
+        reader = asyncio.current_task()
+        self._handing = reader
+        try:
+            if self._probe is not None:
+                frame = await self._check_cursor(frame)
+                if not frame or self._ws is not ws:
+                    return
+            self._note_arrival(frame)
+            decoder = self._decoder
+            decoder.push(frame)
+            on_record, on_not_json, on_stderr = self._on_record, self._on_not_json, self._on_stderr
+            while (event := decoder.next_event()) is not None:
+                self._cursor = decoder.resume_offset
+                if isinstance(event, Record):
+                    await on_record(event.value, event.offset)
+                elif isinstance(event, NotJsonLine):
+                    if on_not_json is None:
+                        continue
+                    await on_not_json(event.text, event.offset)
+                elif on_stderr is not None:
+                    await on_stderr(event.text)
+                else:
                     continue
-                callback = self._on_not_json(event.text, event.offset)
-            elif self._on_stderr is not None:
-                callback = self._on_stderr(event.text)
-            else:
-                continue
-            reader = asyncio.current_task()
-            self._handing = reader
-            try:
-                await callback
-            finally:
-                if self._handing is reader:
-                    self._handing = None
-            if self._ws is not ws:
-                return  # released while the callback ran: the rest is the next connection's to read
-        self._cursor = decoder.resume_offset
+                if self._ws is not ws:
+                    return  # released while the callback ran: the rest is the next connection's to read
+            self._cursor = decoder.resume_offset
+        finally:
+            if self._handing is reader:
+                self._handing = None
 
     async def _refused(self) -> bool:
         """Whether a Close 1008 is a refusal behind a proxy (it came before `connected`, while

@@ -246,18 +246,21 @@ class Conversation:
                 kind = R.kind_of(record)
             if not self.dialect_fixed and self.dialect is PLAIN:
                 self.dialect = guess(record) or PLAIN
-        if record is not None and json_depth(record, MAX_RECORD_DEPTH) > MAX_RECORD_DEPTH:
-            record = shallow_members(record)
+        cost = 0
+        if record is not None:
+            cost, opened = _measured(record)
+            if opened > MAX_RECORD_DEPTH and json_depth(record, MAX_RECORD_DEPTH) > MAX_RECORD_DEPTH:
+                record = shallow_members(record)
+                cost = record_cost(record)
         entry = Entry(self._seq, at, direction, record, text, offset, kind)
         if record is not None:
             self.records.append(entry)
-            self._count_cost(entry)
+            self._count_cost(entry, cost)
         return entry
 
-    def _count_cost(self, entry: Entry) -> None:
+    def _count_cost(self, entry: Entry, cost: int) -> None:
         """Keep the records' estimated size under KEEP_RECORD_COST: past it, the oldest large records
         are cut to their small members (the entries stay, in every lane, with their calls)."""
-        cost = record_cost(entry.record)
         if cost <= LARGE_RECORD_COST:
             return
         self._large.append((entry, cost))
@@ -300,17 +303,25 @@ class Conversation:
         self.counts["notifications"] += 1
 
 
+_encode = json.JSONEncoder(ensure_ascii=False).encode  # made once: json.dumps with an option makes one a call
+
+
 def record_cost(record: dict[str, Any] | None) -> int:
     """About how many bytes `record` takes as Python objects (as channel/jsonlines.parse_cost counts
     its text): its JSON's length, a container's size for each object and array, an object's for each
     member and element."""
-    if record is None:
-        return 0
+    return 0 if record is None else _measured(record)[0]
+
+
+def _measured(record: dict[str, Any]) -> tuple[int, int]:
+    """`record_cost`, and how many objects and arrays the record has: the most it can nest, so that
+    only a record with more is walked for its depth (one encoding, counted at C speed, for both)."""
     try:
-        text = json.dumps(record, ensure_ascii=False)
+        text = _encode(record)
     except (TypeError, ValueError, RecursionError):
-        return KEEP_RECORD_COST  # not one to keep whole
-    return len(text) + 100 * (text.count("{") + text.count("[")) + 60 * (text.count(",") + text.count(":"))
+        return KEEP_RECORD_COST, MAX_RECORD_DEPTH + 1  # not one to keep whole; walked for its depth
+    opened = text.count("{") + text.count("[")
+    return len(text) + 100 * opened + 60 * (text.count(",") + text.count(":")), opened
 
 
 def cut_members(record: dict[str, Any], cost: int) -> dict[str, Any]:
