@@ -1,14 +1,15 @@
 """Floods through the real kernel: memory stays bounded on both sides, and the notebook is told what it missed.
 
 1. A cell prints 1 GB (`head -c 1000000000 /dev/zero | tr '\\0' x | fold -w 100`, about 10 s here).
-2. `%attach` runs a program that writes about 500 MB of small JSON records as fast as it can (about
-   6 million records, 30 s here; 1 GB took 59 s, too close to the per-file budget).
+2. `%attach` runs a program that writes about 125 MB of small JSON records as fast as it can (1.5
+   million records: 1,500 times what the kernel keeps of a program's records, so memory that grew
+   with them would show; each record costs the kernel about 25 µs on a slow core).
 
 While each runs, the resident memory (VmRSS) of the kernel process and of the daemon process is read
 every 50 ms; both must stay under bounds chosen from measurement with generous headroom. The peaks
 are printed. Measured on this machine (2 CPUs, other test suites often running at the same time),
 over six runs: the 1 GB cell (7-9 s) peaked at 51-62 MB in the kernel and 30-35 MB in the daemon
-(both start near 46 MB and 21 MB); the 500 MB attach (20-26 s) at 47-48 MB and 27-29 MB; a 1 GB
+(both start near 46 MB and 21 MB); a 500 MB attach (20-26 s) at 47-48 MB and 27-29 MB; a 1 GB
 attach tried by hand took 59 s and peaked at 48 MB and 29 MB. The bounds: kernel 300 MB, daemon 100 MB.
 """
 
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.system
 KERNEL_BOUND_KB = 300 * 1024
 DAEMON_BOUND_KB = 100 * 1024
 FLOOD_BYTES = 1_000_000_000
-ATTACH_RECORDS = 6_000_000  # ~83 bytes each: ~500 MB
+ATTACH_RECORDS = 1_500_000  # ~83 bytes each: ~125 MB
 
 PRODUCER = r'''
 import sys
@@ -157,7 +158,7 @@ def _wait_for_end(kernel: KernelSession, timeout: float) -> str:
 
 
 @pytest.mark.timeout(900)  # a hang guard: the wait inside is stretched by the machine's load
-def test_an_attached_program_printing_500_mb_of_records_keeps_kernel_and_daemon_small(
+def test_an_attached_program_printing_125_mb_of_records_keeps_kernel_and_daemon_small(
         kernel: KernelSession, tmp_path: Path) -> None:
     producer = tmp_path / "producer.py"
     producer.write_text(PRODUCER)
@@ -173,7 +174,7 @@ def test_an_attached_program_printing_500_mb_of_records_keeps_kernel_and_daemon_
     print(sampler.report(f"%attach of {ATTACH_RECORDS} records ({cursor / 1e6:.0f} MB)", seconds))
     assert sampler.peaks["kernel"] < KERNEL_BOUND_KB and sampler.peaks["daemon"] < DAEMON_BOUND_KB, sampler.peaks
     assert "exited with code 0" in header and f"{ATTACH_RECORDS:,} records" in header, header
-    assert lines[-1].startswith(f'← {{"n": {ATTACH_RECORDS}, ') and cursor > 450_000_000, (header, lines[-1:])
+    assert lines[-1].startswith(f'← {{"n": {ATTACH_RECORDS}, ') and cursor > 110_000_000, (header, lines[-1:])
 
 
 def test_past_the_limit_the_end_shows_even_when_the_command_pauses_after_it(kernel: KernelSession) -> None:
