@@ -28,8 +28,10 @@ from .enterprise_gateway import SWARM_KERNEL_NAME as KERNEL
 from .enterprise_gateway import SWARM_SUBNET, USER, stop_keeps_state, swarm_gateway
 from .waiting import wait_until
 
+# The swarm and the gateway start inside the first test's timeout (50 s on a quiet pair of slow cores):
+# the timeout is a hang guard only.
 pytestmark = [pytest.mark.system, pytest.mark.needs("enterprise-gateway"), pytest.mark.needs_owsandbox_image,
-              pytest.mark.xdist_group("tests/test_enterprise_gateway_docker.py")]
+              pytest.mark.xdist_group("tests/test_enterprise_gateway_docker.py"), pytest.mark.timeout(900)]
 
 ENGINE = PROJECT / "notebooks" / "engines" / "echo_engine.py"
 

@@ -33,7 +33,9 @@ from .processes import pid_alive
 from .test_jupyterhub import FORK_BOMB
 from .waiting import wait_until
 
-pytestmark = [pytest.mark.system, pytest.mark.needs_singleuser_image]
+# The module's classroom (a hub, two students' containers) starts inside the first test's timeout: 80 s on
+# a quiet pair of slow cores, over 120 s beside other work. Here the timeout is a hang guard only.
+pytestmark = [pytest.mark.system, pytest.mark.needs_singleuser_image, pytest.mark.timeout(900)]
 
 
 def _require_docker_hub() -> None:
