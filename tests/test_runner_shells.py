@@ -166,7 +166,10 @@ def test_live_frames_are_a_view_and_the_result_is_the_record(box, workspace):
     _, client = box
     frames: list[dict] = []
     quick = client.call("shell.run", {"command": "echo instant"}, timeout=10, on_notification=frames.append)
-    assert quick["output"] == "instant\n" and frames == []  # too quick for the live view
+    # Most often too quick for the live view (its first frame waits a moment for more); on a loaded
+    # machine the end may come after that moment, and then the view shows the same text.
+    assert quick["output"] == "instant\n" and "".join(f["text"] for f in frames) in ("", "instant\n"), frames
+    frames.clear()
     slow = client.call("shell.run", {"command": "for i in 1 2 3; do echo tick $i; sleep 0.3; done"},
                        timeout=10, on_notification=frames.append)
     assert "tick 1" in frames[0]["text"] and frames[0]["method"] == "shell.output"
