@@ -425,7 +425,7 @@ class Hub:
                 return False
 
         try:  # nothing announces it: the port is polled
-            wait_until(answering, HUB_START_SECONDS, "the hub to answer through its proxy", interval=0.1)
+            wait_until(answering, patience(HUB_START_SECONDS), "the hub to answer through its proxy", interval=0.1)
         except WaitTimeout as exc:
             raise AssertionError(f"{exc}\n{self.log()}") from None
         self.remember_processes()

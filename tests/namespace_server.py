@@ -22,7 +22,7 @@ from typing import Any
 from .gateway_hosts import GatewayNetwork, Host, socket_in
 from .kernel_ws import KernelWebSocket
 from .processes import PinnedProcesses, command_line, terminate
-from .waiting import wait_until
+from .waiting import patience, wait_until
 
 START_SECONDS = 90
 LEFT_SECONDS = 15  # after the server ends, how long its kernels' processes may take to end too
@@ -51,7 +51,7 @@ class NamespaceServer:
         self.process = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.PIPE)
         self._ready = threading.Event()
         threading.Thread(target=self._pump, daemon=True).start()
-        if not self._ready.wait(START_SECONDS) or self.process.poll() is not None or not self._answers():
+        if not self._ready.wait(patience(START_SECONDS)) or self.process.poll() is not None or not self._answers():
             self.stop()
             raise RuntimeError(f"{self.what} did not start: {self.log()[-3000:]}")
 

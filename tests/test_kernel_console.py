@@ -32,6 +32,7 @@ import pytest
 
 from .conftest import KERNEL_NAME
 from .processes import PinnedProcesses, command_line, connected_to, descendants
+from .waiting import patience
 
 pytestmark = [pytest.mark.slow, pytest.mark.system,
               pytest.mark.skipif(not hasattr(os, "pidfd_open") or not os.path.isdir("/proc"),
@@ -162,8 +163,8 @@ def open_console(tmp_path: Path) -> Iterator[Callable[..., Console]]:
     def start(simple: bool = True) -> Console:
         console = Console(tmp_path / f"console-{len(consoles)}", simple=simple)
         consoles.append(console)
-        console.expect_prompt(START_SECONDS)
-        console.wait_for_iopub()
+        console.expect_prompt(patience(START_SECONDS))
+        console.wait_for_iopub(patience(START_SECONDS))
         console.remember_processes()
         return console
 

@@ -66,7 +66,7 @@ from .lab_browser import (
 )
 from .ports import free_port
 from .processes import PinnedProcesses, command_line, descendants, stop_watched, wait_gone
-from .waiting import WaitTimeout, wait_until
+from .waiting import WaitTimeout, patience, wait_until
 
 pytestmark = pytest.mark.system
 
@@ -143,11 +143,12 @@ class Gateway:
                 self.process = subprocess.Popen(args, cwd=self.root, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                                 stderr=subprocess.STDOUT)
             self.url = f"http://127.0.0.1:{port}"
+            bound = patience(GATEWAY_START_SECONDS)  # stretched by the machine's load
             try:  # no event to wait on: the port is polled
-                wait_until(self._answering, GATEWAY_START_SECONDS, "the kernel gateway to answer", interval=0.1)
+                wait_until(self._answering, bound, "the kernel gateway to answer", interval=0.1)
                 return
             except WaitTimeout:
-                pytest.fail(f"the kernel gateway did not answer within {GATEWAY_START_SECONDS} s:\n{self.log()}")
+                pytest.fail(f"the kernel gateway did not answer within {bound:.0f} s:\n{self.log()}")
             except _Exited:
                 if "already in use" not in self.log()[logged:]:
                     pytest.fail(f"the kernel gateway exited with status {self.process.returncode}:\n{self.log()}")
