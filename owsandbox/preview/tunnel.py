@@ -4,7 +4,7 @@ The host opens it on the execd Unix socket the host itself made, with the token 
 record of the sandbox (`terminal.locate`), never from anything the box wrote. The box makes the TCP
 connection inside its own network namespace (`box/execd/portrelay.py`), so a port of the host cannot
 be reached this way. `upgrade_request` and `read_answer` are the wire format; `open_tunnel` (blocking,
-for the kernel's probe and the benchmark) and `open_tunnel_stream` (tornado, for the server's proxy)
+for the kernel's probe, `probe_port`, and the benchmark) and `open_tunnel_stream` (tornado, for the server's proxy)
 use them, and `close_port` asks the box to cut every open relay to a port. A container's endpoint is
 reached through a relay command the host recorded (`open_command_stream`), with the same handshake.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,6 +22,7 @@ MAX_HEAD_BYTES = 64 * 1024
 CONNECT_TIMEOUT_SECONDS = 10.0
 STREAM_BUFFER_BYTES = 4 * 1024 * 1024
 RELAY_STDERR_BYTES = 1000  # of a relay command's stderr, kept for its error
+PROBE_SETTLE_SECONDS = 2.0  # how long a probe waits for the server in the box to close after it
 RELAY_END_SECONDS = 5.0  # how long a relay that closed is waited for, for its words
 
 
@@ -99,6 +101,26 @@ def open_tunnel(unix_socket: str, headers: Mapping[str, str], port: int,
     except BaseException:
         sock.close()
         raise
+
+
+def probe_port(unix_socket: str, headers: Mapping[str, str], port: int,
+               settle: float = PROBE_SETTLE_SECONDS) -> None:
+    """Whether something listens on `port` in the box (TunnelRefused, or OSError, if not), by a relay
+    that is ended before this returns: the probe's end is passed on, and the server's close waited
+    for (up to `settle` seconds, for a server that never closes), so that a `%preview stop` soon
+    after counts only the connections of others, not a probe whose relay was still ending."""
+    sock = open_tunnel(unix_socket, headers, port)
+    try:
+        sock.shutdown(socket.SHUT_WR)
+        deadline = time.monotonic() + settle
+        while (left := deadline - time.monotonic()) > 0:  # a server that talks on is not read for ever
+            sock.settimeout(left)
+            if not sock.recv(4096):
+                break
+    except OSError:
+        pass  # the server is there; how its connection ends does not matter here
+    finally:
+        sock.close()
 
 
 def close_port(unix_socket: str, headers: Mapping[str, str], port: int,

@@ -29,7 +29,7 @@ from urllib.parse import quote
 
 from ...preview import headers as H
 from ...preview import record
-from ...preview.tunnel import TunnelRefused, close_port, open_tunnel
+from ...preview.tunnel import TunnelRefused, close_port, probe_port
 from ...terminal.locate import _GATEWAY_STEM, sandbox_key
 from ..display.math_safe import no_math
 from ..errors import CellError, UsageError
@@ -120,7 +120,7 @@ def start(ctx: MagicContext, box: PreviewBox, port: int, path: str) -> None:
     state_dir = _state_dir(box)
     sock_path, headers = _endpoint(box)
     try:
-        open_tunnel(sock_path, headers, port).close()
+        probe_port(sock_path, headers, port)
     except TunnelRefused as exc:
         raise CellError("NoPreview", f"port {port} in the sandbox: {exc}. Start the server in the box first "
                                      "(a port of this machine is not reachable from here)") from None
