@@ -80,7 +80,7 @@ class Console:
         workspace.mkdir(parents=True)
         self._log = self.transcript.open("w", encoding="utf-8")
         self.child = pexpect.spawn(sys.executable, args, cwd=str(workspace), env=env, encoding="utf-8",
-                                   codec_errors="replace", timeout=CELL_SECONDS, dimensions=(40, 160))
+                                   codec_errors="replace", timeout=patience(CELL_SECONDS), dimensions=(40, 160))
         self.child.logfile_read = self._log
         self.workspace = workspace
         self.processes = PinnedProcesses()
@@ -115,7 +115,7 @@ class Console:
 
     def expect_prompt(self, timeout: float = CELL_SECONDS) -> str:
         """Wait for the next `In [N]:` prompt; the text since the last match, escapes removed."""
-        self.child.expect(self.prompt(), timeout=timeout)
+        self.child.expect(self.prompt(), timeout=patience(timeout))
         return plain(self.child.before)
 
     def run(self, line: str, timeout: float = CELL_SECONDS) -> str:
@@ -163,7 +163,7 @@ def open_console(tmp_path: Path) -> Iterator[Callable[..., Console]]:
     def start(simple: bool = True) -> Console:
         console = Console(tmp_path / f"console-{len(consoles)}", simple=simple)
         consoles.append(console)
-        console.expect_prompt(patience(START_SECONDS))
+        console.expect_prompt(START_SECONDS)
         console.wait_for_iopub(patience(START_SECONDS))
         console.remember_processes()
         return console

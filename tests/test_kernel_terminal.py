@@ -277,13 +277,15 @@ def test_terminal_settings_are_per_shell_and_have_a_size(fresh_kernel):
 def test_a_prompt_is_typed_in_the_console(open_console) -> None:  # noqa: F811 - the imported fixture
     """`jupyter console` answers input requests by reading a line (getpass for a password)."""
     console = open_console()
-    console.child.send("read -p 'Your name? ' n; echo \"hello $n\"\r")
+    # The prompts are spelled through a variable so that the echoed command line never matches them:
+    # text typed before the input request arrives is lost (getpass flushes pending input).
+    console.child.send("q=name; read -p \"Your $q? \" n; echo \"hello $n\"\r")
     console.count += 1
     console.child.expect("Your name\\? ")
     console.child.send("Ada\r")
     console.child.expect("hello Ada")
     console.expect_prompt()
-    console.child.send("read -s -p 'pw: ' p; echo \"length ${#p}\"\r")
+    console.child.send("w=w; read -s -p \"p$w: \" p; echo \"length ${#p}\"\r")
     console.count += 1
     console.child.expect("pw: ")
     console.child.send("secret\r")
