@@ -212,6 +212,17 @@ def sshd(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture(scope="session")
+def shared_sshd(sshd: list[str], tmp_path_factory: pytest.TempPathFactory):
+    """The `sshd` prefix with its sessions over one shared connection (ssh's ControlMaster): how the
+    runner suites reach their box over ssh, a connection per test costing a key exchange and a login
+    each. The kernel tests over ssh (tests/test_provider_exec.py) log in anew for every session."""
+    from .sshd_server import shared_connection
+
+    with shared_connection(sshd, tmp_path_factory.mktemp("ssh-shared")) as prefix:
+        yield prefix
+
+
+@pytest.fixture(scope="session")
 def opensandbox_execd(tmp_path_factory: pytest.TempPathFactory):
     """The project's own execd-compatible endpoint on 127.0.0.1, standing in for an OpenSandbox
     sandbox's execd (URL + X-EXECD-ACCESS-TOKEN); yields the server (`address()` has both)."""
@@ -370,7 +381,7 @@ def _provider(request: pytest.FixtureRequest, zipapp: Path, workspace: Path) -> 
         require_bwrap()
         provider = BwrapProvider(cwd=workspace, runner_path=zipapp, relay_silence_seconds=0)
     elif request.param == "ssh":
-        prefix = request.getfixturevalue("sshd")
+        prefix = request.getfixturevalue("shared_sshd")
         provider = ExecProvider(prefix=prefix, box_cwd=str(workspace), relay_silence_seconds=0)
     elif request.param in EXECD_OF_BOX:
         from owsandbox.channel.endpoint import TOKEN_HEADER
