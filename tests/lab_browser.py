@@ -5,8 +5,10 @@ server's info file), with a token, with its own config, data, runtime and IPytho
 from the user's Jupyter folders is read) and with the news feed, the update check and the PyPI
 extension manager turned off, so it makes no request off this machine; the browser's own requests off
 the server are aborted too. Its settings keep every cell in the page (windowing off), whatever a
-later JupyterLab's default. Notebooks put in its root folder name the test kernel `owsandbox-test`
-(local provider, found through JUPYTER_PATH: tests/conftest.py).
+later JupyterLab's default. nbgrader's server and lab extensions, which this environment has as test
+tooling and a person's JupyterLab does not, are off (tests/server_config.py). Notebooks put in its
+root folder name the test kernel `owsandbox-test` (local provider, found through JUPYTER_PATH:
+tests/conftest.py).
 
 Whatever happens, a screenshot of the page is saved in the test's folder (its path is printed), the
 browser and the server are shut down, and every process seen under the server (kernel, sandbox
@@ -40,6 +42,7 @@ import pytest
 
 from .conftest import KERNEL_NAME
 from .processes import PinnedProcesses, stop_watched
+from .server_config import without_nbgrader
 from .waiting import WaitTimeout, patience, wait_until
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -104,6 +107,7 @@ class Lab:
             path = settings / f"{plugin}.jupyterlab-settings"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(values))
+        without_nbgrader(config)
         env = {
             **os.environ,  # JUPYTER_PATH finds the owsandbox-test kernelspec (tests/conftest.py)
             "JUPYTER_CONFIG_DIR": str(config),

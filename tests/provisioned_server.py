@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .gateway_hosts import GATEWAY_ADDRESSES, GatewayNetwork
 from .namespace_server import NamespaceServer
+from .server_config import without_nbgrader
 from .waiting import WaitTimeout, wait_until
 
 PORT = 8888  # on the gateway namespace's own loopback
@@ -54,6 +55,7 @@ class ProvisionedServer(NamespaceServer):
                    JUPYTER_CONFIG_DIR=str(network.folder / f"server-config-{port}"),
                    GP_RESPONSE_IP=GATEWAY_ADDRESSES[0], GP_KERNEL_LOG_DIR=str(network.folder),
                    KERNEL_USERNAME=USER)
+        without_nbgrader(network.folder / f"server-config-{port}")
         jupyter_server = Path(sys.executable).parent / "jupyter-server"
         argv = network.in_gateway([str(jupyter_server), "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
                                    "--ServerApp.port_retries=0", f"--IdentityProvider.token={self.token}",
