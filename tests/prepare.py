@@ -22,7 +22,7 @@ test marked `needs(NAME)` whose environment is missing, before the first test st
 every test's timeout, saying what it installs. A test's fixture then only finds the program
 (`program`), and fails naming the command that makes it when it is missing.
 
-    python3 tests/prepare.py [NAME ...]      # every one (or those named) that is not made yet
+    python3 tests/prepare.py [NAME ...]      # every one (or those named) that is not made yet, at once
 """
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -291,22 +293,29 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def main(names: list[str]) -> int:
+    """Make every one of `names` (all when none is named) that is not made yet, all at once: each is
+    mostly pip or npm waiting on downloads and unpacking, so one after another took minutes longer."""
     unknown = [name for name in names if name not in NEEDS]
     if unknown:
         print(f"tests/prepare.py: no {', '.join(unknown)}; known: {', '.join(NEEDS)}", file=sys.stderr)
         return 2
-    failed = 0
-    for name in names or list(NEEDS):
-        made, make = NEEDS[name]
-        if made():
-            continue
-        print(f"tests/prepare.py: installing {what(name)}", flush=True)
-        try:
-            make()
-        except RuntimeError as exc:
-            print(f"tests/prepare.py: {exc}", file=sys.stderr)
-            failed += 1
+    missing = [name for name in names or list(NEEDS) if not NEEDS[name][0]()]
+    with ThreadPoolExecutor(max_workers=max(1, len(missing))) as pool:
+        failed = sum(not ok for ok in pool.map(_make, missing))
     return 1 if failed else 0
+
+
+def _make(name: str) -> bool:
+    """Make `name`, saying what and how long; False (and pip's or npm's words) when that fails."""
+    print(f"tests/prepare.py: installing {what(name)}", flush=True)
+    started = time.monotonic()
+    try:
+        NEEDS[name][1]()
+    except RuntimeError as exc:
+        print(f"tests/prepare.py: {exc}", file=sys.stderr, flush=True)
+        return False
+    print(f"tests/prepare.py: {name} made in {time.monotonic() - started:.0f} s", flush=True)
+    return True
 
 
 if __name__ == "__main__":

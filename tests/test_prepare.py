@@ -18,7 +18,7 @@ def test_every_environment_has_pinned_requirements_and_ci_makes_them_all() -> No
     for name, env in prepare.ENVIRONMENTS.items():
         assert env.pins and all(re.fullmatch(r"[A-Za-z0-9_.-]+==[0-9][0-9A-Za-z.]*", pin) for pin in env.pins), env.pins
         assert re.search(rf"tests/prepare\.py [^\n]*\b{name}\b", ci), f".ci/run does not make {name}"
-    assert "tests/prepare.py npm" in ci
+    assert re.search(r"tests/prepare\.py [^\n]*\$npm\n", ci) and "npm=npm" in ci, ".ci/run installs no npm packages"
     assert re.search(r"tests/prepare\.py [^\n]*\bquick-start\b", ci), ".ci/run does not fetch the quick start's wheels"
 
 
