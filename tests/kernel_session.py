@@ -15,6 +15,8 @@ from owsandbox.kernel.cell.notes import is_note
 from .conftest import KERNEL_NAME
 from .waiting import wait_until
 
+START_ATTEMPTS = 3  # a kernel that dies before it is ready is started again (new ports) at most twice
+
 
 @dataclass
 class CellRun:
@@ -53,14 +55,29 @@ class KernelSession:
         network namespace, which the test's TCP cannot reach)."""
         self.workspace = workspace
         self.closed = False
-        self.km = KernelManager(kernel_name=kernel_name, **manager)
-        if connection_file is not None:  # named kernel-*.json, as Jupyter's servers name them
-            self.km.connection_file = connection_file
         kernel_env = {**os.environ, **(env or {})}
-        self.km.start_kernel(cwd=str(workspace), env=kernel_env, **({"stderr": stderr} if stderr else {}))
-        self.kc = self.km.client()
-        self.kc.start_channels()
-        self.kc.wait_for_ready(timeout=60)
+        launch = {"cwd": str(workspace), "env": kernel_env, **({"stderr": stderr} if stderr else {})}
+        # A kernel that died before it was ready is started again by a new manager, on new ports: they
+        # are chosen free, then bound by the kernel a moment later, and on a busy machine another
+        # process can take one in between ("Address already in use"). Jupyter's servers choose new
+        # ports then too (KernelRestarter.random_ports_until_alive); a manager's own restart keeps them.
+        for attempt in range(1, START_ATTEMPTS + 1):
+            self.km = KernelManager(kernel_name=kernel_name, **manager)
+            if connection_file is not None:  # named kernel-*.json, as Jupyter's servers name them
+                self.km.connection_file = connection_file
+            self.km.start_kernel(**launch)
+            self.kc = self.km.client()
+            self.kc.start_channels()
+            try:
+                self.kc.wait_for_ready(timeout=60)
+                break
+            except BaseException:
+                self.kc.stop_channels()  # left running, its heartbeat would go on connecting
+                died = not self.km.is_alive()
+                self.km.shutdown_kernel(now=True)
+                if attempt == START_ATTEMPTS or not died:
+                    raise
+            print(f"the kernel died before it was ready; starting it again on new ports (attempt {attempt + 1})")
         self.drain()
 
     @property
