@@ -59,8 +59,8 @@ class KernelSession:
         launch = {"cwd": str(workspace), "env": kernel_env, **({"stderr": stderr} if stderr else {})}
         # A kernel that died before it was ready is started again by a new manager, on new ports: they
         # are chosen free, then bound by the kernel a moment later, and on a busy machine another
-        # process can take one in between ("Address already in use"). Jupyter's servers choose new
-        # ports then too (KernelRestarter.random_ports_until_alive); a manager's own restart keeps them.
+        # process can take one in between ("Address already in use"). A manager's own restart, even
+        # with `newports`, keeps the ports its local provisioner cached (jupyter_server issue 481).
         for attempt in range(1, START_ATTEMPTS + 1):
             self.km = KernelManager(kernel_name=kernel_name, **manager)
             if connection_file is not None:  # named kernel-*.json, as Jupyter's servers name them
