@@ -51,7 +51,10 @@ from .containers import MARKER
 from .kernel_session import KernelSession
 from .opensandbox_server import BOOTSTRAP, EXECD_PORT, OpenSandboxServer, build_execd_image, require_server
 
-pytestmark = [pytest.mark.system, pytest.mark.needs("opensandbox-server")]
+# In host mode the server's sandboxes listen on this machine's port 44772, so one such server runs at a
+# time on a machine: a second test run waits for the first one's module to end (a lock file), inside its
+# own first test's timeout (three minutes and more with two runs at once). The timeout is a hang guard.
+pytestmark = [pytest.mark.system, pytest.mark.needs("opensandbox-server"), pytest.mark.timeout(900)]
 
 ENGINE = Path(__file__).resolve().parents[1] / "notebooks" / "engines" / "echo_engine.py"
 SETTINGS = ("OWSANDBOX_EXECD_URL", "OWSANDBOX_EXECD_TOKEN", "OWSANDBOX_EXECD_HEADERS", "OWSANDBOX_IMAGE",
