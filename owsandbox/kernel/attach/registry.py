@@ -92,6 +92,10 @@ class AttachRegistry:
         self._loop = loop
         self._last_save = 0.0
         self._save_scheduled = False
+        # One save at a time, each reading the programs when its turn comes: a scheduled save still
+        # writing older cursors when a detach saves the exact ones would otherwise land last, and a
+        # restart would show again what the file's older cursor says is unread.
+        self._saving = threading.Lock()
 
     def load(self) -> list[dict[str, Any]]:
         """The entries, oldest first; none when the file is missing or not what it should be."""
@@ -111,6 +115,10 @@ class AttachRegistry:
 
     def save(self, forget: set[str] | None = None) -> None:
         """Write every attached program's entry (and drop the sessions in `forget`)."""
+        with self._saving:
+            self._save(forget)
+
+    def _save(self, forget: set[str] | None) -> None:
         known = {s["session_id"]: s for s in self.load()}
         for program in self._programs():
             known[program.session_id] = {
