@@ -76,3 +76,18 @@ def test_a_shell_asked_once_writes_its_definitions_again_when_idle_after_a_comma
     finally:
         worker.join()
     assert busy["output"] == "done\n"
+
+
+def test_a_tab_while_the_shell_rewrites_its_definitions_still_knows_every_name(box, workspace):
+    """The shell rewrites its definitions a moment after each command, while a Tab may be reading
+    them: the Tab must read the old file or the new one, never one half written. A big library of
+    functions makes each rewrite take a while, and Tabs come at every moment of it."""
+    _, client = box
+    ex = RunnerExecutor(client, cwd=str(workspace), shell="rewrite")
+    library = "for n in $(seq 1000); do eval \"lib_$n() { echo $n; echo more; echo lines; }\"; done"
+    assert ex.run(library)["exit_code"] == 0
+    assert complete(client, "lib_300", shell="rewrite")[:1] == ["lib_300"]
+    for i in range(40):
+        assert ex.run(f"late_{i}() {{ :; }}")["exit_code"] == 0
+        time.sleep(i % 8 * 0.01)  # before, at and after the moment the shell writes them again
+        assert f"late_{i}" in complete(client, "late_", shell="rewrite"), f"after command {i}"

@@ -13,6 +13,10 @@ once (Run All, an agent) are not held up, and a busy shell's file may then be a 
 command that comes in the very moment the line runs waits for it (~0.1 ms; ~1 ms once a cell has
 sourced a big library of functions, such as bash-completion's): written before every command, the
 line would cost each ~0.4 ms of round trip, ~1.6 ms with such a library.
+
+A Tab may read the file while the shell writes it again, so the shell never writes it in place: each
+line writes a file of its own token beside it, and the daemon renames that onto the path when the
+line's marker comes (the marker follows the write). A reader opens the last whole file or the new one.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ class Definitions:
         self._lock = lock
         self._idle = idle
         self._write = write
-        self._wanted: dict[str, threading.Event] = {}  # marker token -> set when written
+        self._wanted: dict[str, threading.Event | None] = {}  # marker token -> set when written (None: a refresh)
         self._used = False  # asked for once: written again once the shell has been idle a moment
         self.refresh_at: float | None = None  # when to write them again, if still idle (reader thread)
 
@@ -48,21 +52,23 @@ class Definitions:
         if self.path is None:
             return False
         self._used = True
-        token = os.urandom(8).hex()
         written = threading.Event()
         with self._lock:  # `run` starts a command under this lock: it cannot write its line before ours
-            if not self._idle():
+            if not self._idle() or not self._give_line(written):
                 return False
-            self._wanted[token] = written  # before the line: its marker may come at once
-            try:
-                self._write(definitions_line(self.path, token))
-            except OSError:
-                del self._wanted[token]
-                return False  # the reader sees the shell go
+        return written.wait(timeout)
+
+    def _give_line(self, written: threading.Event | None) -> bool:
+        """Give bash the line (under the lock, the shell idle); False if it cannot be written."""
+        assert self.path is not None
+        token = os.urandom(8).hex()
+        self._wanted[token] = written  # before the line: its marker may come at once
         try:
-            return written.wait(timeout)
-        finally:
-            self._wanted.pop(token, None)
+            self._write(definitions_line(self.path, token))
+        except OSError:
+            del self._wanted[token]
+            return False  # the reader sees the shell go
+        return True
 
     def command_started(self) -> None:
         """A command comes (under the shell's lock): it goes first, the refresh waits."""
@@ -79,24 +85,36 @@ class Definitions:
         with self._lock:
             self.refresh_at = None
             if self._idle() and self.path is not None:
-                try:
-                    self._write(definitions_line(self.path))
-                except OSError:
-                    pass
+                self._give_line(None)
 
     def on_marker(self, token: str) -> bool:
-        """Whether `token` is the marker of a write someone waits for (who is told now)."""
-        written = self._wanted.get(token)
+        """Whether `token` is the marker of a definitions line: its file is whole, and becomes the
+        one a Tab reads (whoever waits for it is told then)."""
+        if token not in self._wanted:
+            return False
+        written = self._wanted.pop(token)
+        assert self.path is not None
+        try:
+            os.replace(f"{self.path}.{token}", self.path)
+        except OSError:
+            pass  # bash could not write it (`|| :`): the last one stays
         if written is not None:
             written.set()
-        return written is not None
+        return True
 
     def shell_exited(self) -> None:
-        """No write will come: whoever waits is told now, and the file goes."""
-        for written in list(self._wanted.values()):
-            written.set()
+        """No write will come: whoever waits is told now, and the files go, a line's unfinished one too."""
+        for token, written in list(self._wanted.items()):
+            if written is not None:
+                written.set()
+            self._remove(f"{self.path}.{token}")
+        self._wanted.clear()
         if self.path is not None:
-            try:
-                os.unlink(self.path)
-            except OSError:
-                pass
+            self._remove(self.path)
+
+    @staticmethod
+    def _remove(path: str) -> None:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass

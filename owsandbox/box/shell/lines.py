@@ -67,13 +67,16 @@ def command_line(command: str, last_status: int, stdin: str = "/dev/null", token
     return f"{LEAD}{start}{restore}eval {ansi_c_quote(command)} <{stdin}\n"
 
 
-def definitions_line(path: str, token: str | None = None) -> str:
-    """The line that writes the shell's functions, aliases and PATH to `path` (sourceable bash), then
-    a marker with `token`, if any. Builtins only, nothing on the command channels, `$?` 0 and `$_` as
-    they were (as after an end marker), and nothing that can fail under `set -e`."""
+def definitions_line(path: str, token: str) -> str:
+    """The line that writes the shell's functions, aliases and PATH (sourceable bash) to `path` with
+    `.token` after it, then a marker with `token`: the daemon renames the file onto `path` when the
+    marker comes, so a Tab that reads `path` meanwhile reads the last whole file, never one being
+    written. Builtins only, nothing on the command channels, `$?` 0 and `$_` as they were (as after
+    an end marker), and nothing that can fail under `set -e`."""
     dump = "builtin declare -f; builtin alias -p; builtin declare -p PATH"
-    marker = f"builtin printf '\\037\\036OWS:%s\\n' {token} >&{MARK_OUT_FD}; " if token else ""
-    return f"{LEAD}{{ __ows_u=$_; {{ {dump}; }} >|{ansi_c_quote(path)} || :; {marker}: \"$__ows_u\"; }} 2>/dev/null\n"
+    marker = f"builtin printf '\\037\\036OWS:%s\\n' {token} >&{MARK_OUT_FD}; "
+    target = ansi_c_quote(f"{path}.{token}")
+    return f"{LEAD}{{ __ows_u=$_; {{ {dump}; }} >|{target} || :; {marker}: \"$__ows_u\"; }} 2>/dev/null\n"
 
 
 def marker_lines(token: str, out_fd: int = MARK_OUT_FD, err_fd: int = MARK_ERR_FD, status: str = "$?") -> str:
