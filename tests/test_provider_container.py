@@ -187,14 +187,16 @@ def test_the_box_is_the_image_with_the_workspace_and_nothing_of_the_host(engine,
 
 
 def test_what_the_host_loads_in_the_workspace_is_read_only_in_the_container(engine, image, workspace):
-    """The same guard as bubblewrap's: a Python environment's site-packages, git's hooks and config."""
+    """The same guard as bubblewrap's: a Python environment's site-packages, git's hooks and config.
+    (bash reports a redirection it cannot open on its own stderr, before `2>&1` applies: the braces
+    send that report to stdout too, so it comes before `ok` however the two pipes are read.)"""
     (workspace / ".venv" / "lib").mkdir(parents=True)
     (workspace / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
     subprocess.run(["git", "init", "-q", str(workspace / "repo")], check=True)
     provider = ContainerProvider(workspace, image=image, engine=engine.path)
     with running(provider) as (_, client):
         ran = RunnerExecutor(client).run("touch .venv/lib/zz.pth 2>&1; touch repo/.git/hooks/pre-commit 2>&1; "
-                                         "echo '[core]' >> repo/.git/config 2>&1; touch repo/mine && echo ok")
+                                         "{ echo '[core]' >> repo/.git/config; } 2>&1; touch repo/mine && echo ok")
         assert ran["output"].count("Read-only file system") == 3 and ran["output"].endswith("ok\n"), ran
     assert not (workspace / ".venv" / "lib" / "zz.pth").exists()
     assert provider.describe()["mounts"]["/workspace/.venv"] == "read-only (a Python environment)"
