@@ -505,10 +505,11 @@ def _interruptible_children() -> None:
         signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
-# `-n auto` (pyproject's addopts) runs the suite in four workers, a module at a time in each
-# (tests/scheduling.py): on 2 cores about 15 minutes of pytest against 27 in one process, and 18.5 beside
-# a CPU hog on each core. `-n 0` runs it in this process.
-WORKERS = 4
+# `-n auto` (pyproject's addopts) runs the suite in six workers, a module at a time in each
+# (tests/scheduling.py). On 2 cores, back to back on one tree: 785 s of pytest in four workers and 698 s
+# in six, the CPU busy 99% of that run (many tests wait: a cell's timeout, a server's start, a browser).
+# `-n 0` runs it in this process.
+WORKERS = 6
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -615,7 +615,10 @@ c.Spawner.http_timeout = {spawn_seconds}
 '''
 
 
-FIRST_UID = 200000  # + the hub's id of the student: a uid of each student's own, used by no one here
+# + the hub's id of the student: a uid of each student's own, used by no one here. Of this run's own
+# too: two runs on one machine whose students shared uids would count each other's processes against
+# the box's process limit (one run's fork bomb refused the other's cells a process).
+FIRST_UID = 200000 + 1000 * secrets.randbelow(100000)
 BOX_LIMITS = "memory=1G,pids=256"  # below the container's own pids limit (512)
 
 
