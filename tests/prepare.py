@@ -42,6 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIREMENTS = ROOT / "tests" / "requirements"
@@ -307,15 +308,22 @@ def main(names: list[str]) -> int:
 
 def _make(name: str) -> bool:
     """Make `name`, saying what and how long; False (and pip's or npm's words) when that fails."""
-    print(f"tests/prepare.py: installing {what(name)}", flush=True)
+    _say(f"installing {what(name)}")
     started = time.monotonic()
     try:
         NEEDS[name][1]()
     except RuntimeError as exc:
-        print(f"tests/prepare.py: {exc}", file=sys.stderr, flush=True)
+        _say(str(exc), sys.stderr)
         return False
-    print(f"tests/prepare.py: {name} made in {time.monotonic() - started:.0f} s", flush=True)
+    _say(f"{name} made in {time.monotonic() - started:.0f} s")
     return True
+
+
+def _say(text: str, stream: TextIO = sys.stdout) -> None:
+    """A line in one write: `print` writes the text and its newline apart, and the items are made in
+    threads at once, so their lines would run together."""
+    stream.write(f"tests/prepare.py: {text}\n")
+    stream.flush()
 
 
 if __name__ == "__main__":
