@@ -113,8 +113,9 @@ def test_cursor_movement_and_titles_are_reduced_and_colours_kept(kernel):
 def test_output_keeps_the_order_stdout_and_stderr_were_written_in(kernel):
     """Two terminals are two queues: when the box is slow to read (a loaded machine), a line on one can
     come before a line written earlier on the other, so the exact order is `%stderr merge`'s promise
-    (tested below). Here: every line once, and almost every pair as written; grouping by stream
-    anywhere on the way (a batch of each stream in turn) would leave few pairs together."""
+    (tested below). Here: every line once, and most pairs as written; grouping by stream anywhere on
+    the way (a batch of each stream in turn) would leave next to none together. (A quiet machine keeps
+    them; six test workers beside a CPU hog on each core kept 125 of 200.)"""
     run = kernel.run('for i in $(seq 200); do echo "out $i"; echo "err $i" >&2; sleep 0.001; done', timeout=120)
     assert run.status == "ok"
     lines = [(name, line) for name, text in streams(run) for line in text.splitlines()]
@@ -122,7 +123,7 @@ def test_output_keeps_the_order_stdout_and_stderr_were_written_in(kernel):
     assert sorted(lines) == sorted(expected)
     together = sum(1 for i in range(len(lines) - 1)
                    if lines[i][0] == "stdout" and lines[i + 1] == ("stderr", "err " + lines[i][1][4:]))
-    assert together >= 150, (together, lines)  # grouping by stream leaves a handful; a loaded box, a few split
+    assert together >= 100, (together, lines)  # grouping by stream leaves next to none; a loaded box splits some
 
 
 # -- prompts ------------------------------------------------------------------------------------
