@@ -180,6 +180,15 @@ class PinnedProcesses:
                 break
         return set(running.values())
 
+    def ended_within(self, pid: int, seconds: float) -> bool:
+        """Wait up to `seconds` for the pinned `pid` alone to end; whether it did."""
+        ended, _, _ = select.select([self._fds[pid]], [], [], seconds)
+        return bool(ended)
+
+    def signal(self, pid: int, signum: int) -> None:
+        """Send `signum` to the pinned `pid` (through its pidfd: never to a later process with its number)."""
+        signal.pidfd_send_signal(self._fds[pid], signum)
+
     def kill(self, pids: set[int] | None = None) -> None:
         """SIGKILL `pids` (by default every pinned process still running)."""
         for pid in self.still_running_after(0) if pids is None else pids:

@@ -12,6 +12,9 @@ nothing (together about 0.6 MiB, benchmarks/kernel_start.py), are left out: IPyt
 pdb in place of pdb (a cell is bash in a box: no Python runs here to debug), and the listing of the
 machine's network interfaces, with psutil, to work out a default address that the connection file
 always replaces (jupyter_client reads `info.get("ip", self._ip_default())`).
+
+The watch on the process that started the kernel, and SIGTERM, end the sandbox before the kernel
+leaves (ending.py).
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ from __future__ import annotations
 from typing import Any
 
 from ipykernel.kernelapp import IPKernelApp
+from ipykernel.parentpoller import ParentPollerUnix
+
+from .ending import OrphanWatch, end_on_sigterm
 
 CONTROL_FINISH_SECONDS = 2.0  # bounded: a control thread stuck elsewhere must not hold the exit up longer
 
@@ -28,6 +34,19 @@ class OwSandboxKernelApp(IPKernelApp):
 
     def init_pdb(self) -> None:
         """ipykernel's makes pdb interruptible for the Python a cell runs; no cell runs Python here."""
+
+    def init_poller(self) -> None:
+        """ipykernel decides whether there is a parent to watch; the watching is OrphanWatch's."""
+        super().init_poller()
+        if isinstance(self.poller, ParentPollerUnix):
+            self.poller = OrphanWatch(self.poller.parent_pid, self._end_sandbox)
+
+    def init_signal(self) -> None:
+        super().init_signal()
+        end_on_sigterm(self._end_sandbox)
+
+    def _end_sandbox(self) -> None:
+        self.kernel.end_from_outside()
 
     def load_connection_info(self, info: Any) -> None:
         ip = info.get("ip")

@@ -715,6 +715,13 @@ class OwSandboxKernel(Kernel):
         await loop.run_in_executor(None, self.sandbox.close, restart)
         return {"status": "ok", "restart": restart}
 
+    def end_from_outside(self) -> None:
+        """The kernel's launcher is gone, or it was sent SIGTERM (ending.py): the sandbox ends now rather
+        than lingering for a kernel that will not come. Called on a thread of its own, maybe while
+        `do_shutdown` is closing the sandbox (then this waits for that close)."""
+        self.recorder.stop("the kernel was ended from outside")
+        self.sandbox.end()
+
     def shell_folder(self, shell: str) -> str:
         try:
             return self.sandbox.folder_of(shell)

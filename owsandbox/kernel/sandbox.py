@@ -54,6 +54,7 @@ class Sandbox:
         self._error: str | None = problem
         self._ready = threading.Event()
         self._closed = False
+        self._closing = threading.Lock()  # a second close waits for the first to finish
         self.started_at = time.time()
         self._box_started: dict[str, float] = {}  # the box's instance id -> when it started (epoch seconds)
         if problem is not None:
@@ -98,11 +99,13 @@ class Sandbox:
             self._error = f"the {self.provider_name} sandbox could not start: {named}{exc}"
             log.error("%s", self._error)
         else:
-            if self._closed:
+            with self._closing:  # a close that came meanwhile either sees this box or is seen here
+                closed = self._closed
+                if not closed:
+                    self.cwd = workspace.cwd  # before the workspace shows: nothing may send the host's folder
+                    self._workspace = workspace
+            if closed:
                 workspace.close()
-            else:
-                self.cwd = workspace.cwd  # before the workspace shows: nothing may send the host's folder
-                self._workspace = workspace
         finally:
             self._ready.set()
         give_back_freed_memory()  # what the start allocated and freed (footprint.py)
@@ -188,12 +191,18 @@ class Sandbox:
 
     def close(self, restart: bool = False) -> None:
         """End the sandbox, or with `restart`, leave it for the kernel that comes next."""
-        self._closed = True
-        workspace, self._workspace = self._workspace, None
-        if workspace is None:
-            return
-        if restart:
-            self._fresh_shells(workspace)
-            workspace.release()
-        else:
-            workspace.close()
+        with self._closing:
+            self._closed = True
+            workspace, self._workspace = self._workspace, None
+            if workspace is None:
+                return
+            if restart:
+                self._fresh_shells(workspace)
+                workspace.release()
+            else:
+                workspace.close()
+
+    def end(self) -> None:
+        """Close for good, and wait for a start under way (it closes the box it made, seeing it closed)."""
+        self.close()
+        self._ready.wait()
