@@ -55,8 +55,10 @@ class KernelSession:
         network namespace, which the test's TCP cannot reach)."""
         self.workspace = workspace
         self.closed = False
+        self.shutdown = "not yet shut down"
         kernel_env = {**os.environ, **(env or {})}
         launch = {"cwd": str(workspace), "env": kernel_env, **({"stderr": stderr} if stderr else {})}
+        self._launch = launch
         # A kernel that died before it was ready is started again by a new manager, on new ports: they
         # are chosen free, then bound by the kernel a moment later, and on a busy machine another
         # process can take one in between ("Address already in use"). A manager's own restart, even
@@ -78,6 +80,33 @@ class KernelSession:
                 if attempt == START_ATTEMPTS or not died:
                     raise
             print(f"the kernel died before it was ready; starting it again on new ports (attempt {attempt + 1})")
+        self.drain()
+
+    def restart(self, now: bool = False) -> None:
+        """The manager's restart, as Jupyter's servers make it; the new kernel is ready when this returns.
+
+        The new kernel binds the ports the old one had (jupyter_client keeps them, `newports` or not: see
+        above), and on a busy machine another process can take one in between. A new kernel that dies
+        before it is ready is started again on new ports by the same manager, with the same connection
+        file (so the same sandbox key): a restart still, for the sandbox kept for it."""
+        self.km.restart_kernel(now=now)
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                self.kc.wait_for_ready(timeout=60)
+                break
+            except RuntimeError:
+                if attempt == START_ATTEMPTS or self.km.is_alive():
+                    raise
+            print(f"the restarted kernel died before it was ready; starting it again on new ports "
+                  f"(attempt {attempt + 1})")
+            self.kc.stop_channels()
+            self.km.shutdown_kernel(now=True, restart=True)  # the dead one's leftovers; the sandbox stays
+            self.km.shell_port = self.km.iopub_port = self.km.stdin_port = self.km.hb_port = 0
+            self.km.control_port = 0
+            self.km.cleanup_connection_file()  # written again, at the same path, with the new ports
+            self.km.start_kernel(**self._launch)
+            self.kc = self.km.client()
+            self.kc.start_channels()
         self.drain()
 
     @property
@@ -176,4 +205,8 @@ class KernelSession:
         try:
             self.kc.stop_channels()
         finally:
+            started = time.monotonic()
             self.km.shutdown_kernel(now=False)
+            # how it went, for a test's message: "ShutdownRequest" when the kernel left by itself, else
+            # the signal jupyter_client had to send it after waiting
+            self.shutdown = f"{self.km._shutdown_status.name} after {time.monotonic() - started:.1f} s"

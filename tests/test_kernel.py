@@ -429,9 +429,7 @@ def test_restart_gives_fresh_shells_and_shutdown_leaves_nothing(fresh_kernel):
     old_daemon = int(fresh_kernel.run("echo $PPID").text().strip().splitlines()[-1])
     before = _described(fresh_kernel)
     assert before["kept"] is False
-    fresh_kernel.km.restart_kernel(now=False)
-    fresh_kernel.kc.wait_for_ready(timeout=60)
-    fresh_kernel.drain()
+    fresh_kernel.restart(now=False)
     assert fresh_kernel.run("echo [$BEFORE]").text().endswith("[]\n")
     after = _described(fresh_kernel)  # the box kept, and %sandbox says so: its uptime goes on
     assert after["kept"] is True and after["instance_id"] == before["instance_id"]

@@ -121,9 +121,7 @@ def test_a_kernel_restart_keeps_the_program_and_the_cursor(tmp_path, named, now)
         wait_for_ticks(kernel, "", 5)
         kernel.run("%detach")  # so that `before` is exactly what this kernel delivered
         before = [r["n"] for r in records_of(kernel, "--type tick")]
-        kernel.km.restart_kernel(now=now)
-        kernel.kc.wait_for_ready(timeout=60)
-        kernel.drain()
+        kernel.restart(now=now)
         assert kernel.run("echo fresh-shell-$((1+1))").text().endswith("fresh-shell-2\n")
         again = kernel.run("%attach --last")
         assert again.status == "ok", again.outputs
@@ -131,9 +129,7 @@ def test_a_kernel_restart_keeps_the_program_and_the_cursor(tmp_path, named, now)
         assert after[0] == before[-1] + 1  # nothing lost, nothing repeated across the restart
         assert after == list(range(after[0], after[0] + len(after)))
         # Restarting while attached: the kernel writes its exact cursor down as it shuts down.
-        kernel.km.restart_kernel(now=False)
-        kernel.kc.wait_for_ready(timeout=60)
-        kernel.drain()
+        kernel.restart(now=False)
         assert kernel.run("%attach --last").status == "ok"
         third = wait_for_ticks(kernel, "", 5)
         assert third[0] > after[-1] and third == list(range(third[0], third[0] + len(third)))
@@ -191,9 +187,7 @@ def test_the_list_after_a_restart_shows_ids_and_states_in_words(kernel):
     session = re.search(r"session ([0-9a-f]{8})", started.text()).group(1)
     kernel.run("%detach")
     kernel.run("%attach --name brief -- sh -c 'exit 3'")
-    kernel.km.restart_kernel(now=False)
-    kernel.kc.wait_for_ready(timeout=60)
-    kernel.drain()
+    kernel.restart(now=False)
     listing = kernel.run("%attach --list").of_type("display_data")[0]["data"]["text/plain"]
     rows = {line.split()[2]: line.split() for line in listing.splitlines()[1:]}
     assert "True" not in listing and "False" not in listing, listing

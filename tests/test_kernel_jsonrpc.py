@@ -357,9 +357,7 @@ def test_answers_given_with_attach_go_on_after_a_kernel_restart(tmp_path, server
         started = kernel.run(f"%attach --name rpc --answer roots/list=roots.json -- {server}")
         assert "answering roots/list requests of #1 rpc from roots.json" in started.text(), started.outputs
         assert kernel.run(f"%send {json.dumps(INITIALIZE)}").status == "ok"
-        kernel.km.restart_kernel(now=False)
-        kernel.kc.wait_for_ready(timeout=60)
-        kernel.drain()
+        kernel.restart(now=False)
         again = kernel.run("%attach --last")
         assert again.status == "ok" and "answering roots/list requests of #1 rpc from roots.json" in again.text()
         asked = kernel.run(f"%send {tool(2, 'roots')}")

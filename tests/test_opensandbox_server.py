@@ -90,10 +90,14 @@ def no_outside_settings(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def no_sandbox_left(server: OpenSandboxServer) -> Iterator[None]:
-    """Each test starts with no sandbox, and ends having deleted (or left to this check) the ones it made."""
+    """Each test starts with no sandbox, and ends having deleted (or left to this check) the ones it made;
+    one it left is removed after it fails, so that the next test does not fail for it too."""
     assert server.containers() == []
     yield
-    assert server.containers() == [], "a sandbox was left behind"
+    left = server.containers()
+    if left:
+        server.docker.run("rm", "--force", *(c["Id"] for c in left), check=False)
+    assert not left, "a sandbox was left behind"
 
 
 def api(server: OpenSandboxServer, method: str, path: str, key: str | None = None) -> tuple[int, Any]:
@@ -178,9 +182,7 @@ def test_a_kernel_creates_a_sandbox_attaches_stops_restarts_into_it_and_deletes_
 
         # a restart finds the sandbox by its labels and reuses it, with the daemon that lingered in it
         daemon = kernel.run("echo $PPID").text()
-        kernel.km.restart_kernel(now=False)
-        kernel.kc.wait_for_ready(timeout=60)
-        kernel.drain()
+        kernel.restart(now=False)
         again = kernel.run("echo [$BEFORE]; cat /tmp/kept.txt")
         assert again.status == "ok", again.outputs
         assert again.text() == "[]\nkept\n"  # fresh shells, the same sandbox
@@ -191,8 +193,8 @@ def test_a_kernel_creates_a_sandbox_attaches_stops_restarts_into_it_and_deletes_
     finally:
         kernel.close()
     # shutdown deleted it: gone from the server and from Docker
-    assert api(server, "GET", f"/v1/sandboxes/{made['id']}")[0] == 404
-    assert server.containers() == []
+    assert api(server, "GET", f"/v1/sandboxes/{made['id']}")[0] == 404, kernel.shutdown
+    assert server.containers() == [], kernel.shutdown
 
 
 def test_a_kernel_reaches_its_sandbox_through_the_servers_proxy(server, image, no_sandbox_left, tmp_path):
@@ -449,6 +451,6 @@ def test_bridge_mode_a_kernel_reaches_execd_through_its_own_proxy_on_the_publish
         assert len(sockets) >= 2, proxied  # the kernel's pipe, and %attach's
     finally:
         kernel.close()
-    assert api(server, "GET", f"/v1/sandboxes/{made['id']}")[0] == 404
-    assert server.containers() == []
+    assert api(server, "GET", f"/v1/sandboxes/{made['id']}")[0] == 404, kernel.shutdown
+    assert server.containers() == [], kernel.shutdown
     assert firewall() == host_firewall

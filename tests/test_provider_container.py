@@ -460,9 +460,7 @@ def test_a_kernel_restart_keeps_the_container_and_shutdown_removes_it(engine, im
         daemon = kernel.run("echo $PPID").text().strip().splitlines()[-1]
         containers = labelled(engine, f"owsandbox.workspace={tmp_path}")
         assert len(containers) == 1
-        kernel.km.restart_kernel(now=False)
-        kernel.kc.wait_for_ready(timeout=60)
-        kernel.drain()
+        kernel.restart(now=False)
         assert kernel.run("echo [$BEFORE]; cat /tmp/kept").text().endswith("[]\nkept\n")  # fresh shells, same box
         assert kernel.run("echo $PPID").text().strip().splitlines()[-1] == daemon
         assert labelled(engine, f"owsandbox.workspace={tmp_path}") == containers

@@ -142,9 +142,7 @@ def test_a_kernel_restart_keeps_the_sandbox_and_shutdown_deletes_it(standin, tmp
         made = standin.only_sandbox()
         daemon = int(kernel.run("echo $PPID").text())  # the runner's daemon, which started the shell
         assert daemon in made.processes()
-        kernel.km.restart_kernel(now=False)
-        kernel.kc.wait_for_ready(timeout=60)
-        kernel.drain()
+        kernel.restart(now=False)
         again = kernel.run("echo [$BEFORE]; cat kept.txt")
         assert again.status == "ok", again.outputs
         assert again.text() == "[]\nkept\n"  # fresh shells, the same sandbox
