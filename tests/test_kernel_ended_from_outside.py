@@ -1,14 +1,17 @@
-"""A kernel ended from outside, its launcher gone or sent SIGTERM, ends its sandbox before it leaves.
+"""A kernel ended from outside: its launcher gone, or sent SIGTERM, alone or during a shutdown.
 
-Nothing can restart a kernel whose manager died, so the box's daemon must not linger for one (30 s, the
-local provider's default) and no shell may outlive the kernel. The launcher here is a process of its
-own that starts the kernel with jupyter_client and is then killed, as a crashed notebook server or a
-`jupyter console` that exits right after sending `shutdown_request` leaves its kernel. SIGTERM is what
-jupyter_client sends a kernel that has not exited 2.5 s after `shutdown_request`; each comes alone, and
-right after a `shutdown_request`, whose close of the sandbox it must let finish.
+Nothing can restart a kernel whose manager died, so once its launcher is gone the box's daemon must not
+linger for one (30 s, the local provider's default) and no process of the box may outlive the kernel.
+The launcher here is a process of its own that starts the kernel with jupyter_client and is then
+killed, as a crashed notebook server leaves its kernel, or as `jupyter console` does, which exits right
+after sending `shutdown_request`. SIGTERM is what jupyter_client sends a kernel that has not exited
+2.5 s after `shutdown_request`: the close under way must finish. A SIGTERM alone cannot be told from a
+provisioner's restart, and leaves the box for the kernel that may come, as a crash does.
 
-The proof is ordered, not timed: the kernel exits only after its sandbox has ended, so once the kernel's
-pidfd turns readable, the daemon and the shell must have ended already.
+"During a shutdown" is made certain, not hoped for: the test holds the box's daemon stopped (SIGSTOP),
+so the close waits on it (5 s, then SIGKILL), and acts once the daemon has the close's SIGTERM pending.
+The proof is ordered, not timed: the kernel exits only after its sandbox has been dealt with, so once
+the kernel's pidfd turns readable, what the close ends has ended.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from jupyter_client import BlockingKernelClient
 
 from .conftest import KERNEL_NAME
 from .processes import PinnedProcesses
+from .waiting import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -38,6 +42,12 @@ manager.start_kernel(cwd=sys.argv[3])
 print(manager.provisioner.process.pid, flush=True)
 threading.Event().wait()
 """
+
+
+def sigterm_pending(pid: int) -> bool:
+    """Whether the process has a SIGTERM waiting (it is stopped, so it has not taken it)."""
+    pending = re.search(r"^ShdPnd:\s*([0-9a-f]+)$", Path(f"/proc/{pid}/status").read_text(), re.MULTILINE)
+    return bool(pending and int(pending.group(1), 16) & (1 << (signal.SIGTERM - 1)))
 
 
 @pytest.fixture
@@ -56,10 +66,10 @@ def cell(client: BlockingKernelClient, code: str) -> str:
     return "".join(printed)
 
 
-@pytest.mark.parametrize("shutdown_first", [False, True], ids=["alone", "right after shutdown_request"])
+@pytest.mark.parametrize("during_shutdown", [False, True], ids=["alone", "during a shutdown"])
 @pytest.mark.parametrize("how", ["launcher killed", "SIGTERM"])
-def test_a_kernel_ended_from_outside_ends_its_sandbox_before_it_exits(tmp_path: Path, pinned: PinnedProcesses,
-                                                                        how: str, shutdown_first: bool) -> None:
+def test_a_kernel_ended_from_outside_deals_with_its_sandbox_before_it_exits(tmp_path: Path, pinned: PinnedProcesses,
+                                                                             how: str, during_shutdown: bool) -> None:
     connection = tmp_path / "kernel-orphan.json"
     launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, KERNEL_NAME, str(connection), str(tmp_path)],
                                 stdout=subprocess.PIPE, text=True)
@@ -75,8 +85,10 @@ def test_a_kernel_ended_from_outside_ends_its_sandbox_before_it_exits(tmp_path: 
         assert pinned.add(daemon_pid, lambda pid: f"PPid:\t{kernel_pid}\n" in Path(f"/proc/{pid}/status").read_text())
         assert pinned.add(shell_pid, lambda pid: f"PPid:\t{daemon_pid}\n" in Path(f"/proc/{pid}/status").read_text())
 
-        if shutdown_first:
-            client.shutdown()  # what jupyter console does at Ctrl-D, and then it exits at once
+        if during_shutdown:
+            pinned.signal(daemon_pid, signal.SIGSTOP)
+            client.shutdown()  # what jupyter console does at Ctrl-D, before it exits at once
+            wait_until(lambda: sigterm_pending(daemon_pid), 60, "the close's SIGTERM to the stopped daemon")
         if how == "SIGTERM":
             pinned.signal(kernel_pid, signal.SIGTERM)
         else:
@@ -85,7 +97,10 @@ def test_a_kernel_ended_from_outside_ends_its_sandbox_before_it_exits(tmp_path: 
 
         assert pinned.ended_within(kernel_pid, 120), "the kernel did not exit"
         left = pinned.still_running_after(0)
-        assert not left, {pid: pinned.seen[pid] for pid in left}  # the daemon and the shell ended first
+        if how == "SIGTERM" and not during_shutdown:  # kept for a restart: the daemon and its shell
+            assert left == {daemon_pid, shell_pid}, {pid: pinned.seen[pid] for pid in left}
+        else:  # ended before the kernel was
+            assert not left, {pid: pinned.seen[pid] for pid in left}
     finally:
         client.stop_channels()
         if launcher.poll() is None:

@@ -13,8 +13,8 @@ pdb in place of pdb (a cell is bash in a box: no Python runs here to debug), and
 machine's network interfaces, with psutil, to work out a default address that the connection file
 always replaces (jupyter_client reads `info.get("ip", self._ip_default())`).
 
-The watch on the process that started the kernel, and SIGTERM, end the sandbox before the kernel
-leaves (ending.py).
+The kernel's launcher gone, or SIGTERM, end the kernel only after the sandbox has been dealt with
+(ending.py).
 """
 
 from __future__ import annotations
@@ -39,14 +39,11 @@ class OwSandboxKernelApp(IPKernelApp):
         """ipykernel decides whether there is a parent to watch; the watching is OrphanWatch's."""
         super().init_poller()
         if isinstance(self.poller, ParentPollerUnix):
-            self.poller = OrphanWatch(self.poller.parent_pid, self._end_sandbox)
+            self.poller = OrphanWatch(self.poller.parent_pid, lambda: self.kernel.end_orphaned())
 
     def init_signal(self) -> None:
         super().init_signal()
-        end_on_sigterm(self._end_sandbox)
-
-    def _end_sandbox(self) -> None:
-        self.kernel.end_from_outside()
+        end_on_sigterm(lambda: self.kernel.end_terminated())
 
     def load_connection_info(self, info: Any) -> None:
         ip = info.get("ip")

@@ -1,19 +1,21 @@
-"""How the kernel ends when nobody asks it to shut down: its launcher is gone, or it is sent SIGTERM.
-
-Either way the sandbox must end before the kernel does. Left behind, a box's daemon lingers for a
-kernel that restarts (30 s by default) and a cloud sandbox keeps running until its timeout, yet nothing
-restarts a kernel whose manager is gone, and a kernel sent SIGTERM was told to end.
+"""How the kernel ends when nobody asked it to shut down, or asked and then would not wait: its launcher
+is gone, or it is sent SIGTERM.
 
 * The launcher gone. ipykernel watches the process that launched it (JPY_PARENT_PID) and leaves with
-  `os._exit` as soon as it is gone, and so also ends a kernel that is still closing its sandbox after a
-  `shutdown_request`: `jupyter console` sends that request and exits at once. `OrphanWatch` takes the
-  place of ipykernel's watch; it hears of the parent's end from a pidfd where it can (at once), else by
-  looking every second, as ipykernel does.
+  `os._exit` as soon as it is gone, even while a `shutdown_request` is closing the sandbox (`jupyter
+  console` sends that request and exits at once), and leaves the box behind: its daemon lingers for a
+  kernel that restarts (30 s by default), a cloud sandbox runs until its timeout. Nothing can restart a
+  kernel whose manager is gone, so `OrphanWatch`, in place of ipykernel's watch, ends the sandbox (after
+  a close already under way), then the kernel. It hears of the parent's end from a pidfd where it can
+  (at once), else by looking every second, as ipykernel does.
 * SIGTERM. jupyter_client sends it when a kernel has not exited 2.5 s after `shutdown_request` (a cloud
   slow to delete a sandbox on a busy machine), and SIGKILL 2.5 s later; Python's default would end the
-  kernel in the middle of the delete.
+  kernel in the middle of the delete. So SIGTERM lets a close under way finish, whether it ends the box
+  or keeps it for a restart, then ends the kernel. Without one, the kernel cannot tell a shutdown from
+  a restart (some provisioners restart with SIGTERM), and leaves the box as a crash leaves it: kept
+  for a kernel that restarts, until its linger or timeout runs out.
 
-Both end the sandbox first, waiting for a close already under way, for a bounded time, then exit.
+Either way the wait is bounded: a cloud that does not answer cannot keep the kernel alive.
 """
 
 from __future__ import annotations
@@ -52,15 +54,15 @@ def _logged(end_sandbox: Callable[[], None]) -> None:
         log.exception("the sandbox could not be ended")
 
 
-def end_on_sigterm(end_sandbox: Callable[[], None]) -> None:
-    """Called by the kernel's app on the main thread: SIGTERM ends the sandbox, then the kernel, with the
-    status a SIGTERM gives (a second SIGTERM changes nothing)."""
+def end_on_sigterm(let_close_finish: Callable[[], None]) -> None:
+    """Called by the kernel's app on the main thread: SIGTERM lets a close of the sandbox under way finish,
+    then ends the kernel with the status a SIGTERM gives (a second SIGTERM changes nothing)."""
     once = threading.Lock()
 
     def terminated(signum: int, _frame: FrameType | None) -> None:
         if once.acquire(blocking=False):
-            log.warning("SIGTERM: the sandbox ends, then the kernel")
-            threading.Thread(target=end_then_exit, args=(end_sandbox, 128 + signum), name="sigterm",
+            log.warning("SIGTERM: the kernel ends once a close of its sandbox under way has finished")
+            threading.Thread(target=end_then_exit, args=(let_close_finish, 128 + signum), name="sigterm",
                              daemon=True).start()
 
     signal.signal(signal.SIGTERM, terminated)

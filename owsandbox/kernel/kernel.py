@@ -715,12 +715,17 @@ class OwSandboxKernel(Kernel):
         await loop.run_in_executor(None, self.sandbox.close, restart)
         return {"status": "ok", "restart": restart}
 
-    def end_from_outside(self) -> None:
-        """The kernel's launcher is gone, or it was sent SIGTERM (ending.py): the sandbox ends now rather
-        than lingering for a kernel that will not come. Called on a thread of its own, maybe while
+    def end_orphaned(self) -> None:
+        """The kernel's launcher is gone, so nothing can restart it: its sandbox ends now rather than
+        lingering for a kernel that will not come (ending.py). Called on a thread of its own, maybe while
         `do_shutdown` is closing the sandbox (then this waits for that close)."""
-        self.recorder.stop("the kernel was ended from outside")
+        self.recorder.stop("the kernel's launcher went away")
         self.sandbox.end()
+
+    def end_terminated(self) -> None:
+        """SIGTERM (ending.py): a close of the sandbox under way finishes; none is begun."""
+        self.recorder.stop("the kernel was sent SIGTERM")
+        self.sandbox.settle()
 
     def shell_folder(self, shell: str) -> str:
         try:

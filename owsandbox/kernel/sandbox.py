@@ -202,6 +202,11 @@ class Sandbox:
             else:
                 workspace.close()
 
+    def settle(self) -> None:
+        """Return once a close under way has finished (at once when none is)."""
+        with self._closing:
+            pass
+
     def end(self) -> None:
         """Close for good, and wait for a start under way (it closes the box it made, seeing it closed)."""
         self.close()
