@@ -102,6 +102,17 @@ def test_two_reads_in_one_command_are_two_prompts(box):
     assert result["output"].endswith("x\nb? y\n")
 
 
+def test_a_prompt_that_reaches_the_terminal_after_the_read_began_is_the_one_asked(box):
+    """What a reader prints just before it waits can reach the box's side of the terminal late (a busy
+    machine's kernel worker hands it on); a thread printing it 0.1 s into the wait stands in for that."""
+    _, client = box
+    late = ("import sys, threading; threading.Timer(0.1, lambda: (sys.stdout.write('late? '), sys.stdout.flush()))"
+            ".start(); print('got', input())")
+    result, seen = run(client, f'python3 -c "{late}"', answers=["z"])
+    assert [w["prompt"] for w in wanted(seen)] == ["late? "]
+    assert result["output"].endswith("late? got z\n")
+
+
 def test_end_of_input_answers_a_prompt(box):
     _, client = box
     result, _ = run(client, "cat; echo \"cat ended $?\"", answers=[None])

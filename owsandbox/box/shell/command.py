@@ -178,7 +178,7 @@ class Command:
         self.last_check = self.started
         self.handled: tuple[int, int | None, int] | None = None  # the wait last reported or given end-of-input
         self.reading = 0  # which terminal that wait reads (0: stdin's, 1: stderr's)
-        self.seen_waiting = False  # a new wait was seen once with no prompt printed yet
+        self.waiting_since: float | None = None  # when a wait with no prompt printed yet was first seen
         self.eof_noted = False
         self.meter: CellMeter | None = None  # its peak memory and CPU seconds (`RunResult.usage`)
 

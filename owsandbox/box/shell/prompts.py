@@ -17,6 +17,12 @@ from .reader import ChannelReader
 from .terminal import EOF_NOTE, waiting_reader
 
 INPUT_CHECK_SECONDS = 0.02  # how often a running command's terminal is checked for a waiting reader
+# How long a wait with no prompt read yet is looked at again before it is asked about with none: what the
+# reader printed just before it waits is handed on through the terminal by a kernel worker, which a busy
+# machine runs late (a second `input('b? ')` was once asked about as '' with one look 20 ms later). A
+# read that prints no prompt (`cat`, `read` alone) is asked about this much later; one that no one can
+# answer gets end-of-input after one more look, as its prompt only goes before the note.
+PROMPT_SETTLE_SECONDS = 0.3
 
 
 class Prompts:
@@ -39,7 +45,7 @@ class Prompts:
         wait = waiting_reader(self._bash.pid, [terminal.device for terminal in terminals],
                               [terminal.hides_input() for terminal in terminals])
         if wait is None:
-            cmd.seen_waiting = False
+            cmd.waiting_since = None
             return
         if wait == cmd.handled:
             return  # the wait already asked about (or answered, and the reader has not run since)
@@ -49,12 +55,14 @@ class Prompts:
         if self._current() is not cmd:
             return
         self._channels.flush_lines(now)  # a command waiting to read has written all it will before the answer
-        if not cmd.partial and not cmd.seen_waiting:
-            cmd.seen_waiting = True  # no prompt yet: one more look, in case it is still in the terminal
-            return
+        if not cmd.partial:  # no prompt yet: more looks, in case it is still in the terminal
+            if cmd.waiting_since is None:
+                cmd.waiting_since = now
+            if now - cmd.waiting_since < (PROMPT_SETTLE_SECONDS if cmd.allow_stdin else INPUT_CHECK_SECONDS):
+                return
         cmd.handled = wait
         cmd.reading = wait[2]
-        cmd.seen_waiting = False
+        cmd.waiting_since = None
         terminal = terminals[cmd.reading]
         if not cmd.allow_stdin:
             if not cmd.eof_noted:
