@@ -27,12 +27,26 @@ from .enterprise_gateway import DOCKER_KERNEL_NAME as KERNEL
 from .enterprise_gateway import DOCKER_LOCAL_KERNEL_NAME as LOCAL_KERNEL
 from .waiting import wait_until
 
-pytestmark = [pytest.mark.system, pytest.mark.needs("enterprise-gateway"), pytest.mark.needs_owsandbox_image]
+# The gateway starts inside the first test's timeout (101 s with two test runs at once on two cores):
+# the timeout is a hang guard only.
+pytestmark = [pytest.mark.system, pytest.mark.needs("enterprise-gateway"), pytest.mark.needs_owsandbox_image,
+              pytest.mark.timeout(600)]
+
 
 @pytest.fixture(scope="module")
 def place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Place]:
     with place_of(docker_gateway, tmp_path_factory.mktemp("egdocker")) as found:
         yield found
+
+
+@pytest.fixture(autouse=True)
+def no_container_passed_on(place: Place) -> Iterator[None]:
+    """A kernel's container that a failing test left is removed after it, so that the next test (which
+    may count containers) does not fail for it too."""
+    yield
+    left = containers(place.docker)
+    if left:
+        place.docker.run("rm", "--force", *left, check=False)
 
 
 def processes_naming(kernel_id: str) -> list[str]:

@@ -212,7 +212,7 @@ TEXT_LEFT = "el => { const r = document.createRange(); r.selectNodeContents(el);
 
 
 @needs_linux_processes
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(600)  # a hang guard: 125 s in one of two test runs at once, over 240 s in the other
 def test_a_flood_in_a_default_jupyterlab_ends_with_its_last_line_and_a_note_not_the_servers_warning(
         tmp_path: Path) -> None:
     """`seq 1 1000000` with the server's default iopub rate limits: the head streams, the rest is a live

@@ -32,11 +32,12 @@ from .waiting import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
-# Starts the kernel, says its pid, and waits to be killed.
+# Starts the kernel, says its pid, and waits to be killed. Its sockets are files (ipc), so no other
+# process can take one of its ports between their choice and the kernel's bind.
 LAUNCHER = """
 import sys, threading
 from jupyter_client.manager import KernelManager
-manager = KernelManager(kernel_name=sys.argv[1])
+manager = KernelManager(kernel_name=sys.argv[1], transport="ipc", ip=sys.argv[3] + "/kernel-socket")
 manager.connection_file = sys.argv[2]
 manager.start_kernel(cwd=sys.argv[3])
 print(manager.provisioner.process.pid, flush=True)

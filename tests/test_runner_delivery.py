@@ -49,10 +49,14 @@ def test_many_cuts_lose_and_repeat_nothing(box, workspace):
     ex = RunnerExecutor(client, cwd=str(workspace), shell="counter")
     results = []
     for i in range(12):
-        worker, result = run_in_background(lambda i=i: ex.run(f"sleep 0.1; echo {i} >> count.txt; echo {i}"))
+        # each command waits for the test's word to go on, so the cut surely lands while it runs (a
+        # fixed 0.1 s could end before a loaded machine's first look saw it busy)
+        command = f"until [ -e go-{i} ]; do sleep 0.01; done; echo {i} >> count.txt; echo {i}"
+        worker, result = run_in_background(lambda command=command: ex.run(command))
         if i % 2 == 0:
             wait_until_busy(client, "counter")
             client.cut()
+        (workspace / f"go-{i}").touch()
         worker.join(30)
         results.append(result["output"])
     assert results == [f"{i}\n" for i in range(12)]
