@@ -11,6 +11,7 @@ import re
 import signal
 import struct
 import subprocess
+import tempfile
 import time
 import zlib
 from pathlib import Path
@@ -55,8 +56,19 @@ def test_the_first_cell_says_where_commands_run_once_and_not_on_stderr(fresh_ker
     assert later.notes() == "" and later.text() == "hi\n"
 
 
-def test_stdout_and_stderr_arrive_apart_and_in_order(kernel):
-    run = kernel.run("echo out-1; sleep 0.2; echo err-1 >&2; sleep 0.2; echo out-2")
+def test_stdout_and_stderr_arrive_apart_and_live(kernel):
+    """Each line reaches the notebook while the command still runs, on its own stream. The command
+    prints its next line only once the test has seen the last one: the two streams are two terminals,
+    read as two queues, so lines printed 0.2 s apart could cross on a machine busy enough."""
+    seen = Path(tempfile.mkdtemp(dir=kernel.workspace, prefix="seen-"))
+
+    def on_output(msg: dict) -> None:
+        if msg["msg_type"] == "stream":
+            (seen / msg["content"]["text"].strip()).touch()
+
+    wait = f"until [ -e {seen}/$1 ]; do sleep 0.01; done"
+    msg_id = kernel.send(f"after() {{ {wait}; }}; echo out-1; after out-1; echo err-1 >&2; after err-1; echo out-2")
+    run = kernel.collect(msg_id, on_output=on_output)
     assert run.status == "ok"
     streams = [(m["content"]["name"], m["content"]["text"]) for m in run.outputs if m["msg_type"] == "stream"]
     assert streams == [("stdout", "out-1\n"), ("stderr", "err-1\n"), ("stdout", "out-2\n")]

@@ -20,6 +20,7 @@ import re
 import signal
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -61,9 +62,16 @@ def pinned() -> Iterator[PinnedProcesses]:
 
 def cell(client: BlockingKernelClient, code: str) -> str:
     printed: list[str] = []
-    reply = client.execute_interactive(code, timeout=60, output_hook=lambda m: printed.append(
-        m["content"]["text"] if m["msg_type"] == "stream" else ""))
-    assert reply["content"]["status"] == "ok", reply
+    errors: list[dict] = []
+
+    def seen(msg: dict) -> None:
+        if msg["msg_type"] == "stream":
+            printed.append(msg["content"]["text"])
+        elif msg["msg_type"] == "error":
+            errors.append(msg["content"])
+
+    reply = client.execute_interactive(code, timeout=60, output_hook=seen)
+    assert reply["content"]["status"] == "ok", (errors, printed)
     return "".join(printed)
 
 
@@ -71,7 +79,8 @@ def cell(client: BlockingKernelClient, code: str) -> str:
 @pytest.mark.parametrize("how", ["launcher killed", "SIGTERM"])
 def test_a_kernel_ended_from_outside_deals_with_its_sandbox_before_it_exits(tmp_path: Path, pinned: PinnedProcesses,
                                                                              how: str, during_shutdown: bool) -> None:
-    connection = tmp_path / "kernel-orphan.json"
+    # the file's name is the sandbox's key: one of this test's own (a box kept for a restart is found by it)
+    connection = tmp_path / f"kernel-{uuid.uuid4()}.json"
     launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, KERNEL_NAME, str(connection), str(tmp_path)],
                                 stdout=subprocess.PIPE, text=True)
     client = BlockingKernelClient()
