@@ -69,14 +69,13 @@ def test_programs_see_a_terminal_with_notebook_settings(box):
 
 def test_a_python_program_shows_its_first_line_at_once(box):
     _, client = box
-    started = time.monotonic()
     result, seen = run(client, UNBUFFERED_OFF + "python3 -c \"import time; print('one'); time.sleep(1.5); "
                                                "print('two')\"")
-    ended = time.monotonic() - started
     assert result["output"] == "one\ntwo\n"
     outputs = [(at, frame["text"]) for at, frame in seen if frame.get("method") == "shell.output"]
-    first_one = next(at for at, text in outputs if "one" in text)
-    assert ended - first_one > 1.0, outputs  # "one" came live, not with "two" at the end
+    # "one" came live, in a frame of its own, not with "two" when a buffering Python exits (no time
+    # bound: on a busy machine "one" came 1.9 s in, too late for a fixed one)
+    assert any("one" in text and "two" not in text for _, text in outputs), outputs
 
 
 def test_a_prompt_is_reported_and_answered(box):
