@@ -208,11 +208,18 @@ def test_the_kernel_listens_where_the_gateways_ssh_session_came_in() -> None:
     assert gateway_launcher.launch_timeout({"KERNEL_LAUNCH_TIMEOUT": "soon"}) == gateway_launcher.LAUNCH_TIMEOUT_SECONDS
 
 
-def test_a_kernel_the_gateway_never_reaches_ends_itself_with_its_sandbox(tmp_path: Path) -> None:
+@pytest.mark.parametrize("when", ["started", "starting"])
+def test_a_kernel_the_gateway_never_reaches_ends_itself_with_its_sandbox(tmp_path: Path, when: str) -> None:
     """A stand-in for a gateway that takes the kernel's answer and never connects (its connection was
     refused, or it gave up): past the launch timeout the kernel ends, with its sandbox, and leaves no
-    connection file. (The real gateway's side of it: tests/test_enterprise_gateway.py.)"""
+    connection file. (The real gateway's side of it: tests/test_enterprise_gateway.py.)
+
+    "starting": the timeout comes while the sandbox is still starting, as it did on a busy machine (the
+    kernel then left without a box that came a moment later). The start is held, for certain, by
+    stopping the kernel's relay to the box's daemon as soon as it appears, and let go once the kernel has
+    said the gateway never came."""
     import os
+    import signal
     import socket
     import subprocess
 
@@ -223,6 +230,7 @@ def test_a_kernel_the_gateway_never_reaches_ends_itself_with_its_sandbox(tmp_pat
     public = "".join(RSA.generate(1024).publickey().export_key("PEM").decode().splitlines()[1:-1])
     runtime = tmp_path / "runtime"
     kernel_id = "0c6e4f1a-9d2b-4b7e-8a35-1f2d3c4b5a69"
+    said = ""
     with socket.socket() as gateway:
         gateway.bind(("127.0.0.1", 0))
         gateway.listen(1)
@@ -233,7 +241,7 @@ def test_a_kernel_the_gateway_never_reaches_ends_itself_with_its_sandbox(tmp_pat
              "--RemoteProcessProxy.public-key", public, "--RemoteProcessProxy.port-range", "0..0"],
             cwd=tmp_path, env={**base, "JUPYTER_RUNTIME_DIR": str(runtime), "OWSANDBOX_PROVIDER": "local",
                                "KERNEL_LAUNCH_TIMEOUT": "2"},
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
         try:
             gateway.settimeout(60)
             answer, _ = gateway.accept()
@@ -241,8 +249,13 @@ def test_a_kernel_the_gateway_never_reaches_ends_itself_with_its_sandbox(tmp_pat
                 answer.settimeout(30)
                 while answer.recv(65536):
                     pass  # the encrypted answer, which this stand-in never acts on
+            if when == "starting":
+                relay = _first_child(launcher.pid, " attach ")
+                os.kill(relay, signal.SIGSTOP)
+                said = _stderr_until(launcher, "did not reach this kernel")
+                os.kill(relay, signal.SIGCONT)
             status = launcher.wait(90)
-            said = launcher.stderr.read() if launcher.stderr else ""
+            said += launcher.stderr.read().decode(errors="replace") if launcher.stderr else ""
         finally:
             if launcher.poll() is None:
                 os.killpg(launcher.pid, 9)
@@ -253,6 +266,42 @@ def test_a_kernel_the_gateway_never_reaches_ends_itself_with_its_sandbox(tmp_pat
     daemons = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
                and _cmdline(p).count(str(tmp_path)) and "serve" in _cmdline(p)]
     assert wait_gone(daemons) == []  # the sandbox's daemon ended with it
+
+
+def _first_child(pid: int, named: str, seconds: float = 60) -> int:
+    """The first child of `pid` whose command line holds `named`, found within a few milliseconds of
+    its start (each thread's children, not a scan of /proc)."""
+    import os
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                kids = Path(f"/proc/{pid}/task/{task}/children").read_text().split()
+            except OSError:
+                continue
+            for kid in kids:
+                if named in _cmdline(Path(f"/proc/{kid}")):
+                    return int(kid)
+        time.sleep(0.002)
+    raise AssertionError(f"no child of {pid} ran {named.strip()!r} within {seconds:g} s")
+
+
+def _stderr_until(process: subprocess.Popen[bytes], text: str, seconds: float = 60) -> str:
+    """What the process wrote on stderr up to and including `text`."""
+    import os
+    import select
+
+    assert process.stderr is not None
+    fd, got = process.stderr.fileno(), b""
+    deadline = time.monotonic() + seconds
+    while text.encode() not in got:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        chunk = os.read(fd, 65536) if ready else b""
+        if not chunk:
+            raise AssertionError(f"the process did not say {text!r}: {got.decode(errors='replace')}")
+        got += chunk
+    return got.decode(errors="replace")
 
 
 def _cmdline(proc: Path) -> str:

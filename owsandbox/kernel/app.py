@@ -39,7 +39,8 @@ class OwSandboxKernelApp(IPKernelApp):
         """ipykernel decides whether there is a parent to watch; the watching is OrphanWatch's."""
         super().init_poller()
         if isinstance(self.poller, ParentPollerUnix):
-            self.poller = OrphanWatch(self.poller.parent_pid, lambda: self.kernel.end_orphaned())
+            self.poller = OrphanWatch(self.poller.parent_pid, lambda: self.kernel.end_for_good(
+                "the kernel's launcher went away"))
 
     def init_signal(self) -> None:
         super().init_signal()

@@ -715,11 +715,12 @@ class OwSandboxKernel(Kernel):
         await loop.run_in_executor(None, self.sandbox.close, restart)
         return {"status": "ok", "restart": restart}
 
-    def end_orphaned(self) -> None:
-        """The kernel's launcher is gone, so nothing can restart it: its sandbox ends now rather than
-        lingering for a kernel that will not come (ending.py). Called on a thread of its own, maybe while
-        `do_shutdown` is closing the sandbox (then this waits for that close)."""
-        self.recorder.stop("the kernel's launcher went away")
+    def end_for_good(self, why: str) -> None:
+        """Nothing can restart this kernel (its launcher is gone, or a gateway gave it up): its sandbox
+        ends now rather than lingering for a kernel that will not come (ending.py), a start under way
+        included. Called on a thread of its own, maybe while `do_shutdown` is closing the sandbox (then
+        this waits for that close)."""
+        self.recorder.stop(why)
         self.sandbox.end()
 
     def end_terminated(self) -> None:

@@ -70,6 +70,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,7 @@ PORT_TRIES = 20
 READY = "answered the gateway"  # in the line said once the connection information is sent
 LAUNCH_TIMEOUT_SECONDS = 30.0  # Enterprise Gateway's own default for KERNEL_LAUNCH_TIMEOUT
 CONTACT_GRACE_SECONDS = 15.0  # at most, past the launch timeout, before a kernel never contacted ends itself
+KERNEL_MADE_POLL_SECONDS = 0.05  # how often an unreached kernel's end looks whether the kernel is made
 UNREACHED_STATUS = 3  # the exit status of a kernel the gateway never reached
 
 log = logging.getLogger("owsandbox.gateway")
@@ -327,22 +329,25 @@ def end_if_never_contacted(contacted: threading.Event, seconds: float, path: Pat
                 "timeout, KERNEL_LAUNCH_TIMEOUT, and a grace): it gave the kernel up, so the kernel ends with its "
                 f"sandbox (it listened on {_listening_on(path)})\n")
         os.write(2, said.encode())  # the process's stderr, the kernel's log: sys.stderr is the kernel's stream now
-        try:
-            from ..kernel.app import OwSandboxKernelApp
+        from ..kernel.ending import end_then_exit
 
-            if OwSandboxKernelApp.initialized():
-                kernel = OwSandboxKernelApp.instance().kernel
-                if kernel is not None:
-                    kernel.sandbox.close(False)  # ended, not kept for a restart
-        except Exception as exc:  # noqa: BLE001 - the exit below must happen whatever this says
-            log.warning("the sandbox of an unreached kernel was not ended: %s", exc)
-        finally:
-            path.unlink(missing_ok=True)
-            os._exit(UNREACHED_STATUS)
+        path.unlink(missing_ok=True)
+        end_then_exit(_end_the_kernels_sandbox, UNREACHED_STATUS)
 
     thread = threading.Thread(target=watch, name="gateway-contact", daemon=True)
     thread.start()
     return thread
+
+
+def _end_the_kernels_sandbox() -> None:
+    """End the sandbox of the kernel this process runs, a start under way included. The kernel may not
+    be made yet (the app is still starting, on a busy machine): its sandbox starts as it is made, so
+    this waits for it (end_then_exit bounds the wait), rather than leave a box that starts after it."""
+    from ..kernel.app import OwSandboxKernelApp
+
+    while not (OwSandboxKernelApp.initialized() and OwSandboxKernelApp.instance().kernel is not None):
+        time.sleep(KERNEL_MADE_POLL_SECONDS)
+    OwSandboxKernelApp.instance().kernel.end_for_good("the gateway never reached the kernel")
 
 
 def _listening_on(path: Path) -> str:
