@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,23 +64,24 @@ class KernelSession:
         # are chosen free, then bound by the kernel a moment later, and on a busy machine another
         # process can take one in between ("Address already in use"). A manager's own restart, even
         # with `newports`, keeps the ports its local provisioner cached (jupyter_server issue 481).
-        for attempt in range(1, START_ATTEMPTS + 1):
+
+        def start() -> None:
             self.km = KernelManager(kernel_name=kernel_name, **manager)
             if connection_file is not None:  # named kernel-*.json, as Jupyter's servers name them
                 self.km.connection_file = connection_file
             self.km.start_kernel(**launch)
-            self.kc = self.km.client()
-            self.kc.start_channels()
-            try:
-                self.kc.wait_for_ready(timeout=60)
-                break
-            except BaseException:
-                self.kc.stop_channels()  # left running, its heartbeat would go on connecting
-                died = not self.km.is_alive()
-                self.km.shutdown_kernel(now=True)
-                if attempt == START_ATTEMPTS or not died:
-                    raise
-            print(f"the kernel died before it was ready; starting it again on new ports (attempt {attempt + 1})")
+            self._connect()
+
+        def start_again() -> None:
+            self.km.shutdown_kernel(now=True)
+            start()
+
+        start()
+        try:
+            self._ready_or_started_again(start_again, "the kernel")
+        except BaseException:
+            self.km.shutdown_kernel(now=True)
+            raise
         self.drain()
 
     def restart(self, now: bool = False) -> None:
@@ -89,25 +91,36 @@ class KernelSession:
         above), and on a busy machine another process can take one in between. A new kernel that dies
         before it is ready is started again on new ports by the same manager, with the same connection
         file (so the same sandbox key): a restart still, for the sandbox kept for it."""
-        self.km.restart_kernel(now=now)
-        for attempt in range(1, START_ATTEMPTS + 1):
-            try:
-                self.kc.wait_for_ready(timeout=60)
-                break
-            except RuntimeError:
-                if attempt == START_ATTEMPTS or self.km.is_alive():
-                    raise
-            print(f"the restarted kernel died before it was ready; starting it again on new ports "
-                  f"(attempt {attempt + 1})")
-            self.kc.stop_channels()
+
+        def start_again() -> None:
             self.km.shutdown_kernel(now=True, restart=True)  # the dead one's leftovers; the sandbox stays
             self.km.shell_port = self.km.iopub_port = self.km.stdin_port = self.km.hb_port = 0
             self.km.control_port = 0
             self.km.cleanup_connection_file()  # written again, at the same path, with the new ports
             self.km.start_kernel(**self._launch)
-            self.kc = self.km.client()
-            self.kc.start_channels()
+            self._connect()
+
+        self.km.restart_kernel(now=now)
+        self._ready_or_started_again(start_again, "the restarted kernel")
         self.drain()
+
+    def _connect(self) -> None:
+        self.kc = self.km.client()
+        self.kc.start_channels()
+
+    def _ready_or_started_again(self, start_again: Callable[[], None], what: str) -> None:
+        """Wait for the kernel to be ready; one that died first is started again (`start_again`), at most
+        START_ATTEMPTS times in all. One that is alive and not ready is a failure: it is not retried."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                self.kc.wait_for_ready(timeout=60)
+                return
+            except Exception:
+                self.kc.stop_channels()  # left running, its heartbeat would go on connecting
+                if attempt == START_ATTEMPTS or self.km.is_alive():
+                    raise
+            print(f"{what} died before it was ready; starting it again on new ports (attempt {attempt + 1})")
+            start_again()
 
     @property
     def pid(self) -> int:
