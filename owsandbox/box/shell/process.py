@@ -8,7 +8,8 @@ command's stdin and stdout are the first, its stderr the second.
 
 A Stop is SIGINT, repeated, then TERM and KILL for what the shell's session started, then the shell
 (`escalate`): which of these a command needs is not known in advance, and each comes only when the
-one before did not end it.
+one before did not end it. The shell is ended only when it is stuck in itself, judged by its own CPU
+time rather than by the clock alone (`_end_if_stuck`): ending it loses its variables.
 """
 
 from __future__ import annotations
@@ -17,10 +18,16 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from typing import IO
 
+from .. import procstat
 from ..procstat import session_members
 from .terminal import DEFAULT_COLS, DEFAULT_ROWS, NOTEBOOK_ENV, PseudoTerminal
+
+STUCK_CPU_SECONDS = 1.0  # bash still not back after this much CPU time of its own spins in itself
+STUCK_SECONDS = 10.0  # nor after this long, however busy the machine: it waits in itself
+STUCK_LOOK_SECONDS = 0.1
 
 
 def signal_all(pids: list[int], sig: int) -> None:
@@ -96,7 +103,24 @@ class BashProcess:
             signal_all([p for p in session_members(self.pid) if p != self.pid], sig)
             if finished.wait(1.0):
                 return
-        self.kill()
+        self._end_if_stuck(finished)
+
+    def _end_if_stuck(self, finished: threading.Event) -> None:
+        """The last step of a Stop, once everything the command started has been killed: bash comes back
+        to its prompt by itself unless it is stuck in itself (a loop of builtins, or a builtin that waits,
+        with SIGINT ignored). Only then is the shell, with its variables, ended: when bash has spent
+        STUCK_CPU_SECONDS of its own CPU time without finishing, or STUCK_SECONDS have passed. A fixed
+        second of wall time ended healthy shells on a busy machine, where bash (or the reader of its
+        end markers) was simply not run in time."""
+        began = procstat.cpu_seconds(self.pid)
+        deadline = time.monotonic() + STUCK_SECONDS
+        while not finished.wait(STUCK_LOOK_SECONDS):
+            used = procstat.cpu_seconds(self.pid)
+            if used is None:
+                return  # bash is gone: the reader sees the shell end
+            if used - (began or 0.0) >= STUCK_CPU_SECONDS or time.monotonic() >= deadline:
+                self.kill()
+                return
 
     def close(self) -> None:
         """Close the pipes and the terminals, once bash has ended and all they held is read."""
