@@ -418,7 +418,7 @@ class Hub:
         def answering() -> bool:
             assert self.process is not None
             if self.process.poll() is not None:
-                raise AssertionError(f"jupyterhub exited with status {self.process.returncode}:\n{self.log()}")
+                raise AssertionError(f"jupyterhub exited with status {self.process.returncode}:\n{self.hub_log()}")
             try:
                 return self.request("GET", "/hub/api/", token=self.admin_token)[0] == 200
             except OSError:
@@ -433,6 +433,19 @@ class Hub:
     def log(self, tail: int = 8000) -> str:
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
         return text[-tail:]
+
+    def hub_log(self, tail: int = 8000) -> str:
+        """The log without its proxy's lines: while the hub starts, the proxy logs an error of several
+        lines for every poll of the test, and they hid why a hub that exited did."""
+        kept: list[str] = []
+        proxy = False
+        for line in (self.log_path.read_text(errors="replace") if self.log_path.exists() else "").splitlines():
+            if "[ConfigProxy]" in line:
+                proxy = True
+            elif not (proxy and (line[:1].isspace() or line.startswith("}"))):
+                proxy = False
+                kept.append(line)
+        return "\n".join(kept)[-tail:]
 
     def remember_processes(self) -> None:
         """Pin (by pidfd) the hub's process tree and every process of a student, as they are now."""

@@ -132,7 +132,7 @@ def stop_a_running_cell(page: Any, executed: int) -> None:
 
 
 @needs_linux_processes
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(600)  # a hang guard (155 s with two test runs at once); its waits scale with the load
 def test_the_tour_runs_in_jupyterlab_in_chromium_and_stop_interrupts_a_cell(tmp_path: Path) -> None:
     with lab_in_chromium(tmp_path, "jupyterlab.png") as (lab, page):
         tour = tour_for_test_kernel(lab.root)
@@ -146,7 +146,7 @@ def test_the_tour_runs_in_jupyterlab_in_chromium_and_stop_interrupts_a_cell(tmp_
 
 
 @needs_linux_processes
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(600)  # a hang guard (155 s with two test runs at once); its waits scale with the load
 def test_the_docs_screenshot_is_the_tour_on_the_default_kernel(tmp_path: Path) -> None:
     """The README's picture: the tour run in JupyterLab on the kernel a user gets (bubblewrap here), the top of
     the page (the file browser, the notebook's first cells and `%sandbox`) at 1280x860, saved at
@@ -176,7 +176,7 @@ DOLLARS = "pay $PRICE and $TAX"
 
 
 @needs_linux_processes
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(600)  # a hang guard (155 s with two test runs at once); its waits scale with the load
 def test_dollars_in_the_kernels_tables_and_notes_are_not_typeset_as_math(tmp_path: Path) -> None:
     """A bash kernel's text is full of `$`: the tables and notes the kernel makes are shown as written,
     while the notebook's own Markdown math (the control) is still typeset."""
@@ -237,7 +237,7 @@ def test_a_flood_in_a_default_jupyterlab_ends_with_its_last_line_and_a_note_not_
 
 
 @needs_linux_processes
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(600)  # a hang guard (155 s with two test runs at once); its waits scale with the load
 def test_a_subshell_console_runs_a_cell_while_the_notebooks_cell_runs(tmp_path: Path) -> None:
     """JupyterLab's "New Subshell Console for Notebook" (the notebook's context menu): the console's cells
     run on a kernel subshell, which is a shell of its own in the same sandbox, while the notebook is busy."""
@@ -276,7 +276,7 @@ def test_a_subshell_console_runs_a_cell_while_the_notebooks_cell_runs(tmp_path: 
 
 
 @needs_linux_processes
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(600)  # a hang guard (155 s with two test runs at once); its waits scale with the load
 def test_the_kernel_usage_panel_shows_the_sandbox(tmp_path: Path) -> None:
     """jupyter-resource-usage's Kernel Usage panel asks the kernel (`usage_request`): it shows the memory a
     command holds in the bubblewrap box, against the box's memory limit as the total."""

@@ -39,7 +39,7 @@ def screen_reader_terminals(folder: Path) -> None:
 
 
 @needs_linux_processes
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(600)  # a hang guard (155 s with two test runs at once); its waits scale with the load
 def test_terminal_open_opens_a_jupyterlab_terminal_in_the_notebooks_sandbox(tmp_path: Path) -> None:
     require_bwrap()
     from playwright.sync_api import expect

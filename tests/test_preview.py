@@ -183,7 +183,8 @@ def test_http_server_in_the_box_is_served_with_the_servers_login_and_the_sandbox
     # A wrong secret is refused, even with the server's login; a new %preview ends the old secret.
     status, _, body = previewing.fetch("GET", previewing.path(port, "~" + "A" * 32 + "/index.html"))
     assert status == 403 and previewing.marker.encode() not in body
-    assert previewing.run(f"%preview {port}").status == "ok"
+    again = previewing.run(f"%preview {port}")
+    assert again.status == "ok", again.outputs
     status, _, body = previewing.fetch("GET", f"{cap}/index.html", token=False)
     assert status == 403 and b"has ended or was started again" in body
 
@@ -201,7 +202,8 @@ def test_http_server_in_the_box_is_served_with_the_servers_login_and_the_sandbox
 def test_the_servers_credentials_never_reach_the_box_and_its_cookies_never_reach_the_browser(previewing: Previewing):
     port = _port()
     previewing.serve(f"python3 {HEADERS_ECHO.name} {port}", port)
-    assert previewing.run(f"%preview {port}").status == "ok"
+    again = previewing.run(f"%preview {port}")
+    assert again.status == "ok", again.outputs
     secret_cookie = "username-127-0-0-1-8888=secret-login; _xsrf=secret-xsrf"
     for how in ("header", "query"):
         headers = {"Cookie": secret_cookie, "X-XSRFToken": "secret-xsrf", "X-Custom": "kept"}
@@ -229,7 +231,8 @@ def test_a_websocket_in_the_box_is_relayed_and_stop_cuts_it(previewing: Previewi
 
     port = _port()
     previewing.serve(f"python3 {WS_ECHO.name} {port}", port)
-    assert previewing.run(f"%preview {port}").status == "ok"
+    again = previewing.run(f"%preview {port}")
+    assert again.status == "ok", again.outputs
     cap = previewing.capability(port)
     ws_url = previewing.lab.url.replace("http://", "ws://").rstrip("/") + cap + "/socket"
     handshake = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
@@ -255,7 +258,8 @@ def test_a_websocket_in_the_box_is_relayed_and_stop_cuts_it(previewing: Previewi
         status, _, body = previewing.fetch("GET", path)
         assert status == 404 and f"run %preview {port}".encode() in body
     # The box's server still runs (stop does not kill it): previewing it again works.
-    assert previewing.run(f"%preview {port}").status == "ok"
+    again = previewing.run(f"%preview {port}")
+    assert again.status == "ok", again.outputs
     again = previewing.run(f"%preview stop {port}")
     assert "(0 open connection(s) cut)" in again.text()
     assert previewing.run(f"%preview stop {port}").error["evalue"].startswith(f"port {port} is not previewed")
@@ -307,7 +311,8 @@ def test_a_restarted_kernel_keeps_its_previews_and_previews_again(previewing: Pr
     port = _port()
     serve = f"python3 -m http.server {port} --bind 127.0.0.1 --directory site"
     previewing.serve(serve, port)
-    assert previewing.run(f"%preview {port}").status == "ok"
+    again = previewing.run(f"%preview {port}")
+    assert again.status == "ok", again.outputs
     cap = previewing.capability(port)
     previewing.restart()
     # The same box, with its record of previews; a restart gives fresh shells, so the server started
@@ -345,7 +350,8 @@ def test_the_server_reaches_a_container_only_as_the_hosts_record_says(previewing
         pytest.skip("a bubblewrap box is reached through the host's socket (the tests above)")
     port = _port()
     previewing.serve(f"python3 -m http.server {port} --bind 127.0.0.1 --directory site", port)
-    assert previewing.run(f"%preview {port}").status == "ok"
+    again = previewing.run(f"%preview {port}")
+    assert again.status == "ok", again.outputs
     cap = previewing.capability(port)
     # The record is the host's, in a folder the box never sees (only the lease is bound in, read-only).
     looked = previewing.run(f"ls {state_dir} {state_dir.parent} 2>&1")

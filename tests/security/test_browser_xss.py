@@ -108,7 +108,7 @@ CELLS = [
 
 
 @needs_linux_processes
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(600)  # a hang guard (155 s with two test runs at once); its waits scale with the load
 def test_box_output_runs_no_script_in_jupyterlab(tmp_path: Path) -> None:
     from playwright.sync_api import expect
 
