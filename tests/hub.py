@@ -386,7 +386,7 @@ class Hub:
             prepare_student(student)
         self._write_config("JupyterHub for owsandbox's tests", CONFIG.format(
             limits={s.name: s.limits for s in self.students.values()}, python=self.plain.python,
-            environment=students_environment(self.plain), spawn_seconds=SPAWN_SECONDS))
+            environment=students_environment(self.plain), spawn_seconds=round(patience(SPAWN_SECONDS))))
         self._launch()
 
     def _write_config(self, title: str, spawner: str) -> None:
@@ -502,7 +502,7 @@ class Hub:
         fields = urllib.parse.urlencode({"username": student.name, "_xsrf": xsrf,
                                          "password": student.password if password is None else password})
         try:
-            with opener.open(self.url + "hub/login", fields.encode(), timeout=SPAWN_SECONDS) as answer:
+            with opener.open(self.url + "hub/login", fields.encode(), timeout=patience(SPAWN_SECONDS)) as answer:
                 answer.read()
                 return answer.status
         except urllib.error.HTTPError as error:
@@ -512,7 +512,7 @@ class Hub:
         """Until the user's server is up: the hub's progress event stream says `ready` (an event)."""
         request = urllib.request.Request(f"{self.url}hub/api/users/{user}/server/progress",
                                          headers={"Authorization": f"token {self.admin_token}"})
-        with urllib.request.urlopen(request, timeout=SPAWN_SECONDS) as stream:
+        with urllib.request.urlopen(request, timeout=patience(SPAWN_SECONDS)) as stream:
             for line in stream:
                 if line.startswith(b"data:"):
                     event = json.loads(line[5:])
@@ -650,7 +650,7 @@ class DockerHub(Hub):
 
     def start(self) -> None:
         self._write_config("JupyterHub with DockerSpawner for owsandbox's tests (DockerHub)", DOCKER_CONFIG.format(
-            image=self.image, prefix=self.prefix, spawn_seconds=SPAWN_SECONDS, first_uid=FIRST_UID,
+            image=self.image, prefix=self.prefix, spawn_seconds=round(patience(SPAWN_SECONDS)), first_uid=FIRST_UID,
             limits=BOX_LIMITS))
         self._launch(self.docker.settings)
 

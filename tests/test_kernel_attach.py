@@ -34,7 +34,7 @@ def wait_for_display(kernel: KernelSession, pattern: str, timeout: float = 20) -
     """Read iopub until a display update of an %attach matches `pattern` (its records arrive live)."""
     msg = kernel.wait_for(lambda m: m["msg_type"] in ("display_data", "update_display_data")
                           and re.search(pattern, m["content"]["data"].get("text/plain", "")),
-                          timeout, f"a display matching {pattern!r}")
+                          patience(timeout), f"a display matching {pattern!r}")
     return msg["content"]["data"]["text/plain"]
 
 

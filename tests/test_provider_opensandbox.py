@@ -283,7 +283,9 @@ def test_close_does_not_wait_for_a_fin_that_execd_never_sends(monkeypatch, tmp_p
         closing.start()
         closing.join(patience(CLOSE_TIMEOUT_SECONDS * 5))
         assert not closing.is_alive(), "close() waited for execd to close TCP"
-        assert held and not held[0].closed  # the server really had left the connection open
+        # the server really had left the connection open (another test's released execd in this worker may
+        # finish a connection meanwhile: `finish` is patched on the class)
+        assert any(not connection.closed for connection in held), held
     finally:
         for connection in held:
             connection.abort()
