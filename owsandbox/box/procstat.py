@@ -17,7 +17,7 @@ FIELDS = ("state", "ppid", "pgrp", "session", "tty_nr", "tpgid", "flags", "minfl
           "cmajflt", "utime", "stime", "cutime", "cstime", "priority", "nice", "num_threads", "itrealvalue",
           "starttime")
 _INDEX = {name: index for index, name in enumerate(FIELDS)}
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100  # /proc times are in these
 DEAD_STATES = ("Z", "X")  # a zombie (exited, not yet reaped) or dead: it runs nothing any more
 
 
@@ -58,7 +58,7 @@ def cpu_seconds(pid: int | str) -> float | None:
         ticks = int(found[_INDEX["utime"]]) + int(found[_INDEX["stime"]]) if found is not None else None
     except (IndexError, ValueError):
         return None
-    return ticks / _CLOCK_TICKS if ticks is not None else None
+    return ticks / CLOCK_TICKS if ticks is not None else None
 
 
 def state(pid: int | str, task: int | str | None = None) -> str | None:

@@ -16,9 +16,8 @@ import os
 from ..protocol import messages as M
 from ..protocol.methods import BOX_USAGE
 from .params import handles
-from .procstat import descendants, fields
+from .procstat import CLOCK_TICKS, descendants, fields
 
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _CPU_FIELDS = (11, 12, 13, 14)  # utime, stime, cutime, cstime: after `pid (comm)`, from `state` (proc(5))
 
 
@@ -53,7 +52,7 @@ def box_usage(root: int | None = None) -> M.Usage:
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
     return M.Usage(memory_bytes=sum(_memory_bytes(pid) for pid in tree),
-                   cpu_seconds=round(sum(_cpu_ticks(pid) for pid in tree) / _CLOCK_TICKS, 3),
+                   cpu_seconds=round(sum(_cpu_ticks(pid) for pid in tree) / CLOCK_TICKS, 3),
                    processes=len(tree), cpus=cpus)
 
 

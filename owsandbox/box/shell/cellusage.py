@@ -29,7 +29,6 @@ from typing import Any, NamedTuple
 
 from .. import procstat
 
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _TICK_FIELDS = (procstat.FIELDS.index("utime"), procstat.FIELDS.index("stime"),
                 procstat.FIELDS.index("cutime"), procstat.FIELDS.index("cstime"))
 _START = procstat.FIELDS.index("starttime")
@@ -145,5 +144,5 @@ class CellMeter:
         """The command's figures (`RunResult.usage`): `peak_memory_bytes`, `cpu_seconds` (None when the shell
         ended with the command), `samples` (how many readings the peak is the highest of)."""
         ticks = self._sample()  # None: the shell ended with the command, and its time went with it
-        cpu = None if ticks is None else round(max(ticks - self._start_ticks, 0) / _CLOCK_TICKS, 3)
+        cpu = None if ticks is None else round(max(ticks - self._start_ticks, 0) / procstat.CLOCK_TICKS, 3)
         return {"peak_memory_bytes": self._peak, "cpu_seconds": cpu, "samples": self.samples}
