@@ -45,13 +45,14 @@ from .kernel_ws import KernelWebSocket
 from .machine_lock import ensure_user, machine_lock
 from .plain_python import PlainPython, _link_tree, make_plain_python
 from .ports import free_port
-from .processes import PinnedProcesses, command_line, descendants, name, parent_of, stop_watched
+from .processes import PinnedProcesses, command_line, descendants, name, parent_of, stop_watched, terminate
 from .waiting import WaitTimeout, patience, wait_until
 
 KERNEL_NAME = "owsandbox"  # as `owsandbox install` names it
 KERNEL_DISPLAY_NAME = "Sandbox (bash)"
 ADMIN_SERVICE = "course-admin"
 HUB_START_SECONDS = 60
+PORT_TRIES = 3  # starts of a hub on new ports, when one it was given was taken first
 SPAWN_SECONDS = 90
 STOP_SECONDS = 30
 
@@ -349,6 +350,10 @@ def prepare_student(student: Student) -> None:
     os.chown(home / "work", account.pw_uid, account.pw_gid)
 
 
+class PortTaken(AssertionError):
+    """The hub exited at its start because a port it was given was in use."""
+
+
 class Hub:
     """One JupyterHub with its proxy, for `students`; `start()`, then `stop()` whatever happened."""
 
@@ -363,9 +368,7 @@ class Hub:
         self.folder = Path(tempfile.mkdtemp(prefix="owsbx-hub-"))
         self.state = self.folder / "state"  # root's alone: the students' boxes and accounts never read it
         self.state.mkdir(mode=0o700)
-        self.public_port, self.hub_port, self.proxy_api_port = free_port(), free_port(), free_port()
-        self.url = f"http://127.0.0.1:{self.public_port}/"
-        self.ws_url = f"ws://127.0.0.1:{self.public_port}/"
+        self._choose_ports()
         self.admin_token = secrets.token_hex(32)
         self.proxy_token_file = self.state / "proxy_auth_token"
         self.db = self.state / "jupyterhub.sqlite"
@@ -376,6 +379,11 @@ class Hub:
         self.processes = PinnedProcesses()  # everything seen under the hub and run by a student
         self.final_log = ""  # the log's tail, kept when stop() removes the hub's folder
 
+    def _choose_ports(self) -> None:
+        self.public_port, self.hub_port, self.proxy_api_port = free_port(), free_port(), free_port()
+        self.url = f"http://127.0.0.1:{self.public_port}/"
+        self.ws_url = f"ws://127.0.0.1:{self.public_port}/"
+
     # -- files and process -----------------------------------------------------------------------
 
     def secret_files(self) -> list[Path]:
@@ -384,10 +392,33 @@ class Hub:
     def start(self) -> None:
         for student in self.students.values():
             prepare_student(student)
-        self._write_config("JupyterHub for owsandbox's tests", CONFIG.format(
+        self._launch_on_free_ports("JupyterHub for owsandbox's tests", CONFIG.format(
             limits={s.name: s.limits for s in self.students.values()}, python=self.plain.python,
             environment=students_environment(self.plain), spawn_seconds=round(patience(SPAWN_SECONDS))))
-        self._launch()
+
+    def _launch_on_free_ports(self, title: str, spawner: str, settings: dict[str, str] | None = None) -> None:
+        """Write the config and launch; again on new ports, up to PORT_TRIES times, when a port chosen
+        free was taken before the hub or its proxy bound it (free_port's ports are the kernel's
+        ephemeral ones, which any outgoing connection of a busy machine may get meanwhile)."""
+        for attempt in range(1, PORT_TRIES + 1):
+            self._write_config(title, spawner)
+            try:
+                self._launch(settings)
+                return
+            except PortTaken as taken:
+                if attempt == PORT_TRIES:
+                    raise
+                print(f"start {attempt}: {taken}\n(the hub and its proxy are ended; again on new ports)")
+                self._end_failed_start()
+                self.proxy_token_file.unlink()
+                self._choose_ports()
+
+    def _end_failed_start(self) -> None:
+        """End a hub that did not start, and whatever it started, before another is started."""
+        assert self.process is not None
+        self.remember_processes()
+        terminate(self.process, patience(STOP_SECONDS))
+        self.processes.kill(self.processes.still_running_after(patience(STOP_SECONDS)))
 
     def _write_config(self, title: str, spawner: str) -> None:
         """The proxy's token and the hub's config file, root's alone: HUB_CONFIG (what every hub of the
@@ -417,10 +448,16 @@ class Hub:
 
         def answering() -> bool:
             assert self.process is not None
-            if self.process.poll() is not None:
+            exited = self.process.poll() is not None
+            # The hub exits when it cannot bind its own port; when its proxy cannot bind the public
+            # one, it goes on without it, so its log is read for that as well.
+            if re.search(r"EADDRINUSE|[Aa]ddress already in use", self.log(100_000)):
+                raise PortTaken(f"a port of the hub's was taken before it bound it:\n{self.log(3000)}")
+            if exited:
                 raise AssertionError(f"jupyterhub exited with status {self.process.returncode}:\n{self.hub_log()}")
             try:
-                return self.request("GET", "/hub/api/", token=self.admin_token)[0] == 200
+                # A poll is short, so that the log is read again soon even when the port does not answer.
+                return self.request("GET", "/hub/api/", token=self.admin_token, timeout=patience(5))[0] == 200
             except OSError:
                 return False
 
@@ -451,9 +488,19 @@ class Hub:
         """Pin (by pidfd) the hub's process tree and every process of a student, as they are now."""
         if self.process is not None and self.process.poll() is None:  # a reaped pid may be someone else's now
             self.processes.add_tree(self.process.pid)
+        self.remember_proxy()
         for student in self.students.values():
             for pid in processes_of(student.account.pw_uid):
                 self.processes.add_tree(pid)
+
+    def remember_proxy(self) -> None:
+        """Pin the proxy the hub wrote it started, if it runs with this hub's API port: a hub that
+        exits at its start leaves its proxy behind, no longer in its tree."""
+        try:
+            pid = int((self.state / "proxy.pid").read_text())
+        except (OSError, ValueError):
+            return
+        self.processes.add(pid, lambda p: f"--api-port {self.proxy_api_port}" in command_line(p))
 
     def stop(self) -> dict[int, str]:
         """Stop the hub (it stops every student's server, then its proxy); then whatever was seen still
@@ -649,10 +696,10 @@ class DockerHub(Hub):
         self._make_state(students)
 
     def start(self) -> None:
-        self._write_config("JupyterHub with DockerSpawner for owsandbox's tests (DockerHub)", DOCKER_CONFIG.format(
-            image=self.image, prefix=self.prefix, spawn_seconds=round(patience(SPAWN_SECONDS)), first_uid=FIRST_UID,
-            limits=BOX_LIMITS))
-        self._launch(self.docker.settings)
+        self._launch_on_free_ports(
+            "JupyterHub with DockerSpawner for owsandbox's tests (DockerHub)", DOCKER_CONFIG.format(
+                image=self.image, prefix=self.prefix, spawn_seconds=round(patience(SPAWN_SECONDS)),
+                first_uid=FIRST_UID, limits=BOX_LIMITS), self.docker.settings)
 
     def container(self, user: str) -> str:
         return f"{self.prefix}-{user}"
@@ -666,6 +713,7 @@ class DockerHub(Hub):
         """The hub's own process tree (the containers' processes are dockerd's: `containers()`)."""
         if self.process is not None and self.process.poll() is None:
             self.processes.add_tree(self.process.pid)
+        self.remember_proxy()
 
     def stop(self) -> dict[int, str]:
         """Stop the hub (and so every server's container); then remove whatever container of this hub is
