@@ -50,6 +50,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 SERVER_START_SECONDS = 60
 KERNEL_IDLE_MS = 60_000  # the page loads and starts a kernel, which starts its sandbox
 RUN_ALL_MS = 60_000
+PAGE_LOAD_MS = 60_000  # JupyterLab's page and its scripts, on a quiet machine (stretched by `patience`)
 STEP_MS = 30_000
 STDOUT = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stdout"]'
 STDERR = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]'
@@ -155,7 +156,8 @@ class Lab:
 
     def open(self, page: Any, notebook: str) -> None:
         """Open `notebook` (a file in the root folder) in JupyterLab, logged in by the token."""
-        page.goto(f"{self.url}lab/tree/{notebook}?token={self.token}")
+        # The page's load (JupyterLab's scripts) took over Playwright's 30 s under two test runs at once.
+        page.goto(f"{self.url}lab/tree/{notebook}?token={self.token}", timeout=patience(PAGE_LOAD_MS / 1000) * 1000)
 
     def remember_processes(self) -> dict[int, str]:
         """The server and everything under it now (kernels, sandbox daemons, shells), pinned by pidfd."""

@@ -734,12 +734,17 @@ def test_release_mode_restarts_an_ended_program_and_sends_exit_before_the_tail(r
         assert read_until(client, lambda data: data.endswith(b"again\n")) == b"again\n"
 
 
-def test_release_mode_lets_live_stderr_fall_behind_stdout(release_box: Endpoint):
-    session_id = release_box.create()
-    with release_box.attach(session_id) as client:
-        _connected(client)
-        client.send(b"\x00printf 'e\\n' >&2; sleep 0.01; printf 'o\\n'; read x\n")
-        frames = [client.recv(timeout=patience(10)), client.recv(timeout=patience(10))]
-    assert frames == [b"\x01o\n", b"\x02e\n"]  # live: stdout first; the ring holds e then o
-    with release_box.attach(session_id, "pty=0&since=0") as client:
-        assert client.recv(timeout=patience(10)) == b"\x03" + (0).to_bytes(8, "big") + b"e\no\n"
+def test_release_mode_lets_live_stderr_fall_behind_stdout(tmp_path: Path):
+    # stdout waits `lag`, stderr twice that: o, printed after e and a `sleep 0.01`, overtakes e when it
+    # is read less than `lag` after e. The stand-in's 0.05 s was outlasted by the fork of `sleep` under
+    # two test runs at once, so the lag here is stretched by the load.
+    with running_server(tmp_path, server_class=ReleasedExecd, lag=patience(0.5)) as running:
+        release_box = Endpoint(running, "unix")
+        session_id = release_box.create()
+        with release_box.attach(session_id) as client:
+            _connected(client)
+            client.send(b"\x00printf 'e\\n' >&2; sleep 0.01; printf 'o\\n'; read x\n")
+            frames = [client.recv(timeout=patience(10)), client.recv(timeout=patience(10))]
+        assert frames == [b"\x01o\n", b"\x02e\n"]  # live: stdout first; the ring holds e then o
+        with release_box.attach(session_id, "pty=0&since=0") as client:
+            assert client.recv(timeout=patience(10)) == b"\x03" + (0).to_bytes(8, "big") + b"e\no\n"

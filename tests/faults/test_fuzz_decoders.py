@@ -499,6 +499,7 @@ def execd_frame(draw: Any) -> bytes:
 
 
 @pytest.mark.unit
+@pytest.mark.timeout(600)  # a hang guard: 108 s under two test runs at once
 @FUZZ
 @given(st.lists(execd_frame(), max_size=10), st.integers(0, 300), st.integers(1, 200), st.booleans(),
        st.booleans())
