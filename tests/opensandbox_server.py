@@ -63,12 +63,13 @@ from owsandbox.host.bundle import zipapp_bytes
 from .gateway_hosts import socket_in
 from .ports import free_port
 from .prepare import ENVIRONMENTS, what
-from .waiting import patience
+from .waiting import WaitTimeout, patience, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER_ENV = "OWSANDBOX_TEST_OPENSANDBOX_SERVER"
 SERVER = ENVIRONMENTS["opensandbox-server"]
 EXECD_PORT = 44772
+PORT_WAIT_SECONDS = 60  # for EXECD_PORT to be free, on a quiet machine (stretched by the load)
 API_KEY = "owsandbox-test-key"
 #: The released execd whose behaviour the image's execd plays (tests/released_execd.py RELEASE_QUIRKS).
 EXECD_RELEASE = "v1.0.18"
@@ -206,9 +207,15 @@ class OpenSandboxServer:
                 server.stop()
 
     def start(self) -> None:
-        if self.network_mode == "host" and not _port_free(EXECD_PORT):
-            raise RuntimeError(f"port {EXECD_PORT} of this machine is taken: the sandboxes' execd (host network "
-                               "mode) needs it")
+        # Taken for a while is not taken for good: 44772 is in the kernel's ephemeral range, so any outgoing
+        # connection of a busy machine may hold it as its own end (two test runs at once met that).
+        if self.network_mode == "host":
+            try:
+                wait_until(lambda: _port_free(EXECD_PORT), patience(PORT_WAIT_SECONDS), f"port {EXECD_PORT} to be free",
+                           interval=0.5)
+            except WaitTimeout as exc:
+                raise RuntimeError(f"port {EXECD_PORT} of this machine is taken: the sandboxes' execd (host network "
+                                   f"mode) needs it ({exc})") from None
         (self.folder / "config.toml").write_text(self.config())
         env = {**os.environ, **self.docker.settings, "HOME": str(self.folder)}
         argv = [self.program, "--config", str(self.folder / "config.toml")]
