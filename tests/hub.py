@@ -351,7 +351,7 @@ def prepare_student(student: Student) -> None:
 
 
 class PortTaken(AssertionError):
-    """The hub exited at its start because a port it was given was in use."""
+    """A port the hub or its proxy was given was in use at its start (the hub exits; without its proxy it goes on)."""
 
 
 class Hub:
