@@ -11,13 +11,17 @@ prefers `core.pager` to it). The program the box named must never run; what the 
 
 from __future__ import annotations
 
+import os
+import pwd
+import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from .test_host_never_loads import on_host
+from .conftest import plain_user
+from .test_host_never_loads import chown_tree, on_host
 
 QUARANTINE = "config.owsandbox-quarantine"
 
@@ -97,6 +101,48 @@ def test_a_repository_the_box_makes_names_no_program_the_host_runs(attacker_fact
     assert hooks == ["post-commit", "pre-commit"]
     attacker.close()
     assert not marker.exists()
+
+
+def test_a_repository_behind_a_folder_the_box_shuts_is_still_checked(attacker_factory, project: Path,
+                                                                     home: Path, marker: Path, who: str, owner):
+    """The box makes a repository, then takes the search bit off the folder holding it (`chmod 000`): it
+    owns that folder, so it could open it again, and so can the user (root enters it as it is)."""
+    attacker = attacker_factory()
+    attacker.start(project)
+    made = attacker.run(f"mkdir shut && git init -q shut/notes && "
+                        f"git -C shut/notes config core.fsmonitor 'touch {marker}; false' && chmod 000 shut")
+    assert made["exit_code"] == 0, made
+    said = attacker.step(after_cell=True)["note"]
+    assert said and "shut/notes/.git (core.fsmonitor)" in said, said
+    os.chmod(project / "shut", 0o755)  # the user opens it, and runs git there
+    assert_inert(who, owner, home, project / "shut" / "notes", marker)
+
+
+def test_another_users_repository_the_box_cannot_enter_is_left_as_it_is(attacker_factory, project: Path,
+                                                                        who: str, owner):
+    """A notebook in a shared folder (`/tmp`, say) whose box cannot enter another user's private folder there:
+    nothing in it can be the box's, so a config written there while the box runs is that user's, untouched."""
+    if os.getuid() != 0:
+        pytest.skip("needs a folder of another user: run as root (CI)")
+    other = pwd.getpwuid(0) if owner.pw_uid != 0 else plain_user()
+    attacker = attacker_factory()
+    attacker.start(project)
+    private = project / "theirs"
+    private.mkdir()
+    subprocess.run(["git", "init", "-q", str(private / "repo")], check=True, timeout=60)
+    subprocess.run(["git", "-C", str(private / "repo"), "config", "core.hooksPath", ".githooks"], check=True,
+                   timeout=60)
+    chown_tree(private, other)
+    os.chmod(private, 0o700)
+    config = (private / "repo" / ".git" / "config").read_text()
+    try:
+        assert attacker.run("ls theirs")["exit_code"] != 0  # the box cannot enter it
+        assert attacker.step(after_cell=True)["note"] is None
+        attacker.close()
+        assert (private / "repo" / ".git" / "config").read_text() == config
+        assert not (private / "repo" / ".git" / QUARANTINE).exists()
+    finally:
+        shutil.rmtree(private, ignore_errors=True)  # not the owner's: the home's own clean-up may not remove it
 
 
 def _user_repository(who: str, owner, home: Path, repo: Path, *config: str) -> None:

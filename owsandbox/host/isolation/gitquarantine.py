@@ -36,7 +36,11 @@ and inode: a mount point cannot be replaced from inside, its parent could be ren
 repository's own configuration is never changed, while what the box adds beside it is caught. The
 start time and those inodes are kept in this user's private state folder until the box's end has
 been checked; a box that ended without that check (a kernel killed with SIGKILL) leaves its record,
-and the next start checks everything written since the old box started before anything runs.
+and the next start checks everything written since the old box started before anything runs. Where
+every process of the box is this machine's user with no capability (bubblewrap), a folder that user
+neither owns nor may enter holds nothing the box wrote, and is not walked: a notebook in `/tmp`, run
+by root, does not touch other users' repositories there. A folder of the user's that the box shut
+to its owner (`chmod 000`) is given back its owner's read and search bits, and checked.
 
 Why a sweep and not a hook in git: the host's git is the user's (any version, any front end: the
 terminal, JupyterLab's panel, an editor, a shell prompt), so nothing can be put between it and the
@@ -79,7 +83,7 @@ from pathlib import Path
 
 from ...protocol.paths import inside
 from ..privatedir import private_folder, runtime_root
-from .guard import NOT_DESCENDED, SCAN_FOLDERS, Guard, GuardedWorkspace
+from .guard import NOT_DESCENDED, SCAN_FOLDERS, BoxUser, Guard, GuardedWorkspace
 
 log = logging.getLogger(__name__)
 
@@ -488,11 +492,12 @@ def start_checks(owner: GuardedWorkspace, folder: str, guard: Guard) -> None:
     state = getattr(owner, "state_dir", None)
     try:
         owner.git_quarantine, report = GitQuarantine.open(folder, guard, runtime_root(avoid=folder),
-                                                          str(state) if state else None)
+                                                          str(state) if state else None, owner.box_user())
     except OSError as exc:  # no record to keep (its folder is not safe): the checks run all the same
         log.warning("the git check keeps no record of this box (%s): a box killed before its end is checked "
                     "at the next start if it is killed before its end", exc)
-        owner.git_quarantine, report = GitQuarantine.open(folder, guard, None, str(state) if state else None)
+        owner.git_quarantine, report = GitQuarantine.open(folder, guard, None, str(state) if state else None,
+                                                          owner.box_user())
     owner.git_quarantine.pending_note = report.note(folder) if report is not None else None
 
 
@@ -521,11 +526,12 @@ class GitQuarantine:
     """One workspace's checks while a box runs on it."""
 
     def __init__(self, workspace: str, protection: Protection, record: Path | None = None,
-                 box_id: str | None = None) -> None:
+                 box_id: str | None = None, box_user: BoxUser | None = None) -> None:
         self.workspace = os.path.realpath(workspace)
         self.protection = protection
         self.record = record
         self.box_id = box_id or uuid.uuid4().hex
+        self.box_user = box_user  # the one user every process of the box is, or None: any folder may be its
         self._listings: dict[str, _Listing] = {}  # the last walk's, by folder
         self._checking = threading.Lock()  # cells of two subshells may end at once
         self._said_unchecked = False
@@ -535,7 +541,7 @@ class GitQuarantine:
 
     @classmethod
     def open(cls, workspace: str, guard: Guard, private_root: Path | None, box_id: str | None = None,
-             ) -> tuple[GitQuarantine, Report | None]:
+             box_user: BoxUser | None = None) -> tuple[GitQuarantine, Report | None]:
         """At a box's start (or a kernel's adopting a lingering box, with its `box_id`): this box's
         protection (the one recorded at its start, when `box_id` is in the record already). When another
         box on this workspace left its record (it ended unchecked, or runs still), everything it could
@@ -544,7 +550,7 @@ class GitQuarantine:
         workspace = os.path.realpath(workspace)
         mine = Protection.at_start(guard)
         if private_root is None:
-            return cls(workspace, mine, None, box_id), None
+            return cls(workspace, mine, None, box_id, box_user), None
         record = private_root / RECORD_FILE
         earlier: Protection | None = None
         with _locked(record):
@@ -558,7 +564,7 @@ class GitQuarantine:
                     earlier = found if earlier is None else earlier.merged(found)
                 if other_id != box_id:
                     del boxes[other_id]  # taken over: checked below, and from now on with this box
-            quarantine = cls(workspace, mine if earlier is None else mine.merged(earlier), record, box_id)
+            quarantine = cls(workspace, mine if earlier is None else mine.merged(earlier), record, box_id, box_user)
             boxes[quarantine.box_id] = quarantine.protection.to_json()
             _write_record(record, noted)
         return quarantine, quarantine.check() if earlier is not None else None
@@ -615,13 +621,15 @@ class GitQuarantine:
                     info = lstat(folder)
                 except OSError:
                     continue
-                if not is_dir(info.st_mode):
+                if not is_dir(info.st_mode) or (folder != self.workspace and not self._box_reaches(info)):
                     continue
                 if folder in skipped and (folder not in read_only or read_only[folder] == (info.st_dev, info.st_ino)):
                     continue  # hidden from the box, or a read-only environment it could not write in
                 listing = known.get(folder)
                 if listing is None or listing.key != (info.st_ino, info.st_ctime_ns):
                     listing = _list(folder, (info.st_ino, info.st_ctime_ns))
+                    if listing is None and (opened := self._open_shut_folder(folder, info)) is not None:
+                        listing = _list(folder, (opened.st_ino, opened.st_ctime_ns))
                     if listing is None:
                         continue
                 listings[folder] = listing
@@ -665,6 +673,8 @@ class GitQuarantine:
                     continue
                 if not inside(opened, self.workspace) or self.protection.is_hidden(opened):
                     continue
+                if opened != self.workspace and not self._box_reaches(os.fstat(fd)):
+                    continue  # another user's git folder the box cannot enter: nothing in it is the box's
                 report.git_dirs += 1
                 common = _commondir(fd)
                 if common is not None and self._leads_out(os.path.join(opened, common)):
@@ -683,6 +693,39 @@ class GitQuarantine:
                 os.close(fd)
             for holder in ("worktrees", "modules"):
                 pending.extend(_subfolders(os.path.join(opened, holder), holder == "modules"))
+
+    def _open_shut_folder(self, folder: str, info: os.stat_result) -> os.stat_result | None:
+        """A folder of this user's whose mode the box may have set (changed since its start) to one its
+        owner cannot read or enter (`chmod 000`): its owner's read and search bits given back, so what it
+        holds is checked (the box could open it again, and so could the user, then run git in it). Its
+        `lstat` after, or None when it is not such a folder. Done through a descriptor of that very folder
+        (no link followed), so that a rename meanwhile changes the mode of nothing else."""
+        uid = os.getuid()
+        if uid == 0 or info.st_uid != uid or info.st_mode & 0o500 == 0o500:
+            return None  # root reads it as it is; another user's is not the box's; open, it failed otherwise
+        if not self.protection.box_may_have_written(folder, info):
+            return None
+        try:
+            fd = os.open(folder, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            held = os.fstat(fd)
+            if (held.st_dev, held.st_ino) != (info.st_dev, info.st_ino):
+                return None
+            os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(held.st_mode) | 0o500)
+            log.info("git check: %s was shut to its owner (mode %o): opened to be checked", folder,
+                     stat.S_IMODE(held.st_mode))
+            return os.fstat(fd)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+
+    def _box_reaches(self, info: os.stat_result) -> bool:
+        """Whether the box may have written inside the folder whose `lstat` is `info`: it owns it (and so
+        could open it to itself), or may enter it. Unknown which user the box is: any folder."""
+        return self.box_user is None or self.box_user.may_write_below(info)
 
     def _leads_out(self, path: str) -> bool:
         """Whether a git folder named by a `.git` file or link, or a `commondir`, is one the box does not

@@ -319,6 +319,24 @@ def host_python_paths() -> list[tuple[str, str]]:
     return found
 
 
+@dataclass(frozen=True)
+class BoxUser:
+    """The one user of this machine that every process of a box is, with no capability: bubblewrap maps
+    only the kernel's own uid (root's box keeps none of root's privileges)."""
+
+    uid: int
+    groups: frozenset[int]
+
+    @classmethod
+    def this_process(cls) -> BoxUser:
+        return cls(os.getuid(), frozenset({os.getgid(), *os.getgroups()}))
+
+    def may_write_below(self, info: os.stat_result) -> bool:
+        """Whether such a box could have written inside this folder: it owns it (a mode it set it can
+        set back), or may enter it."""
+        return info.st_uid == self.uid or _enterable(info, self.uid, set(self.groups))
+
+
 def _enterable(info: os.stat_result, uid: int, groups: set[int]) -> bool:
     """Whether a process of `uid` with no privileges may enter this folder: the box's processes have
     none, even when root starts it, so a folder only root's privileges open is out of its reach (and
@@ -434,6 +452,12 @@ class GuardedWorkspace:
     def guarded_folder(self) -> str:
         """The workspace's path on this machine."""
         raise NotImplementedError
+
+    def box_user(self) -> BoxUser | None:
+        """The one user every process of the box is, when the provider knows it (the git check then skips
+        folders that user could not have written in); None where the box may run as other users (a
+        container's image picks its own)."""
+        return None
 
     def workspace_guard(self) -> Guard:
         if self.guard is None:

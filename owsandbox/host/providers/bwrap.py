@@ -43,7 +43,7 @@ from ...box.daemonctl import listen_unix, serving
 from ...box.procstat import descendants, namespace_pids, pid_alive, start_time
 from ...logs import log_level_args
 from ...protocol.paths import inside
-from ..isolation.guard import Guard, GuardedWorkspace
+from ..isolation.guard import BoxUser, Guard, GuardedWorkspace
 from ..isolation.network import NetworkError, Pasta, attach
 from ..isolation.policy import (
     ALLOWED_ENV,
@@ -242,6 +242,9 @@ class BwrapProvider(GuardedWorkspace, LocalProvider):
 
     def guarded_folder(self) -> str:
         return self.cwd
+
+    def box_user(self) -> BoxUser:
+        return BoxUser.this_process()  # bubblewrap maps only this uid, and keeps no capability
 
     def box_env(self) -> dict[str, str]:
         env = {name: os.environ[name] for name in ALLOWED_ENV if name in os.environ}
