@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -60,14 +64,37 @@ def test_a_failed_name_lookup_in_a_box_without_network_gets_a_hint(kernel):
     assert other.status == "error" and other.notes() == ""
 
 
-def test_a_notebook_in_tmp_itself_runs(tmp_path):
-    """Where many people try things first: the private state folder moves out of the workspace."""
-    from .conftest import DEFAULT_KERNEL_NAME, kernel_in
+def test_a_notebook_in_tmp_itself_runs(tmp_path, monkeypatch):
+    """Where many people try things first: the private state folder moves out of the workspace. As root,
+    the kernel has a /tmp of its own (tests/private_tmp.py): its sandbox's git check would otherwise change
+    the repositories of the tests running beside it."""
+    from jupyter_core.paths import jupyter_runtime_dir
 
+    from owsandbox.kernelspec import kernel_argv
+
+    from .conftest import DEFAULT_KERNEL_NAME
+    from .kernel_session import KernelSession
+    from .private_tmp import private_tmp
+
+    spec = tmp_path / "specs" / "kernels" / "owsandbox-test-private-tmp"
+    spec.mkdir(parents=True)
+    shown = json.loads((Path(os.environ["JUPYTER_PATH"].split(os.pathsep)[0]) / "kernels" / DEFAULT_KERNEL_NAME /
+                        "kernel.json").read_text())
+    argv = [*private_tmp(), *kernel_argv(sys.executable)]
+    spec.joinpath("kernel.json").write_text(json.dumps({**shown, "argv": argv}))
+    monkeypatch.setenv("JUPYTER_PATH", f"{tmp_path / 'specs'}{os.pathsep}{os.environ['JUPYTER_PATH']}")
     name = f"owsbx-in-tmp-{tmp_path.name}"
-    with kernel_in(Path("/tmp"), kernel_name=DEFAULT_KERNEL_NAME) as session:
+    # its connection file where the kernel sees it: jupyter_client would make it in this machine's /tmp
+    Path(jupyter_runtime_dir()).mkdir(parents=True, exist_ok=True)
+    connection_file = os.path.join(jupyter_runtime_dir(), f"kernel-{uuid.uuid4()}.json")
+    session = KernelSession(Path("/tmp"), kernel_name=spec.name, connection_file=connection_file)
+    try:
+        if os.getuid() == 0:
+            assert "pytest-of-" not in session.run("ls -A /tmp").text()  # its own /tmp
         ran = session.run(f"pwd; echo made > {name} && cat {name} && rm {name}")
         assert ran.status == "ok" and ran.text() == "/tmp\nmade\n", ran.outputs
+    finally:
+        session.close()
 
 
 def test_two_kernels_under_one_inherited_kernel_id_get_a_sandbox_each(tmp_path):

@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from ..plain_python import as_user
+from ..private_tmp import private_tmp
 
 PYTHON = f"python{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -169,10 +170,12 @@ def test_git_config_and_hooks_are_read_only_but_commits_work(attacker_factory, p
     assert not marker.exists(), "a hook or config the box planted ran in the host's git"
 
 
-def test_a_notebook_in_tmp_itself_works_and_hides_the_hosts_sockets(attacker_factory, who: str, owner):
+def test_a_notebook_in_tmp_itself_works_and_hides_the_hosts_sockets(attacker_factory, readable_copy: Path,
+                                                                     home: Path, who: str, owner):
     """A notebook opened in /tmp: the workspace is the host's /tmp, where tmux, ssh-agent and X keep
-    their sockets, and where this user's private state folder is."""
-    folder = Path(tempfile.mkdtemp(prefix="owsbx-service-"))
+    their sockets, and where this user's private state folder is (a /tmp of its own, as root: see
+    tests/private_tmp.py)."""
+    folder = Path(tempfile.mkdtemp(prefix="owsbx-service-", dir="/tmp"))
     os.chmod(folder, 0o755)
     service = socket.socket(socket.AF_UNIX)
     service.bind(str(folder / "agent.sock"))
@@ -180,7 +183,7 @@ def test_a_notebook_in_tmp_itself_works_and_hides_the_hosts_sockets(attacker_fac
     os.chown(folder, owner.pw_uid, owner.pw_gid)
     os.chown(folder / "agent.sock", owner.pw_uid, owner.pw_gid)
     try:
-        attacker = attacker_factory()
+        attacker = attacker_factory(outer=private_tmp(readable_copy, home, folder))
         started = attacker.start("/tmp")
         assert started["started"]
         state = attacker.step(state=True)["state_dir"]
@@ -188,8 +191,14 @@ def test_a_notebook_in_tmp_itself_works_and_hides_the_hosts_sockets(attacker_fac
         probe = attacker.run(f"python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); "
                              f"s.connect('{folder}/agent.sock'); print('REACHED')\"")
         assert "REACHED" not in probe["output"], probe
+        assert "REACHED" in attacker.step(host=f"python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); "
+                                               f"s.connect('{folder}/agent.sock'); print('REACHED')\"")["output"]
+        if os.getuid() == 0:  # the /tmp of its own holds only what was kept: no other test's repositories
+            shown = set(attacker.step(host="ls -A /tmp")["output"].split())
+            assert {readable_copy.name, home.name, folder.name} <= shown, shown
+            assert not any(name.startswith("pytest-of-") for name in shown), shown
         private = f"/tmp/owsandbox-{owner.pw_uid}"
-        if os.path.isdir(private):
+        if attacker.step(host=f"test -d {private}")["exit_code"] == 0:  # the host's side, in its /tmp
             assert attacker.run(f"ls -A {private}")["output"].strip() == "", "the private state folder shows"
             assert attacker.run(f"touch {private}/runners/x")["exit_code"] != 0
         assert attacker.run("echo hi > /tmp/owsbx-from-box-$$ && echo ok && rm /tmp/owsbx-from-box-$$")[
