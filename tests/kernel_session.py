@@ -56,6 +56,9 @@ class KernelSession:
         network namespace, which the test's TCP cannot reach)."""
         self.workspace = workspace
         self.closed = False
+        # display id → the text of its latest display or update read on iopub, whichever cell's reading met it:
+        # an %attach display's updates belong to the cell that attached, and arrive while later cells run
+        self.displays: dict[str, str] = {}
         self.shutdown = "not yet shut down"
         kernel_env = {**os.environ, **(env or {})}
         launch = {"cwd": str(workspace), "env": kernel_env, **({"stderr": stderr} if stderr else {})}
@@ -129,9 +132,18 @@ class KernelSession:
     def drain(self) -> None:
         while True:
             try:
-                self.kc.get_iopub_msg(timeout=0.2)
+                self._read_iopub(0.2)
             except Exception:  # noqa: BLE001 - queue empty
                 return
+
+    def _read_iopub(self, timeout: float) -> dict[str, Any]:
+        """The next iopub message; a display's text is kept in `displays` on the way."""
+        msg = self.kc.get_iopub_msg(timeout=timeout)
+        if msg["msg_type"] in ("display_data", "update_display_data"):
+            display_id = (msg["content"].get("transient") or {}).get("display_id")
+            if display_id:
+                self.displays[display_id] = msg["content"].get("data", {}).get("text/plain", "")
+        return msg
 
     def send(self, code: str, subshell_id: str | None = None, allow_stdin: bool = False) -> str:
         """Send a cell; with `allow_stdin`, its prompts come as input requests (`kc.get_stdin_msg`)."""
@@ -148,7 +160,7 @@ class KernelSession:
         started = time.monotonic()
         run = CellRun(reply={})
         while True:
-            msg = self.kc.get_iopub_msg(timeout=timeout)
+            msg = self._read_iopub(timeout)
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
             if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
@@ -170,7 +182,7 @@ class KernelSession:
         runs = {msg_id: CellRun(reply={}) for msg_id in msg_ids}
         idle: set[str] = set()
         while len(idle) < len(runs):
-            msg = self.kc.get_iopub_msg(timeout=timeout)
+            msg = self._read_iopub(timeout)
             parent = msg["parent_header"].get("msg_id")
             if parent not in runs:
                 continue
@@ -189,7 +201,7 @@ class KernelSession:
 
         def next_wanted() -> dict[str, Any] | None:
             try:
-                msg = self.kc.get_iopub_msg(timeout=0.1)  # blocks until a message comes
+                msg = self._read_iopub(0.1)  # blocks until a message comes
             except Exception:  # noqa: BLE001 - nothing yet
                 return None
             return msg if wanted(msg) else None
