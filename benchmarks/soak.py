@@ -8,8 +8,9 @@ works), a kill of the relay between kernel and box (the next cell's output is wh
 daemon (the running cell may fail as "outcome unknown"; the next one works, on a new box) and a kernel
 restart. The kernel's RSS and the box's memory (`usage_request`) are read at the start and every minute.
 
-Run: `python benchmarks/soak.py [--kernels 10] [--minutes 10] [--seed 1]` (the kernelspec installed:
-`owsandbox install --user`). Prints a line a kernel and the totals; exits 1 if anything was lost or doubled.
+Run: `python benchmarks/soak.py [--kernels 10] [--minutes 10] [--seed 1] [--faults stop,relay]` (the
+kernelspec installed: `owsandbox install --user`). Prints a line a kernel and the totals; exits 1 if
+anything was lost or doubled.
 """
 
 from __future__ import annotations
@@ -175,10 +176,14 @@ class Soaked:
         self.km.shutdown_kernel(now=False)
 
 
-def soak(kernel: Soaked, deadline: float) -> None:
+FAULTS = ("stop", "relay", "box", "restart")
+
+
+def soak(kernel: Soaked, deadline: float, faults: tuple[str, ...] = FAULTS) -> None:
     number = 0
     next_sample = 0.0
-    actions = ([kernel.checked_cell] * 6) + [kernel.stop, kernel.kill_relay, kernel.kill_box, kernel.restart]
+    chosen = {"stop": kernel.stop, "relay": kernel.kill_relay, "box": kernel.kill_box, "restart": kernel.restart}
+    actions = ([kernel.checked_cell] * 6) + [chosen[name] for name in faults]
     while time.monotonic() < deadline:
         if time.monotonic() >= next_sample:
             kernel.sample()
@@ -198,7 +203,14 @@ def main() -> int:
     parser.add_argument("--kernels", type=int, default=10)
     parser.add_argument("--minutes", type=float, default=10)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--faults", default=",".join(FAULTS),
+                        help="which of stop,relay,box,restart to make (a kernel restart or a box kill starts a new "
+                             "process: leave them out to see one kernel's and one box's memory over the whole soak)")
     args = parser.parse_args()
+    faults = tuple(name for name in args.faults.split(",") if name)
+    unknown = [name for name in faults if name not in FAULTS]
+    if unknown:
+        parser.error(f"--faults: no fault named {', '.join(unknown)} (there are {', '.join(FAULTS)})")
     with tempfile.TemporaryDirectory(prefix="owsandbox-soak-") as base:
         kernels = []
         for index in range(args.kernels):
@@ -206,7 +218,7 @@ def main() -> int:
             folder.mkdir()
             kernels.append(Soaked(f"k{index}", folder, random.Random(args.seed * 1000 + index)))
         deadline = time.monotonic() + args.minutes * 60
-        threads = [threading.Thread(target=soak, args=(kernel, deadline)) for kernel in kernels]
+        threads = [threading.Thread(target=soak, args=(kernel, deadline, faults)) for kernel in kernels]
         started = time.monotonic()
         for thread in threads:
             thread.start()
