@@ -14,12 +14,15 @@ import os
 from pathlib import Path
 
 
-def private_tmp(*kept: Path) -> tuple[str, ...]:
-    """The words to put before a command so that it runs with a /tmp of its own, holding only `kept`
-    (folders of this machine's /tmp, bound in, so a socket there still answers); () when not root."""
+def private_tmp(*needed: Path) -> tuple[str, ...]:
+    """The words to put before a command so that it runs with a /tmp of its own, holding only what it
+    needs of this machine's /tmp: the top folder there of each of `needed` (a socket, this project's
+    clone and its virtual environment when they are in /tmp), bound in; () when not root."""
     if os.getuid() != 0:
         return ()
-    assert all(path.parent == Path("/tmp") for path in kept), kept
+    tmp = Path("/tmp")
+    kept = sorted({tmp / path.relative_to(tmp).parts[0] for path in needed
+                   if path.is_relative_to(tmp) and path != tmp})
     # `cd /tmp` first: the shell's folder stays this machine's /tmp under the new one, so `./NAME`, not
     # made absolute (mount -c), is the folder of this machine. Then back to the folder the command was
     # started in, as seen now (/tmp itself is the new one).

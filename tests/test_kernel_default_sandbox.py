@@ -80,7 +80,8 @@ def test_a_notebook_in_tmp_itself_runs(tmp_path, monkeypatch):
     spec.mkdir(parents=True)
     shown = json.loads((Path(os.environ["JUPYTER_PATH"].split(os.pathsep)[0]) / "kernels" / DEFAULT_KERNEL_NAME /
                         "kernel.json").read_text())
-    argv = [*private_tmp(), *kernel_argv(sys.executable)]
+    project = Path(__file__).resolve().parents[1]  # the kernel's own code and environment may be in /tmp
+    argv = [*private_tmp(project, Path(sys.prefix), Path(sys.executable)), *kernel_argv(sys.executable)]
     spec.joinpath("kernel.json").write_text(json.dumps({**shown, "argv": argv}))
     monkeypatch.setenv("JUPYTER_PATH", f"{tmp_path / 'specs'}{os.pathsep}{os.environ['JUPYTER_PATH']}")
     name = f"owsbx-in-tmp-{tmp_path.name}"
