@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from .waiting import patience
+
 CLIENT_ADDRESS = "198.51.100.1"
 SERVER_ADDRESS = "198.51.100.2"
 CLIENT_ADDRESS_6 = "2001:db8:51::1"
@@ -193,7 +195,10 @@ def own_network() -> Iterator[OwnNetwork]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def fetch(url: str, timeout: float = 5) -> str:
-    """A bash line for the box: print what `url` answers, or the error, and fail when it cannot be had."""
+def fetch(url: str, timeout: float | None = None) -> str:
+    """A bash line for the box: print what `url` answers, or the error, and fail when it cannot be had.
+    `timeout`: seconds to wait for an answer; by default 5 on a quiet machine, stretched by its load (one
+    beside a CPU hog on each core took more than 5 s to answer through pasta over IPv6)."""
+    wait = patience(5) if timeout is None else timeout
     return (f"python3 -c \"import sys, urllib.request\ntry:\n    print(urllib.request.urlopen('{url}', "
-            f"timeout={timeout}).read().decode(), end='')\nexcept OSError as e:\n    sys.exit(f'unreachable: {{e}}')\"")
+            f"timeout={wait:g}).read().decode(), end='')\nexcept OSError as e:\n    sys.exit(f'unreachable: {{e}}')\"")
