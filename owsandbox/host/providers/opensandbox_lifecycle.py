@@ -96,6 +96,7 @@ class _Sdk:
         self.ApiError, self.SdkError = exceptions.SandboxApiException, exceptions.SandboxException
         self.ConnectionError = exceptions.SandboxConnectionException
         self.TimeoutError = exceptions.SandboxTimeoutException
+        self.ReadyTimeout = getattr(exceptions, "SandboxReadyTimeoutException", None)
         self.SandboxFilter = models.SandboxFilter
         self.ConnectionConfig = config
 
@@ -224,6 +225,10 @@ class OpenSandboxLifecycleProvider(OpenSandboxProvider):
             if exc.status_code == 404 and doing in ("create a sandbox", "list its sandboxes"):
                 return BoxError(f"{where} has no lifecycle API at {self.server}/v1 ({said}): check {SERVER_ENV}")
             return BoxError(f"{where} could not {doing} ({said})")
+        if sdk.ReadyTimeout is not None and isinstance(exc, sdk.ReadyTimeout):  # the SDK's own wait, as long as ours
+            told = getattr(exc.error, "message", None) or str(exc)  # str() says it twice
+            return BoxError(f"the OpenSandbox sandbox of the image {self.image} on {self.server} did not become ready "
+                            f"within {self.ready_timeout:g} s ({told}); {READY_ENV} gives it longer")
         cause = exc.__cause__ or exc
         if isinstance(exc, sdk.ConnectionError):
             return BoxError(f"cannot reach {where} to {doing}: {cause}; is the server running, and is "
