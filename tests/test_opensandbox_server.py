@@ -50,6 +50,7 @@ from .conftest import DEFAULT_KERNEL_NAME
 from .containers import MARKER
 from .kernel_session import KernelSession
 from .opensandbox_server import BOOTSTRAP, EXECD_PORT, OpenSandboxServer, build_execd_image, require_server
+from .waiting import patience
 
 # In host mode the server's sandboxes listen on this machine's port 44772, so one such server runs at a
 # time on a machine: a second test run waits for the first one's module to end (a lock file), inside its
@@ -155,7 +156,8 @@ def test_a_kernel_creates_a_sandbox_attaches_stops_restarts_into_it_and_deletes_
                                                                                   tmp_path):
     kernel = kernel_on(tmp_path, server, image, OWSANDBOX_LIMITS="memory=768M,cpu=1.5")
     try:
-        first = kernel.run(f"cat {MARKER}; echo $HOME")
+        # the first cell waits for the server to make the sandbox (a container start, slow on a busy machine)
+        first = kernel.run(f"cat {MARKER}; echo $HOME", timeout=patience(60))
         assert first.status == "ok", first.outputs
         assert first.text() == f"{image}\n/root\n"  # the sandbox image's files, not this machine's
         [made] = running_sandboxes(server)
