@@ -490,14 +490,13 @@ def _relative(path: str, workspace: str) -> str:
 def start_checks(owner: GuardedWorkspace, folder: str, guard: Guard) -> None:
     """A provider's box starts (or is adopted) on `folder`, whose guard is `guard`: its checks open."""
     state = getattr(owner, "state_dir", None)
+    box_id, box_user = (str(state) if state else None), owner.box_user()
     try:
-        owner.git_quarantine, report = GitQuarantine.open(folder, guard, runtime_root(avoid=folder),
-                                                          str(state) if state else None, owner.box_user())
+        owner.git_quarantine, report = GitQuarantine.open(folder, guard, runtime_root(avoid=folder), box_id, box_user)
     except OSError as exc:  # no record to keep (its folder is not safe): the checks run all the same
         log.warning("the git check keeps no record of this box (%s): a box killed before its end is checked "
                     "at the next start if it is killed before its end", exc)
-        owner.git_quarantine, report = GitQuarantine.open(folder, guard, None, str(state) if state else None,
-                                                          owner.box_user())
+        owner.git_quarantine, report = GitQuarantine.open(folder, guard, None, box_id, box_user)
     owner.git_quarantine.pending_note = report.note(folder) if report is not None else None
 
 

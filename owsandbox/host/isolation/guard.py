@@ -44,6 +44,7 @@ import stat
 import sys
 from collections import deque
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -334,10 +335,10 @@ class BoxUser:
     def may_write_below(self, info: os.stat_result) -> bool:
         """Whether such a box could have written inside this folder: it owns it (a mode it set it can
         set back), or may enter it."""
-        return info.st_uid == self.uid or _enterable(info, self.uid, set(self.groups))
+        return info.st_uid == self.uid or _enterable(info, self.uid, self.groups)
 
 
-def _enterable(info: os.stat_result, uid: int, groups: set[int]) -> bool:
+def _enterable(info: os.stat_result, uid: int, groups: AbstractSet[int]) -> bool:
     """Whether a process of `uid` with no privileges may enter this folder: the box's processes have
     none, even when root starts it, so a folder only root's privileges open is out of its reach (and
     bubblewrap could not mount anything inside it)."""
