@@ -6,7 +6,8 @@ random order: a cell whose output is checked line by line (`seq 1 N` and a marke
 order), a Stop at a random moment of a long cell (the cell ends interrupted or done, and the next cell
 works), a kill of the relay between kernel and box (the next cell's output is whole), a kill of the box's
 daemon (the running cell may fail as "outcome unknown"; the next one works, on a new box) and a kernel
-restart. The kernel's RSS and the box's memory (`usage_request`) are read at the start and every minute.
+restart. The kernel's RSS and the box's memory (`usage_request`) are read at the start and every minute
+(`--sample-seconds`), and every sample is printed, so that a plateau shows apart from a leak.
 
 Run: `python benchmarks/soak.py [--kernels 10] [--minutes 10] [--seed 1] [--faults stop,relay]` (the
 kernelspec installed: `owsandbox install --user`). Prints a line a kernel and the totals; exits 1 if
@@ -179,7 +180,7 @@ class Soaked:
 FAULTS = ("stop", "relay", "box", "restart")
 
 
-def soak(kernel: Soaked, deadline: float, faults: tuple[str, ...] = FAULTS) -> None:
+def soak(kernel: Soaked, deadline: float, faults: tuple[str, ...] = FAULTS, every: float = 60) -> None:
     number = 0
     next_sample = 0.0
     chosen = {"stop": kernel.stop, "relay": kernel.kill_relay, "box": kernel.kill_box, "restart": kernel.restart}
@@ -187,7 +188,7 @@ def soak(kernel: Soaked, deadline: float, faults: tuple[str, ...] = FAULTS) -> N
     while time.monotonic() < deadline:
         if time.monotonic() >= next_sample:
             kernel.sample()
-            next_sample = time.monotonic() + 60
+            next_sample = time.monotonic() + every
         action = kernel.rng.choice(actions)
         number += 1
         if action == kernel.checked_cell:
@@ -206,6 +207,7 @@ def main() -> int:
     parser.add_argument("--faults", default=",".join(FAULTS),
                         help="which of stop,relay,box,restart to make (a kernel restart or a box kill starts a new "
                              "process: leave them out to see one kernel's and one box's memory over the whole soak)")
+    parser.add_argument("--sample-seconds", type=float, default=60, help="how often memory is read (default 60)")
     args = parser.parse_args()
     faults = tuple(name for name in args.faults.split(",") if name)
     unknown = [name for name in faults if name not in FAULTS]
@@ -218,7 +220,8 @@ def main() -> int:
             folder.mkdir()
             kernels.append(Soaked(f"k{index}", folder, random.Random(args.seed * 1000 + index)))
         deadline = time.monotonic() + args.minutes * 60
-        threads = [threading.Thread(target=soak, args=(kernel, deadline, faults)) for kernel in kernels]
+        threads = [threading.Thread(target=soak, args=(kernel, deadline, faults, args.sample_seconds))
+                   for kernel in kernels]
         started = time.monotonic()
         for thread in threads:
             thread.start()
@@ -235,6 +238,8 @@ def main() -> int:
               "lost or doubled: "
               f"{t.lost_or_doubled or 'none'}; kernel RSS {t.rss[0]:.0f} → {t.rss[-1]:.0f} MiB (max {max(t.rss):.0f}); "
               f"box {t.box_memory[0] if t.box_memory else 0:.0f} → {t.box_memory[-1] if t.box_memory else 0:.0f} MiB")
+        print(f"  {kernel.name} kernel RSS by sample, MiB: {' '.join(f'{v:.0f}' for v in t.rss)}")
+        print(f"  {kernel.name} box memory by sample, MiB: {' '.join(f'{v:.1f}' for v in t.box_memory)}")
     print(f"{len(kernels)} kernels, {time.monotonic() - started:.0f} s: "
           f"{sum(k.tally.cells for k in kernels)} checked cells, {bad} lost or doubled")
     return 1 if bad else 0

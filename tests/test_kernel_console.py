@@ -188,19 +188,33 @@ def test_ctrl_c_stops_the_running_command_and_the_shell_keeps_its_variables(open
     # jupyter_console's SIGINT handler waits on a future from inside the signal handler: a Ctrl-C that
     # lands while its main thread is just entering the wait for the cell (it holds a future's lock for
     # that instant) deadlocks the console itself. Nothing announces that the wait has begun, so give the
-    # console a moment, as a person at the keyboard always does.
-    time.sleep(0.5)
+    # console half a second, as a person at the keyboard always does, watching for a prompt meanwhile:
+    # a Ctrl-C at a prompt hangs jupyter_console 6 for good (the handler raises KeyboardInterrupt into
+    # asyncio.run, whose teardown then waits for the thread blocked in input()), so a cell that ended by
+    # itself is reported with what it showed, not pressed on.
+    if console.child.expect([console.prompt(), pexpect.TIMEOUT], timeout=0.5) == 0:
+        shown = plain(console.child.before) + console.run("echo probe-$((1+2))")  # prints what it held back
+        pytest.fail(f"the cell ended before any Ctrl-C; the console showed: {shown!r}")
     console.child.sendintr()
     stopped_at = time.monotonic()
     try:
-        console.child.expect("Interrupted", timeout=10)
+        stopped = console.child.expect(["Interrupted", console.prompt()], timeout=10)
     except pexpect.TIMEOUT:
         console.remember_processes()
         console.dump_stacks()
         raise
-    console.expect_prompt(timeout=10)
     assert time.monotonic() - stopped_at < 10
-    assert "still-here\n" in console.run("echo $KEEP")
+    if stopped == 0:
+        console.expect_prompt(timeout=10)
+        shown = console.run("echo $KEEP")
+    else:
+        # Back at the prompt with no error shown: jupyter_console prints IOPub only while a cell runs,
+        # and the kernel's reply (shell) may overtake its error (IOPub, sent first) on a loaded machine,
+        # or the console may take the Stop's control status for the cell's end. The next cell prints
+        # what was held back, the error first.
+        shown = console.run("echo $KEEP")
+        assert "Interrupted" in shown.split("still-here")[0]
+    assert "still-here\n" in shown
 
 
 def test_enter_on_an_unfinished_loop_asks_for_more_lines_and_runs_them_as_one_cell(open_console) -> None:

@@ -238,7 +238,9 @@ def test_the_daemon_drops_the_older_pipe_when_a_newer_one_comes(connected):
         second.send(P.encode(P.request("h2", "runner.hello", {"protocol_version": 1})))
         answer = json.loads(second.read(10).split(b"\n")[0])
         assert answer["result"]["instance_id"] == client.instance_id
-        assert old.ended.wait(10) and old.exit_code == 0  # the older relay left, and execd said so
+        assert old.ended.wait(patience(10)), "the older pipe never ended"
+        # the older relay left, and execd said so (what the transport heard otherwise, for a failure)
+        assert old.exit_code == 0, f"the older pipe ended with no exit 0: {old.stderr_tail()!r}"
     finally:
         second.close()
     assert RunnerExecutor(client).run("echo back")["output"] == "back\n"  # the client came back
