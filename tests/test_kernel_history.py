@@ -18,6 +18,18 @@ def test_it_keeps_the_newest_cells_only() -> None:
     assert history.codes(10) == ["echo 3", "echo 4", "echo 5"]
 
 
+def test_it_keeps_no_more_code_than_its_budget_but_always_the_newest_cell() -> None:
+    history = CellHistory(keep=100, keep_bytes=25)
+    for line in range(1, 5):
+        history.add(line, "x" * 10)
+    assert [entry[1] for entry in history.entries] == [3, 4]  # 20 characters; a third would make 30
+    history.add(5, "y" * 40)  # over the budget alone: kept, and everything older goes
+    assert [entry[1] for entry in history.entries] == [5]
+    history.add(6, "z")
+    assert [entry[1] for entry in history.entries] == [6]  # 41 would be over: the 40 goes
+    assert history.codes(5) == ["z"]
+
+
 def test_range_and_search_answer_from_the_same_entries() -> None:
     history = CellHistory()
     for line, code in enumerate(["x=1", "echo $x", "x=1"], start=1):
