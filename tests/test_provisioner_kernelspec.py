@@ -182,3 +182,17 @@ def test_a_restart_stays_on_the_kernels_host_and_new_kernels_spread(algorithm: s
 
         assert DistributedProvisioner.kernel_on_host._host_kernels == {"h1": 1, "h2": 1}
     assert launch(first, {"KERNEL_REMOTE_HOST": "h2"}) == "h2"  # the operator's pin still wins
+
+
+def test_a_shut_down_kernel_gets_time_to_end_its_sandbox_before_it_is_killed(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    made = provisioner("k1", ["h1"])
+    monkeypatch.delenv("OWSANDBOX_SHUTDOWN_WAIT_TIME", raising=False)
+    assert made.get_shutdown_wait_time(5.0) == 15.0  # the server's default, lengthened
+    assert made.get_shutdown_wait_time(40.0) == 40.0  # a longer server setting wins
+    monkeypatch.setenv("OWSANDBOX_SHUTDOWN_WAIT_TIME", "30")
+    assert made.get_shutdown_wait_time(5.0) == 30.0
+    monkeypatch.setenv("OWSANDBOX_SHUTDOWN_WAIT_TIME", "soon")
+    with caplog.at_level(logging.ERROR, logger="test-provisioner"):
+        assert made.get_shutdown_wait_time(5.0) == 15.0
+    assert "OWSANDBOX_SHUTDOWN_WAIT_TIME='soon' is not a number of seconds" in caplog.text

@@ -12,6 +12,12 @@ host until it ended. Here the sandbox is where the restarted kernel is, as on on
 `KERNEL_REMOTE_HOST` in the kernel's environment (the server's) still wins. A host that is gone
 fails the restart at the launch timeout; a new kernel goes to the next host.
 
+A second change: a kernel asked to shut down gets `OWSANDBOX_SHUTDOWN_WAIT_TIME` seconds (15 by
+default) before it is killed, not the server's 5. A kernel here ends its sandbox on the way out (its
+processes, a container, its state folder), on a host that may be busy; killed first, it leaves them
+for the host's next kernel start to sweep. gateway_provisioners' YARN provisioner lengthens the wait
+the same way for its applications. A longer server setting (`KernelManager.shutdown_wait_time`) wins.
+
 Jupyter finds it through its entry point (`owsandbox-distributed-provisioner` in the group
 `jupyter_client.kernel_provisioners`, pyproject.toml); it needs gateway_provisioners where the server
 runs: `pip install 'owsandbox[provisioners]'`.
@@ -19,13 +25,23 @@ runs: `pip install 'owsandbox[provisioners]'`.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from gateway_provisioners.distributed import DistributedProvisioner
 
+SHUTDOWN_WAIT_VARIABLE = "OWSANDBOX_SHUTDOWN_WAIT_TIME"
+SHUTDOWN_WAIT_SECONDS = 15.0
+
 
 class OwSandboxDistributedProvisioner(DistributedProvisioner):  # type: ignore[misc]
-    """DistributedProvisioner whose restarts stay on the kernel's host (see the module's docstring)."""
+    """DistributedProvisioner whose restarts stay on the kernel's host, and whose kernels have time to
+    end their sandboxes when shut down (see the module's docstring)."""
+
+    def get_shutdown_wait_time(self, recommended: float = 5.0) -> float:
+        """Called by jupyter_client's `KernelManager.finish_shutdown()` after a shutdown request: how
+        long the kernel may take to exit before it is killed."""
+        return max(recommended, shutdown_wait_seconds(os.environ, self.log))
 
     def _determine_next_host(self, env_dict: dict[str, Any]) -> str:
         host = self.assigned_host  # "" before the first launch; the kernel's host after it, kept by cleanup()
@@ -35,3 +51,20 @@ class OwSandboxDistributedProvisioner(DistributedProvisioner):  # type: ignore[m
             self.log.info(f"owsandbox: kernel {self.kernel_id} restarts on its host {host}, where its sandbox is")
             return str(host)
         return str(super()._determine_next_host(env_dict))
+
+
+def shutdown_wait_seconds(env: Any, log: Any) -> float:
+    """`OWSANDBOX_SHUTDOWN_WAIT_TIME` from the server's environment, or 15; a value that is not a number
+    of seconds is named in the server's log and the default is used (a shutdown is no time to fail)."""
+    said = env.get(SHUTDOWN_WAIT_VARIABLE)
+    if said is None:
+        return SHUTDOWN_WAIT_SECONDS
+    try:
+        seconds = float(said)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        log.error(f"owsandbox: {SHUTDOWN_WAIT_VARIABLE}={said!r} is not a number of seconds; "
+                  f"kernels get {SHUTDOWN_WAIT_SECONDS:g} s to shut down")
+        return SHUTDOWN_WAIT_SECONDS
+    return seconds
