@@ -213,6 +213,10 @@ LAB_TERMINALS = _setting("LAB_TERMINALS", "terminal.launch", "set by JupyterLab'
                          "opens a JupyterLab terminal", kind="switch")
 PREVIEW_BASE_URL = _setting("PREVIEW_BASE_URL", "kernel.magics.preview", "set by the Jupyter server's "
                             "owsandbox.preview extension: its base URL, under which `%preview` links are served")
+SHUTDOWN_WAIT_TIME = _setting("SHUTDOWN_WAIT_TIME", "kernelspec.provisioner",
+                              "in a Jupyter server's environment: seconds a distributed kernel asked to shut down "
+                              "may take before it is killed (default 15)", "number", "a number of seconds, 0 or more",
+                              least=0)
 
 #: Set in a box's environment by its provider: which kind of sandbox this is (`bwrap`, `container`).
 SANDBOX_KIND = "OWSANDBOX_SANDBOX"
@@ -277,6 +281,7 @@ class Settings:
     log: str = ""
     lab_terminals: bool = False
     preview_base_url: str = ""
+    shutdown_wait_time: float | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], *, strict: bool = True) -> Settings:

@@ -195,4 +195,4 @@ def test_a_shut_down_kernel_gets_time_to_end_its_sandbox_before_it_is_killed(
     monkeypatch.setenv("OWSANDBOX_SHUTDOWN_WAIT_TIME", "soon")
     with caplog.at_level(logging.ERROR, logger="test-provisioner"):
         assert made.get_shutdown_wait_time(5.0) == 15.0
-    assert "OWSANDBOX_SHUTDOWN_WAIT_TIME='soon' is not a number of seconds" in caplog.text
+    assert "OWSANDBOX_SHUTDOWN_WAIT_TIME='soon' is not a number of seconds, 0 or more" in caplog.text

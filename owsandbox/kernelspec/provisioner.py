@@ -25,12 +25,12 @@ runs: `pip install 'owsandbox[provisioners]'`.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from gateway_provisioners.distributed import DistributedProvisioner
 
-SHUTDOWN_WAIT_VARIABLE = "OWSANDBOX_SHUTDOWN_WAIT_TIME"
+from ..settings import SHUTDOWN_WAIT_TIME, SettingsError, read
+
 SHUTDOWN_WAIT_SECONDS = 15.0
 
 
@@ -41,7 +41,7 @@ class OwSandboxDistributedProvisioner(DistributedProvisioner):  # type: ignore[m
     def get_shutdown_wait_time(self, recommended: float = 5.0) -> float:
         """Called by jupyter_client's `KernelManager.finish_shutdown()` after a shutdown request: how
         long the kernel may take to exit before it is killed."""
-        return max(recommended, shutdown_wait_seconds(os.environ, self.log))
+        return max(recommended, shutdown_wait_seconds(self.log))
 
     def _determine_next_host(self, env_dict: dict[str, Any]) -> str:
         host = self.assigned_host  # "" before the first launch; the kernel's host after it, kept by cleanup()
@@ -53,18 +53,13 @@ class OwSandboxDistributedProvisioner(DistributedProvisioner):  # type: ignore[m
         return str(super()._determine_next_host(env_dict))
 
 
-def shutdown_wait_seconds(env: Any, log: Any) -> float:
-    """`OWSANDBOX_SHUTDOWN_WAIT_TIME` from the server's environment, or 15; a value that is not a number
-    of seconds is named in the server's log and the default is used (a shutdown is no time to fail)."""
-    said = env.get(SHUTDOWN_WAIT_VARIABLE)
-    if said is None:
-        return SHUTDOWN_WAIT_SECONDS
+
+def shutdown_wait_seconds(log: Any) -> float:
+    """The server's `OWSANDBOX_SHUTDOWN_WAIT_TIME`, or 15 s; a value that is not a number of seconds is
+    named in the server's log and the default is used (a shutdown is no time to fail)."""
     try:
-        seconds = float(said)
-    except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds < float("inf"):
-        log.error(f"owsandbox: {SHUTDOWN_WAIT_VARIABLE}={said!r} is not a number of seconds; "
-                  f"kernels get {SHUTDOWN_WAIT_SECONDS:g} s to shut down")
+        seconds = read(SHUTDOWN_WAIT_TIME)
+    except SettingsError as exc:
+        log.error(f"owsandbox: {exc}; kernels get {SHUTDOWN_WAIT_SECONDS:g} s to shut down")
         return SHUTDOWN_WAIT_SECONDS
-    return seconds
+    return SHUTDOWN_WAIT_SECONDS if seconds is None else float(seconds)
