@@ -182,6 +182,26 @@ def stop_from_toolbar(page: Any, cell: Any, timeout_ms: int = 5_000) -> float:
     return time.monotonic() - pressed
 
 
+def context_menu_choose(page: Any, target: Any, label: str, tries: int = 3) -> None:
+    """Right-click `target` and click the menu item `label`. Under two test runs at once the item was
+    once in the page but hidden for 30 s (the menu gone before the click came, for a reason the page
+    did not show): then Escape and open the menu again, up to `tries` times."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    from playwright.sync_api import expect
+
+    item = page.locator(".lm-Menu").get_by_text(label, exact=True)
+    for attempt in range(1, tries + 1):
+        target.click(button="right")
+        try:
+            expect(item).to_be_visible(timeout=patience(10) * 1000)
+            item.click(timeout=patience(10) * 1000)
+            return
+        except (AssertionError, PlaywrightTimeout):
+            if attempt == tries:
+                raise
+            page.keyboard.press("Escape")
+
+
 def notebook_for_test_kernel(folder: Path, name: str, notebook: dict[str, Any],
                              kernel_name: str = KERNEL_NAME) -> dict[str, Any]:
     """Write `notebook` as `folder/name` with a test kernel (by default `owsandbox-test`) as its kernelspec;

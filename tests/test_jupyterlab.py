@@ -35,6 +35,7 @@ from .lab_browser import (
     STDOUT,
     SVG,
     code_cell,
+    context_menu_choose,
     lab_in_chromium,
     needs_linux_processes,
     notebook_for_test_kernel,
@@ -252,8 +253,7 @@ def test_a_subshell_console_runs_a_cell_while_the_notebooks_cell_runs(tmp_path: 
         expect(page.locator("#jp-main-statusbar").get_by_text(
             f"{notebook['metadata']['kernelspec']['display_name']} | Idle")).to_be_visible(timeout=60_000)
         # Opened while the kernel is idle: JupyterLab asks for the kernel's info on the main shell as it opens one.
-        page.locator(".jp-NotebookPanel .jp-Notebook").click(button="right")
-        page.get_by_text("New Subshell Console for Notebook", exact=True).click()
+        context_menu_choose(page, page.locator(".jp-NotebookPanel .jp-Notebook"), "New Subshell Console for Notebook")
         console = page.locator(".jp-ConsolePanel")
         expect(console.locator(".jp-CodeConsole-banner")).to_contain_text("owsandbox", timeout=30_000)
         busy.locator(".cm-content").click()
