@@ -58,8 +58,11 @@ if TYPE_CHECKING:
     from ...settings import Settings
 
 # A program that exits this soon after %attach started it makes the cell an error; %attach waits this
-# long at most, and returns at the program's first record.
+# long at most, and returns at the program's first record. A box slow to answer is slow to start the
+# program too (a loaded machine, a far one), so the wait grows by SLOW_BOX_FACTOR times what the
+# connection that started it took.
 START_CHECK_SECONDS = 1.0
+SLOW_BOX_FACTOR = 4.0
 # How long %attach --session/--last waits for execd's exit notice of a program that has ended.
 EXIT_NOTICE_SECONDS = 5.0
 STDERR_LINES = 10  # the last lines of stderr an error shows
@@ -255,9 +258,10 @@ class AttachManager:
 
     def _connect(self, program: Program, since: int, parent: dict[str, Any], settle: float = 0.0,
                  until_record: bool = False, command: str | None = None, since_tail: bytes = b"") -> None:
-        """Connect `program`'s channel from `since`; then wait up to `settle` seconds for its failure
-        (or, with `until_record`, its first record). Raises AttachedProgramExited when the program has
-        ended by then, AttachFailed when the channel failed otherwise."""
+        """Connect `program`'s channel from `since`; then wait up to `settle` seconds (and SLOW_BOX_FACTOR
+        times what connecting took) for its failure (or, with `until_record`, its first record). Raises
+        AttachedProgramExited when the program has ended by then, AttachFailed when the channel failed
+        otherwise."""
         program.parent = parent
         program.cursor = program.since = since
         program.cursor_tail = since_tail
@@ -321,6 +325,7 @@ class AttachManager:
             program.news = asyncio.Event()
             program.connected_at = time.monotonic()
             await channel.connect(since=since, takeover=True, command=command, since_tail=since_tail)
+            connecting = time.monotonic() - program.connected_at
             program.replayed_from = channel.asked_since
             if channel.fatal is None:
                 program.state = "attached"
@@ -329,7 +334,7 @@ class AttachManager:
                                      f"ring: resumed at offset {channel.cursor}, the next line boundary")
             if settle > 0 and channel.fatal is None:
                 try:
-                    await asyncio.wait_for(program.news.wait(), settle)
+                    await asyncio.wait_for(program.news.wait(), settle + SLOW_BOX_FACTOR * connecting)
                 except asyncio.TimeoutError:
                     pass
             program.news = None
