@@ -42,6 +42,7 @@ from .lab_browser import (
     run_all_cells,
     stop_from_toolbar,
 )
+from .waiting import patience
 
 pytestmark = [pytest.mark.slow, pytest.mark.system]
 
@@ -115,7 +116,8 @@ def stop_a_running_cell(page: Any, executed: int) -> None:
     long_cell.locator(".cm-content").click()
     page.keyboard.type("echo started; sleep 60")
     page.keyboard.press("Shift+Enter")  # runs it; a new empty cell follows, in edit mode
-    expect(long_cell.locator(STDOUT)).to_have_text("started")
+    # The kernel runs it as soon as it is idle; two test runs at once took over Playwright's 5 s here.
+    expect(long_cell.locator(STDOUT)).to_have_text("started", timeout=patience(30) * 1000)
     expect(long_cell.locator(".jp-InputPrompt")).to_have_text("[*]:")
 
     print(f"Stop → Interrupted rendered in {stop_from_toolbar(page, long_cell, INTERRUPT_MS):.2f} s")
