@@ -19,7 +19,7 @@ def test_it_keeps_the_newest_cells_only() -> None:
 
 
 def test_it_keeps_no_more_code_than_its_budget_but_always_the_newest_cell() -> None:
-    history = CellHistory(keep=100, keep_bytes=25)
+    history = CellHistory(keep=100, keep_chars=25)
     for line in range(1, 5):
         history.add(line, "x" * 10)
     assert [entry[1] for entry in history.entries] == [3, 4]  # 20 characters; a third would make 30

@@ -9,21 +9,21 @@ class CellHistory:
     """The cells this kernel ran, for history requests (in memory: session 1 is this kernel).
 
     Bounded twice, so that a kernel that lives for days holds a fixed amount whatever its cells are:
-    the newest `keep` cells, and of those no more than `keep_bytes` characters of code (a notebook that
+    the newest `keep` cells, and of those no more than `keep_chars` characters of code (a notebook that
     pastes data into its cells would otherwise keep every copy). The newest cell is always kept."""
 
     SESSION = 1
 
-    def __init__(self, keep: int = 10000, keep_bytes: int = 8 * 1024 * 1024) -> None:
+    def __init__(self, keep: int = 10000, keep_chars: int = 8 * 1024 * 1024) -> None:
         self.entries: deque[tuple[int, int, str]] = deque()
         self.keep = keep
-        self.keep_bytes = keep_bytes
+        self.keep_chars = keep_chars
         self._chars = 0
 
     def add(self, line: int, code: str) -> None:
         self.entries.append((self.SESSION, line, code))
         self._chars += len(code)
-        while len(self.entries) > 1 and (len(self.entries) > self.keep or self._chars > self.keep_bytes):
+        while len(self.entries) > 1 and (len(self.entries) > self.keep or self._chars > self.keep_chars):
             self._chars -= len(self.entries.popleft()[2])
 
     def codes(self, last: int) -> list[str]:

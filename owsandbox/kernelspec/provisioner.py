@@ -53,7 +53,6 @@ class OwSandboxDistributedProvisioner(DistributedProvisioner):  # type: ignore[m
         return str(super()._determine_next_host(env_dict))
 
 
-
 def shutdown_wait_seconds(log: Any) -> float:
     """The server's `OWSANDBOX_SHUTDOWN_WAIT_TIME`, or 15 s; a value that is not a number of seconds is
     named in the server's log and the default is used (a shutdown is no time to fail)."""
