@@ -15,6 +15,7 @@ channel and the kernelspec use it too.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -132,7 +133,8 @@ class Setting(NamedTuple):
             number = float(text)
         except ValueError:
             number = None
-        if number is None or number != number or (self.least is not None and number < self.least):
+        # infinity too is no number here: a wait of `inf` seconds never ends, a rate of `inf` is no pace
+        if number is None or not math.isfinite(number) or (self.least is not None and number < self.least):
             raise SettingsError(f"{self.name}={text!r} is not {self.takes}", self.name)
         return number
 

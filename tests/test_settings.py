@@ -87,12 +87,12 @@ def test_network_true_means_on_for_every_provider_that_has_a_network_switch(tmp_
     assert BwrapProvider(tmp_path, network=False, settings=settings.settings_of({settings.NETWORK: "maybe"}))
 
 
-def test_a_number_takes_decimals_and_refuses_words_and_values_under_its_least() -> None:
+def test_a_number_takes_decimals_and_refuses_words_infinity_and_values_under_its_least() -> None:
     parsed = settings.Settings.from_env({settings.LINGER: "2.5", settings.OUTPUT_RATE: "0",
                                          settings.OPENSANDBOX_TIMEOUT: " 600 "})
     assert (parsed.linger, parsed.output_rate, parsed.opensandbox_timeout) == (2.5, 0.0, 600.0)
     assert settings.Settings.from_env({settings.LINGER: ""}).linger is None  # not set: the reader's default
-    for text in ("soon", "-1", "nan", "1e"):
+    for text in ("soon", "-1", "nan", "1e", "inf", "Infinity", "1e999"):
         with pytest.raises(settings.SettingsError, match=f"^OWSANDBOX_LINGER={text!r} is not a number of seconds"):
             settings.Settings.from_env({settings.LINGER: text})
 
