@@ -98,6 +98,17 @@ def seconds_of(recorded: Any) -> dict[str, float]:
             if isinstance(value, (int, float))} if isinstance(recorded, dict) else {}
 
 
+def whole_units(seconds: dict[str, float], units: dict[str, str] | None, reported: set[str]) -> dict[str, float]:
+    """The seconds of the units every collected test of which reported (`units`: each test's unit, from
+    collection, before `-m` or `-k` deselect any): a run of part of a unit (`-m unit`, say) would
+    record that unit as short, and the next whole run would start it late, to run on alone at the end.
+    Without `units` (no worker wrote them) nothing is known whole, and nothing is recorded."""
+    if not units:
+        return {}
+    missing = {unit for nodeid, unit in units.items() if nodeid not in reported}
+    return {unit: value for unit, value in seconds.items() if unit not in missing}
+
+
 def read_units(path: Path | None) -> dict[str, str]:
     """The units a worker wrote, or none (no workers, or none has collected yet)."""
     try:
@@ -143,12 +154,14 @@ class Units:
 
     In the controlling process it names a units file for the workers, hands the scheduler, and sums
     each unit's test durations (setup, call and teardown) as the workers report them, kept in pytest's
-    cache for the next run's order. In a worker it marks the tests' groups and writes the file."""
+    cache for the next run's order (a unit's only when all its tests ran: `whole_units`). In a worker it
+    marks the tests' groups and writes the file."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.folder: Path | None = None
         self.seconds: dict[str, float] = {}
+        self.reported: set[str] = set()
         self.units: dict[str, str] | None = None
 
     def units_file(self) -> Path:
@@ -179,14 +192,16 @@ class Units:
             self.units = read_units(self.units_file()) or None
         unit = unit_of(report.nodeid, self.units)
         self.seconds[unit] = self.seconds.get(unit, 0.0) + float(getattr(report, "duration", 0.0) or 0.0)
+        self.reported.add(report.nodeid)
 
     def pytest_sessionfinish(self) -> None:
         cache = getattr(self.config, "cache", None)
         if cache is None or not self.seconds or hasattr(self.config, "workerinput"):
             return
         recorded = cache.get(DURATIONS_KEY, {})
+        whole = whole_units(self.seconds, self.units, self.reported)
         merged = {**(recorded if isinstance(recorded, dict) else {}),
-                  **{unit: round(seconds, 2) for unit, seconds in self.seconds.items()}}
+                  **{unit: round(seconds, 2) for unit, seconds in whole.items()}}
         cache.set(DURATIONS_KEY, merged)
 
     def pytest_unconfigure(self) -> None:

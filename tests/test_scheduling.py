@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from .scheduling import DURATIONS_KEY, longest_first, read_units, recorded_seconds, seeded_seconds, unit_of, write_units
+from .scheduling import (
+    DURATIONS_KEY,
+    longest_first,
+    read_units,
+    recorded_seconds,
+    seeded_seconds,
+    unit_of,
+    whole_units,
+    write_units,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -57,3 +66,14 @@ def test_a_fresh_clone_orders_its_units_by_the_seeded_seconds(tmp_path):
     broken = tmp_path / "seconds.json"
     broken.write_text("{")
     assert seeded_seconds(broken) == {}
+
+
+def test_a_unit_is_recorded_only_when_every_test_of_it_ran():
+    """`-m unit` runs part of the docker unit: recorded, it would start that unit last in the next whole run."""
+    units = {"tests/test_a.py::x": "tests/test_a.py", "tests/test_a.py::y": "tests/test_a.py",
+             "tests/test_b.py::z": "docker", "tests/test_c.py::w": "docker"}
+    seconds = {"tests/test_a.py": 3.0, "docker": 0.5}
+    assert whole_units(seconds, units, {"tests/test_a.py::x", "tests/test_a.py::y", "tests/test_b.py::z"}) == {
+        "tests/test_a.py": 3.0}
+    assert whole_units(seconds, units, set(units)) == seconds
+    assert whole_units(seconds, None, set(units)) == {}
