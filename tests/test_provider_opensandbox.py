@@ -151,12 +151,16 @@ def test_a_command_that_finishes_while_the_pipe_is_cut_delivers_its_result(make_
         client.connect()
         ex = RunnerExecutor(client, cwd=str(workspace))
         ex.run("cd /tmp && export STAYS=yes")
-        flag = workspace / "finished.flag"
-        worker, result = run_in_background(lambda: ex.run(f"sleep 0.3; echo finished-while-cut; touch {flag}"))
+        flag, go = workspace / "finished.flag", workspace / "go"
+        # it finishes once the test says so, after the cut: on a loaded machine a "sleep 0.3" finished first,
+        # its answer arrived on the pipe about to be cut, and there was nothing to resume
+        worker, result = run_in_background(lambda: ex.run(
+            f"until [ -e {go} ]; do sleep 0.02; done; echo finished-while-cut; touch {flag}"))
         wait_until_busy(client)
         door.clear()
         client.cut()
-        wait_for_file(flag)
+        go.touch()
+        wait_for_file(flag, patience(10))
         assert flag.exists() and worker.is_alive()  # done in the box; nobody has heard of it yet
         time.sleep(0.1)
         door.set()

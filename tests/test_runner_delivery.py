@@ -35,9 +35,12 @@ def test_a_cut_pipe_resumes_and_the_answer_made_while_away_arrives(box, workspac
     ex = RunnerExecutor(client, cwd=str(workspace))
     ex.run("cd /tmp && export STAYS=yes")
     instance = client.instance_id
-    worker, result = run_in_background(lambda: ex.run("sleep 1; echo finished-while-cut"))
+    go = workspace / "go"  # made after the cut: the answer cannot have left on the pipe that is cut
+    worker, result = run_in_background(
+        lambda: ex.run(f"until [ -e {go} ]; do sleep 0.02; done; echo finished-while-cut"))
     wait_until_busy(client)
     client.cut()  # the relay dies mid-command, as a dropped connection would
+    go.touch()
     worker.join(30)
     assert result["output"] == "finished-while-cut\n" and result["exit_code"] == 0
     assert client.instance_id == instance and client.restarts == 0 and client.reconnects == 1
