@@ -52,7 +52,8 @@ def test_a_restore_puts_the_files_back_and_restarts_the_sandbox_saying_so(box):
     marker = f"owsbx-snap-{secrets.token_hex(4)}"
     ok(kernel, f"cd deep && echo two > ../a.txt && rm b.txt && echo new > ../new.txt && echo scratch > /tmp/t && "
                f"export GONE=1 && (exec -a {marker} sleep 600 &)")
-    assert running_marked(marker)
+    # The subshell forks and execs after the cell has ended: wait for the renamed sleep, not for the cell.
+    wait_until(lambda: running_marked(marker), 10, "the background job to start")
     restored = ok(kernel, "%snapshot restore before")
     assert restored.text().startswith("restored snapshot 'before': 2 files written back, 1 entry added since "
                                       "removed, 0 folders and 0 links put back")

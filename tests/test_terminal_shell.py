@@ -337,7 +337,9 @@ def test_exit_leaves_no_session_and_no_process(kernel: object, runtime: Path, tm
         term.ready()
         assert len(sessions(kernel)) == 1
         term.run("sleep 1201 & nohup sleep 1202 >/dev/null 2>&1 & disown; (sleep 1203 &)")
-        assert box_processes(kernel, "^sleep 120[123]$").count("sleep") == 3
+        # `(sleep 1203 &)` execs after the prompt is back: wait for the three, not for the prompt.
+        wait_until(lambda: box_processes(kernel, "^sleep 120[123]$").count("sleep") == 3,
+                   patience(STEP_SECONDS), "the three sleeps in the box", interval=0.1)
         term.child.sendline("exit 3")
         term.child.expect(pexpect.EOF)
         term.child.close()
