@@ -15,8 +15,10 @@ file in the host's temporary folder, and in the grader's environment.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import pwd
+import re
 import shutil
 import sqlite3
 import stat
@@ -30,6 +32,7 @@ import nbformat
 from nbformat import NotebookNode
 
 from .plain_python import as_user
+from .waiting import patience
 
 HERE = Path(__file__).resolve().parent / "nbgrader"
 ASSIGNMENT = "lesson1"
@@ -105,12 +108,26 @@ def chown_tree(path: Path, owner: pwd.struct_passwd) -> None:
             os.lchown(os.path.join(root, name), owner.pw_uid, owner.pw_gid)
 
 
+def cell_seconds() -> int:
+    """nbgrader's limit on a cell, in whole seconds: 5 on a quiet machine, more on a busy one."""
+    return max(5, math.ceil(patience(5)))
+
+
+def cell_seconds_of(course: Path) -> int:
+    """The limit on a cell that `make_course` wrote into the course's config."""
+    found = re.search(r"^c\.Execute\.timeout = (\d+) ", (course / "nbgrader_config.py").read_text(), re.M)
+    assert found, "the course's config names no cell limit"
+    return int(found.group(1))
+
+
 def make_course(folder: Path, grader: Grader, secret: str, assignment: str = ASSIGNMENT) -> Path:
     """A course folder with the lesson released (`nbgrader generate_assignment`) and the students in
     its gradebook; the grader's copy of the solutions and config carry the secret."""
     course = folder
     (course / "source").mkdir(parents=True)
     config = (HERE / "nbgrader_config.py").read_text()
+    # 5 s a cell, stretched on a busy machine so that only the loop and the fork bomb run out of time
+    config = config.replace("c.Execute.timeout = 5 ", f"c.Execute.timeout = {cell_seconds()} ", 1)
     (course / "nbgrader_config.py").write_text(f"{config}\n# grader's own note: {secret}-config\n")
     shutil.copytree(HERE / "source" / assignment, course / "source" / assignment)
     source = course / "source" / assignment / f"{assignment}.ipynb"

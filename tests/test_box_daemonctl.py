@@ -14,6 +14,7 @@ import pytest
 from owsandbox.box import daemonctl
 
 from .processes import pid_alive, wait_gone
+from .waiting import patience, wait_until
 
 
 @pytest.fixture
@@ -81,9 +82,13 @@ def test_a_process_whose_first_thread_ended_is_alive_while_another_thread_runs()
     try:
         assert child.stdout is not None
         assert child.stdout.readline() == "leader\n"
-        assert child.stdout.readline() == "worker\n"  # the leader has exited by now
-        with open(f"/proc/{child.pid}/stat") as f:
-            assert f.read().rsplit(")", 1)[1].split()[0] == "Z"
+        assert child.stdout.readline() == "worker\n"
+
+        def state() -> str:
+            with open(f"/proc/{child.pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0]
+
+        wait_until(lambda: state() == "Z", patience(5), "the first thread to end")  # nothing announces it
         assert daemonctl.pid_alive(child.pid)
     finally:
         child.kill()

@@ -199,9 +199,12 @@ def test_a_cannot_read_list_or_signal_anything_of_bs(classroom: Classroom):
     started = b.run(f"echo {secret} > work/notes-b.txt; echo {secret} > /tmp/marker-b; sleep {seconds} & echo $!")
     assert started.status == "ok"
     b_home, b_box = classroom.b.home, sandbox_of(b.id)
-    # B's server, kernel, sandbox and the sleep in it (a zombie has no command line)
+    # The sleep execs after the cell has ended: wait for it, then take B's server, kernel, sandbox and
+    # the sleep in it (a zombie has no command line).
+    sleeper = wait_until(lambda: next((pid for pid in processes_of(classroom.b.account.pw_uid)
+                                       if command_line(pid).startswith(f"sleep {seconds}")), None),
+                         patience(10), "B's sleep to start")
     b_pids = [pid for pid in processes_of(classroom.b.account.pw_uid) if command_line(pid)]
-    sleeper = next(pid for pid in b_pids if command_line(pid).startswith(f"sleep {seconds}"))
     lasting = [classroom.hub.server_pid(classroom.b.name), b_box.kernel_pid, b_box.bwrap_pid, b_box.init_pid, sleeper]
     assert (b_home / "work" / "notes-b.txt").read_text() == f"{secret}\n" and min(b_pids) > 100
     # B's files, home and /tmp: none of it is in A's box.

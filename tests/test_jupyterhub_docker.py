@@ -31,7 +31,7 @@ from .conftest import require_bwrap
 from .hub import BOX_LIMITS, FIRST_UID, DockerHub, HubKernel, Student, class_of
 from .processes import pid_alive
 from .test_jupyterhub import FORK_BOMB
-from .waiting import wait_until
+from .waiting import patience, wait_until
 
 # The module's classroom (a hub, two students' containers) starts inside the first test's timeout: 80 s on
 # a quiet pair of slow cores, over 120 s beside other work. Here the timeout is a hang guard only.
@@ -163,7 +163,12 @@ def test_a_cannot_see_or_signal_bs_files_or_processes(classroom: Classroom):
     secret, seconds = secrets.token_hex(8), 700000 + secrets.randbelow(99999)
     started = b.run(f"echo {secret} > notes-b.txt; echo {secret} > /tmp/marker-b; sleep {seconds} & echo $!")
     assert started.status == "ok", started.outputs
-    b_top = top(classroom, classroom.b)
+    # The sleep execs after the cell has ended: wait until B's container shows it.
+    def with_the_sleep() -> dict[int, str] | None:
+        listed = top(classroom, classroom.b)
+        return listed if any(args.startswith(f"sleep {seconds}") for args in listed.values()) else None
+
+    b_top = wait_until(with_the_sleep, patience(10), "B's sleep to start", interval=0.2)
     hub = classroom.hub
     # where B's file is: that path in B's container, and B's server serves it to B
     assert hub.docker.run("exec", hub.container(classroom.b.name), "cat", "/home/student/work/notes-b.txt").stdout \

@@ -14,6 +14,7 @@ import asyncio
 import threading
 import time
 from concurrent.futures import Future
+from contextlib import suppress
 from typing import Any
 
 import pytest
@@ -26,7 +27,7 @@ from owsandbox.kernel.cell.output import CellOutput, Display, InputWanted, Notic
 from owsandbox.kernel.editing.stdin import EOF, CellPrompts, StdinChannel, answers
 
 from .fuzz_budget import examples
-from .waiting import patience, wait_until
+from .waiting import WaitTimeout, patience, wait_until
 
 FUZZ = settings(max_examples=examples(300), deadline=None, database=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -639,19 +640,22 @@ def test_stop_during_a_prompt_ends_the_wait_and_the_next_prompt_is_asked(fake_ke
 def test_an_unfinished_line_shows_on_its_own_after_a_moment_and_order_is_kept(fake_kernel):
     kernel, run, sent, session, dealer = fake_kernel
 
+    shown_alone: list[bool] = []
+
     def script(box: FakeBox, call: FakeCall) -> None:
         box.out(call, "stdout", "abc")
         box.out(call, "stderr", "x\n")
         box.out(call, "stdout", "progress")
-        time.sleep(0.8)
+        # The line ends only once the notebook was shown its start (held a moment, not until the end).
+        with suppress(WaitTimeout):
+            shown_alone.append(wait_until(lambda: ("stdout", "progress") in _streams(sent), 10,
+                                          "the unfinished line on its own"))
         box.out(call, "stdout", " done\n")
         box.end(call)
 
-    started = time.monotonic()
     run(script, allow_stdin=False)
+    assert shown_alone == [True]
     assert _streams(sent) == [("stdout", "abc"), ("stderr", "x\n"), ("stdout", "progress"), ("stdout", " done\n")]
-    progress_at = next(at for at, kind, c in sent if kind == "stream" and c["text"] == "progress") - started
-    assert progress_at < 0.7  # held ~0.25 s, not until the line ended 0.8 s in
 
 
 def test_each_shell_runs_with_its_own_terminal_settings(fake_kernel):

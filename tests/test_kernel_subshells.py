@@ -70,13 +70,17 @@ def test_a_cell_on_a_subshell_runs_while_the_main_shell_is_busy_on_a_shell_of_it
 
 def test_stop_from_a_subshell_ends_its_command_only(kernel):
     subshell = _subshell(kernel)
-    main = kernel.send("echo main-started; sleep 3; echo main-finished")
+    # The main cell runs on until the test lets it finish, after the Stop: it was running all along, and
+    # none of its messages come while the test reads the subshell's (which drops the others).
+    go = kernel.workspace / "main-may-finish"
+    main = kernel.send(f"echo main-started; until [ -e {go} ]; do sleep 0.05; done; echo main-finished")
     _output_of(kernel, main, "main-started")
     on_sub = kernel.send("echo sub-started; sleep 60; echo sub-never", subshell_id=subshell)
     _output_of(kernel, on_sub, "sub-started")
     _interrupt(kernel, subshell)
     stopped = kernel.collect(on_sub)
     assert stopped.reply["content"]["ename"] == "Interrupted" and "sub-never" not in stopped.text()
+    go.touch()
     finished = kernel.collect(main)
     assert finished.status == "ok" and finished.text() == "main-finished\n"  # "main-started" was read above
     assert kernel.run_on(subshell, "echo still-here").text() == "still-here\n"

@@ -11,6 +11,7 @@ import hashlib
 import re
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -78,21 +79,22 @@ def test_stdin_stdout_and_stderr_are_terminals(kernel):
 
 
 def test_a_program_that_buffers_on_pipes_shows_each_line_as_it_prints_it(kernel):
-    arrived: list[tuple[float, str]] = []
-    started = time.monotonic()
+    """The program prints its second line only once the notebook has seen the first: a Python that held
+    "one" back (as it does on a pipe) waits in vain and says so, whatever the machine's load."""
+    seen_one = kernel.workspace / f"seen-one-{uuid.uuid4().hex[:8]}"
 
     def on_output(msg: dict[str, Any]) -> None:
-        if msg["msg_type"] == "stream":
-            arrived.append((time.monotonic() - started, msg["content"]["text"]))
+        if msg["msg_type"] == "stream" and "one" in msg["content"]["text"]:
+            seen_one.touch()
 
-    msg_id = kernel.send("unset PYTHONUNBUFFERED; python3 -c \"import time; print('one'); time.sleep(1.5); "
-                         "print('two')\"")
+    program = kernel.workspace / f"first_line_{uuid.uuid4().hex[:8]}.py"
+    program.write_text(f"import os, time\nprint('one')\nend = time.monotonic() + 20\n"
+                       f"while not os.path.exists({str(seen_one)!r}) and time.monotonic() < end:\n"
+                       f"    time.sleep(0.02)\n"
+                       f"print('two' if os.path.exists({str(seen_one)!r}) else 'one was never seen')\n")
+    msg_id = kernel.send(f"unset PYTHONUNBUFFERED; python3 {program}")
     run = kernel.collect(msg_id, on_output=on_output)
-    assert run.status == "ok" and run.text() == "one\ntwo\n"
-    one = next(at for at, text in arrived if "one" in text)
-    two = next(at for at, text in arrived if "two" in text)
-    assert not any("one" in text and "two" in text for _, text in arrived)  # two messages, not one at the end
-    assert two - one > 1.0  # "one" came when it was printed, not with "two" 1.5 s later
+    assert run.status == "ok" and run.text() == "one\ntwo\n", run.outputs
 
 
 def test_ls_colours_its_listing(kernel):
@@ -123,7 +125,7 @@ def test_output_keeps_the_order_stdout_and_stderr_were_written_in(kernel):
     assert sorted(lines) == sorted(expected)
     together = sum(1 for i in range(len(lines) - 1)
                    if lines[i][0] == "stdout" and lines[i + 1] == ("stderr", "err " + lines[i][1][4:]))
-    assert together >= 100, (together, lines)  # grouping by stream leaves next to none; a loaded box splits some
+    assert together >= 50, (together, lines)  # grouping by stream leaves next to none; a loaded box splits some
 
 
 # -- prompts ------------------------------------------------------------------------------------

@@ -50,6 +50,7 @@ from .nbgrader_course import (
     Run,
     autograde,
     autograded,
+    cell_seconds_of,
     chown_tree,
     correct_answers,
     generate_feedback,
@@ -273,7 +274,8 @@ def assert_earns_its_points_and_is_stopped(run: Attack) -> None:
     """Graded to the end, in the sandbox, with the loop and the fork bomb stopped by the kernel's Stop."""
     assert run.run.done.returncode == 0, run.run.done.stderr
     log = run.run.done.stderr
-    assert log.count("Timeout waiting for execute reply (5s)") == 2 and log.count("Interrupting kernel") == 2, log
+    timed_out = f"Timeout waiting for execute reply ({cell_seconds_of(run.course)}s)"
+    assert log.count(timed_out) == 2 and log.count("Interrupting kernel") == 2, log
     assert "Kernel died" not in log and "error processing assignment" not in log, log
     assert scores(run.course, "mallory") == MALLORY_EXPECTED
     notebook = autograded(run.course, "mallory")

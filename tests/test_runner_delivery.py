@@ -21,7 +21,7 @@ from .conftest import box_with_release
 from .daemon_restart import restart_daemon
 from .processes import wait_for_file
 from .test_runner_shells import run_in_background, wait_until_busy
-from .waiting import wait_until
+from .waiting import patience, wait_until
 
 
 @pytest.fixture(params=["local", "bwrap", "ssh", "opensandbox", "opensandbox-release", "opensandbox-external"])
@@ -296,7 +296,7 @@ def test_interrupt_is_answered_while_the_shell_is_busy(box):
     started = time.monotonic()
     answer = client.call("shell.interrupt", {"shell": "main"}, timeout=5)
     assert answer == {"shell": "main", "interrupted": True, "state": "running"}
-    assert time.monotonic() - started < 1
+    assert time.monotonic() - started < patience(1)  # answered, not held until the `sleep 20` ended
     worker.join(10)
     assert not worker.is_alive()
 

@@ -347,7 +347,9 @@ def test_exit_leaves_no_session_and_no_process(kernel: object, runtime: Path, tm
     finally:
         term.close()
     assert sessions(kernel) == []
-    assert box_processes(kernel, "^sleep 120[123]$") == "none"
+    # The session leaves the table before its processes are signalled: wait for them to go.
+    wait_until(lambda: box_processes(kernel, "^sleep 120[123]$") == "none", patience(STEP_SECONDS),
+               "the sleeps to end with the session", interval=0.1)
 
 
 @pytest.mark.slow
@@ -357,13 +359,15 @@ def test_a_terminal_that_hangs_up_leaves_nothing_either(kernel: object, runtime:
     try:
         term.ready()
         term.run("sleep 1301 &")
-        assert "sleep 1301" in box_processes(kernel, "^sleep 1301$")
+        wait_until(lambda: "sleep 1301" in box_processes(kernel, "^sleep 1301$"), patience(STEP_SECONDS),
+                   "the sleep in the box", interval=0.1)
         term.child.kill(signal.SIGHUP)  # the user's terminal window was closed
         term.child.expect(pexpect.EOF)
     finally:
         term.close()
     wait_until(lambda: sessions(kernel) == [], 10, "the session to be deleted")
-    assert box_processes(kernel, "^sleep 1301$") == "none"
+    wait_until(lambda: box_processes(kernel, "^sleep 1301$") == "none", patience(STEP_SECONDS),
+               "the sleep to end with the session", interval=0.1)
 
 
 @pytest.mark.slow

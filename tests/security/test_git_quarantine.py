@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from ..waiting import patience, wait_until
 from .conftest import plain_user
 from .test_host_never_loads import chown_tree, on_host
 
@@ -205,11 +206,14 @@ def test_what_the_box_writes_after_the_cell_is_moved_at_the_boxs_end(attacker_fa
     """A program the cell leaves behind writes the config after the cell's check: the box's end catches it."""
     attacker = attacker_factory()
     attacker.start(project)
-    later = (f"(sleep 1; git init -q late && git -C late config core.fsmonitor 'touch {marker}; false') "
-             ">/dev/null 2>&1 &")
+    later = (f"(until [ -e go ]; do sleep 0.05; done; git init -q late && "
+             f"git -C late config core.fsmonitor 'touch {marker}; false') >/dev/null 2>&1 &")
     assert attacker.run(later)["exit_code"] == 0
     said = attacker.step(after_cell=True)["note"]
-    time.sleep(2.5)
+    (project / "go").touch()  # only now, after the cell's check, does the program write
+    config = project / "late" / ".git" / "config"
+    wait_until(lambda: config.exists() and "fsmonitor" in config.read_text(), patience(10),
+               "the program left behind to write the config")
     attacker.close()
     assert_inert(who, owner, home, project / "late", marker)
     assert said is None  # the cell's check came before the write
