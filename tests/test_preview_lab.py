@@ -62,7 +62,7 @@ def test_a_previewed_page_cannot_read_jupyterlabs_dom_or_cookies(tmp_path: Path,
         (site / "probe.html").write_text(PROBE)
         (site / "pixel.svg").write_text(PIXEL)
         start = (f"nohup python3 -m http.server {port} --bind 127.0.0.1 --directory site 2>access.log >/dev/null &\n"
-                 f"for i in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && break; sleep 0.05; done")
+                 f"for i in $(seq 1200); do (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && break; sleep 0.05; done")
         notebook = notebook_for_test_kernel(lab.root, "preview.ipynb", {
             "cells": [code_cell(start), code_cell(f"%preview {port} probe.html")],
             "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, kernel_name=DEFAULT_KERNEL_NAME)

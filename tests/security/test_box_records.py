@@ -25,6 +25,7 @@ import pytest
 
 from ..conftest import DEFAULT_KERNEL_NAME, require_bwrap
 from ..kernel_session import KernelSession
+from ..waiting import patience, wait_until
 
 REGISTRY = "/run/owsandbox/run/attach.json"  # the attach registry, as the box sees it (box/daemon.py)
 
@@ -321,9 +322,8 @@ def test_lines_the_box_writes_to_the_daemons_log_are_marked_as_the_boxs(attacker
     tried = [attacker.run(f"printf '%s\\n' 'FORGED-{n} {forged}' > /proc/{pid}/fd/2")
              for n, pid in enumerate((1, 2, "self"))]
     attacker.run("printf 'FORGED-cr\\r%s\\n' " + repr(forged) + " > /proc/1/fd/2")
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and "FORGED" not in log.read_text(errors="replace"):
-        time.sleep(0.1)
+    wait_until(lambda: "FORGED" in log.read_text(errors="replace"), patience(10), "a forged line in the daemon's log",
+               interval=0.1)
     text = log.read_bytes()
     reached = [line for line in text.splitlines() if b"FORGED" in line or b"all is well" in line]
     assert reached and all(line.startswith(BOX_MARK) for line in reached), (tried, reached)
