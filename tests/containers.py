@@ -259,9 +259,11 @@ class Podman:
         return name
 
     def _drop_other_tags(self, repository: str, kept: str) -> None:
-        """Each change of owsandbox's files makes a new image: the older ones of `repository` go (one a
-        container still uses stays: podman refuses to remove it without --force)."""
-        listed = self.run("images", "--format", "{{.Repository}}:{{.Tag}}", repository, check=False)
+        """Each change of owsandbox's files makes a new image: the ones of `repository` made over a day ago
+        go (one a container still uses stays: podman refuses to remove it without --force). Newer ones
+        stay: another test run on the machine, from a clone at another commit, may be using its own."""
+        listed = self.run("images", "--format", "{{.Repository}}:{{.Tag}}", "--filter", f"reference={repository}",
+                          "--filter", "until=24h", check=False)
         for image in listed.stdout.split():
             if image != kept:
                 self.run("rmi", image, check=False)

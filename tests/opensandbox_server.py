@@ -70,6 +70,7 @@ SERVER_ENV = "OWSANDBOX_TEST_OPENSANDBOX_SERVER"
 SERVER = ENVIRONMENTS["opensandbox-server"]
 EXECD_PORT = 44772
 PORT_WAIT_SECONDS = 60  # for EXECD_PORT to be free, on a quiet machine (stretched by the load)
+PORT_TRIES = 5  # free ports tried for the server's own, each free a moment before it binds it
 API_KEY = "owsandbox-test-key"
 #: The released execd whose behaviour the image's execd plays (tests/released_execd.py RELEASE_QUIRKS).
 EXECD_RELEASE = "v1.0.18"
@@ -216,7 +217,6 @@ class OpenSandboxServer:
             except WaitTimeout as exc:
                 raise RuntimeError(f"port {EXECD_PORT} of this machine is taken: the sandboxes' execd (host network "
                                    f"mode) needs it ({exc})") from None
-        (self.folder / "config.toml").write_text(self.config())
         env = {**os.environ, **self.docker.settings, "HOME": str(self.folder)}
         argv = [self.program, "--config", str(self.folder / "config.toml")]
         if self.netns is not None:  # nsenter, not `ip netns exec`, which remounts /sys
@@ -225,11 +225,29 @@ class OpenSandboxServer:
         if setpriv is not None:  # the server ends with the tests even when they are killed
             argv = [setpriv, "--pdeathsig", "TERM", "--", *argv]
         started = time.monotonic()
-        with open(self.folder / "server.log", "wb") as log:
-            self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                            cwd=self.folder, env=env, start_new_session=True)
+        for tries_left in reversed(range(PORT_TRIES)):
+            (self.folder / "config.toml").write_text(self.config())
+            with open(self.folder / "server.log", "wb") as log:
+                self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                                cwd=self.folder, env=env, start_new_session=True)
+            if self._answers_or_port_taken(started):
+                break
+            if not tries_left:
+                raise RuntimeError(f"opensandbox-server found each of {PORT_TRIES} ports taken at its start: "
+                                   f"{self.log()}")
+            # Its port, free a moment before, was taken by another process meanwhile: another one.
+            self.port = free_port()
+            self.url = f"http://127.0.0.1:{self.port}"
+        self.start_seconds = time.monotonic() - started
+
+    def _answers_or_port_taken(self, started: float) -> bool:
+        """Wait until the server answers (True) or has ended because its port was taken (False); raise
+        if it ended otherwise or did not answer in time."""
+        assert self.process is not None
         while not self._healthy():
             if self.process.poll() is not None:
+                if "address already in use" in self.log().lower() and self.netns is None:
+                    return False
                 raise RuntimeError(f"opensandbox-server ended at its start (status {self.process.returncode}): "
                                    f"{self.log()}")
             if time.monotonic() - started > patience(self.START_SECONDS):  # stretched by the machine's load
@@ -237,7 +255,7 @@ class OpenSandboxServer:
                                    f"{time.monotonic() - started:.0f} s: "
                                    f"{self.log()}")
             time.sleep(0.1)
-        self.start_seconds = time.monotonic() - started
+        return True
 
     def _healthy(self) -> bool:
         try:

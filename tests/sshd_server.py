@@ -21,28 +21,41 @@ from .ports import free_port
 SSHD = "/usr/sbin/sshd"
 
 
+def _listening_sshd(folder: Path, tries: int = 5) -> tuple[subprocess.Popen[bytes], int]:
+    """sshd listening on a free port of 127.0.0.1, and that port. A port free a moment ago may be taken
+    by another process before sshd binds it: then sshd says so and exits, and another port is tried."""
+    said = b""
+    for _ in range(tries):
+        port = free_port()
+        (folder / "sshd_config").write_text(
+            f"Port {port}\nListenAddress 127.0.0.1\nHostKey {folder}/host_key\n"
+            f"AuthorizedKeysFile {folder}/authorized_keys\nPermitRootLogin prohibit-password\n"
+            "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nUseDNS no\n"
+            "MaxSessions 100\n"  # sessions over one shared connection (a box's relays, bridges, terminals)
+            f"PidFile {folder}/sshd.pid\n")
+        os.makedirs("/run/sshd", exist_ok=True)
+        daemon = subprocess.Popen([SSHD, "-D", "-e", "-f", str(folder / "sshd_config")], stderr=subprocess.PIPE)
+        assert daemon.stderr is not None
+        said = b""
+        for line in daemon.stderr:  # an event, not a guess: sshd says when it listens
+            if b"Server listening" in line:
+                return daemon, port
+            said += line
+        daemon.wait(10)
+        if b"Address already in use" not in said:
+            break
+    raise RuntimeError(f"sshd did not start: {said.decode(errors='replace').strip()}")
+
+
 @contextmanager
 def loopback_sshd(folder: Path) -> Iterator[list[str]]:
     """Run sshd on 127.0.0.1 with keys made in `folder`; yield the ssh prefix that logs in with them."""
     for name in ("host_key", "user_key"):
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(folder / name)], check=True)
     (folder / "authorized_keys").write_text((folder / "user_key.pub").read_text())
-    port = free_port()
-    (folder / "sshd_config").write_text(
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {folder}/host_key\n"
-        f"AuthorizedKeysFile {folder}/authorized_keys\nPermitRootLogin prohibit-password\n"
-        "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nUseDNS no\n"
-        "MaxSessions 100\n"  # sessions over one shared connection (a box's relays, bridges, terminals)
-        f"PidFile {folder}/sshd.pid\n")
-    os.makedirs("/run/sshd", exist_ok=True)
-    daemon = subprocess.Popen([SSHD, "-D", "-e", "-f", str(folder / "sshd_config")], stderr=subprocess.PIPE)
+    daemon, port = _listening_sshd(folder)
     try:
         assert daemon.stderr is not None
-        for line in daemon.stderr:  # an event, not a guess: sshd says when it listens
-            if b"Server listening" in line:
-                break
-        else:
-            raise RuntimeError("sshd did not start")
         threading.Thread(target=daemon.stderr.read, daemon=True).start()
         yield ["ssh", "-F", "/dev/null", "-i", str(folder / "user_key"), "-o", "StrictHostKeyChecking=no",
                "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "BatchMode=yes",

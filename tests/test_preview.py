@@ -100,8 +100,12 @@ class Previewing:
         assert cell.text().strip() == "listening", cell.outputs
 
 
+_PORTS = random.sample(range(20000, 30000), 1000)  # drawn without repeats: a module's servers outlive their tests
+
+
 def _port() -> int:
-    return random.randrange(20000, 30000)
+    """A port for a server in the box, never one an earlier test of this run drew (its server may still run)."""
+    return _PORTS.pop()
 
 
 def _kernel_env(request: pytest.FixtureRequest) -> dict[str, str]:

@@ -268,8 +268,9 @@ def test_the_sdks_own_ready_timeout_names_the_setting_that_gives_it_longer():
 
 
 def test_a_missing_sdk_names_the_extra_to_install(standin, monkeypatch):
-    for name in [name for name in sys.modules if name == "opensandbox" or name.startswith("opensandbox.")]:
-        monkeypatch.setitem(sys.modules, name, None)  # as if it were not installed
+    # As if it were not installed: the package blocked whether or not a test before imported it.
+    for name in {"opensandbox", *(name for name in sys.modules if name.startswith("opensandbox."))}:
+        monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(BoxError, match=r"needs the OpenSandbox SDK, which is not installed here .*: "
                                        r"pip install 'owsandbox\[opensandbox\]'"):
         provider(standin).create()

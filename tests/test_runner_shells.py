@@ -227,7 +227,7 @@ def test_a_timeout_stops_the_command_and_keeps_the_shell(box):
     ex.run("export SURVIVES=1")
     started = time.monotonic()
     timed = ex.run("echo before; sleep 30", timeout=0.5)
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < patience(5)
     assert timed["timed_out"] is True and timed["error"] == "timed out after 0.5 s" and timed["outcome"] == "timeout"
     assert timed["output"].startswith("before\n")
     assert ex.run("echo $SURVIVES")["output"] == "1\n"
@@ -239,7 +239,7 @@ def test_a_command_cannot_wait_on_a_prompt(box):
     started = time.monotonic()
     answer = ex.run("read -r reply; echo status=$?; cat; echo cat-done; [ -t 0 ] || echo not-a-terminal")
     assert answer["output"] == "status=1\ncat-done\nnot-a-terminal\n"
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < patience(5)
 
 
 def test_a_command_that_hides_its_output_still_finishes(box):
