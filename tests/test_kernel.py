@@ -21,7 +21,7 @@ import pytest
 
 from .kernel_session import KERNEL_NAME, KernelSession
 from .processes import children, command_line, wait_for_file, wait_gone
-from .waiting import patience
+from .waiting import patience, shell_waits_for
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,7 @@ def test_live_output_arrives_while_the_cell_runs(kernel):
         if msg["msg_type"] == "stream" and "one" in msg["content"]["text"]:
             seen.touch()
 
-    msg_id = kernel.send(f"echo one; for i in $(seq 1000); do [ -e {seen} ] && break; sleep 0.02; done; "
+    msg_id = kernel.send(f"echo one; {shell_waits_for(seen, 20, 0.02)}; "
                          f"[ -e {seen} ] && echo two || echo one was never seen")
     run = kernel.collect(msg_id, on_output=on_output)
     assert run.text() == "one\ntwo\n"
@@ -247,7 +247,7 @@ def test_completion_is_answered_while_a_cell_runs(kernel):
     """The cell runs until the test has its answers (at most 60 s): answers held back until the cell
     ended would leave the test waiting past the control channel's 10 s."""
     go = kernel.workspace / f"answered-{uuid.uuid4().hex[:8]}"
-    msg_id = kernel.send(f"echo started; for i in $(seq 1200); do [ -e {go} ] && break; sleep 0.05; done")
+    msg_id = kernel.send(f"echo started; {shell_waits_for(go)}")
     _wait_for_text(kernel, msg_id, "started")
     try:
         reply = kernel.control("complete_request", {"code": "%sand", "cursor_pos": 5})
@@ -498,8 +498,8 @@ def test_two_cells_on_two_shells_run_at_the_same_time_in_subshells(kernel):
         meet = kernel.workspace / f"meet-{uuid.uuid4().hex[:8]}"
 
         def cell(me: str, other: str) -> str:
-            return (f"%%shell {me}\ntouch {meet}-{me}; for i in $(seq 1000); do [ -e {meet}-{other} ] && break; "
-                    f"sleep 0.02; done; [ -e {meet}-{other} ] && echo {me}-met || echo {me}-alone")
+            return (f"%%shell {me}\ntouch {meet}-{me}; {shell_waits_for(f'{meet}-{other}', 20, 0.02)}; "
+                    f"[ -e {meet}-{other} ] && echo {me}-met || echo {me}-alone")
 
         first = kernel.send(cell("left", "right"))
         second = kernel.send(cell("right", "left"), subshell_id=subshell)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from .kernel_session import KernelSession
-from .waiting import patience
+from .waiting import patience, shell_waits_for
 
 ENGINE = Path(__file__).resolve().parents[1] / "notebooks" / "engines" / "echo_engine.py"
 
@@ -82,7 +82,7 @@ def test_records_keep_arriving_while_other_cells_run(kernel):
     until the cell ends would leave it waiting in vain."""
     kernel.run(f"%attach -- {sys.executable} {ENGINE} --tick 0.1")
     go = kernel.workspace / f"ticks-seen-{uuid.uuid4().hex[:8]}"
-    msg_id = kernel.send(f"for i in $(seq 600); do [ -e {go} ] && break; sleep 0.05; done; echo cell-done")
+    msg_id = kernel.send(f"{shell_waits_for(go, 30)}; echo cell-done")
     ticks_during = set()
     while True:
         msg = kernel.kc.get_iopub_msg(timeout=60)

@@ -66,7 +66,7 @@ from .lab_browser import (
 )
 from .ports import free_port
 from .processes import PinnedProcesses, command_line, descendants, stop_watched, wait_gone
-from .waiting import WaitTimeout, patience, wait_until
+from .waiting import WaitTimeout, patience, shell_waits_for, wait_until
 
 pytestmark = pytest.mark.system
 
@@ -427,7 +427,7 @@ def test_jupyterlab_through_the_gateway_streams_stops_restarts_and_shuts_down(ga
     lab, page = lab_page
     marker = f"gw-{secrets.token_hex(6)}"
     go = gateway.root.resolve() / f"go-{marker}"  # the first cell prints its second line once this exists
-    sources = [f"echo line-1; for i in $(seq 1200); do [ -e {go} ] && break; sleep 0.05; done; echo line-2",
+    sources = [f"echo line-1; {shell_waits_for(go)}; echo line-2",
                "export KEPT=yes; echo started; sleep 600",
                'echo "after-stop: $KEPT"',
                f"echo {marker} > /tmp/{marker}; echo written",

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from .kernel_session import KernelSession
+from .waiting import shell_waits_for
 
 
 @pytest.fixture
@@ -73,7 +74,7 @@ def test_stop_from_a_subshell_ends_its_command_only(kernel):
     # The main cell runs on until the test lets it finish, after the Stop: it was running all along, and
     # none of its messages come while the test reads the subshell's (which drops the others).
     go = kernel.workspace / "main-may-finish"
-    main = kernel.send(f"echo main-started; until [ -e {go} ]; do sleep 0.05; done; echo main-finished")
+    main = kernel.send(f"echo main-started; {shell_waits_for(go)}; echo main-finished")
     _output_of(kernel, main, "main-started")
     on_sub = kernel.send("echo sub-started; sleep 60; echo sub-never", subshell_id=subshell)
     _output_of(kernel, on_sub, "sub-started")

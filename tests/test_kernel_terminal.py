@@ -20,6 +20,7 @@ import pytest
 from .conftest import DEFAULT_KERNEL_NAME, KERNEL_NAME, require_bwrap
 from .kernel_session import CellRun, KernelSession
 from .test_kernel_console import open_console  # noqa: F401 - the fixture, for the console test
+from .test_runner_terminal import first_line_program
 
 NO_STDIN_NOTE = "[stdin is not available in this run: read got end-of-input]"
 
@@ -88,10 +89,7 @@ def test_a_program_that_buffers_on_pipes_shows_each_line_as_it_prints_it(kernel)
             seen_one.touch()
 
     program = kernel.workspace / f"first_line_{uuid.uuid4().hex[:8]}.py"
-    program.write_text(f"import os, time\nprint('one')\nend = time.monotonic() + 20\n"
-                       f"while not os.path.exists({str(seen_one)!r}) and time.monotonic() < end:\n"
-                       f"    time.sleep(0.02)\n"
-                       f"print('two' if os.path.exists({str(seen_one)!r}) else 'one was never seen')\n")
+    program.write_text(first_line_program(seen_one))
     msg_id = kernel.send(f"unset PYTHONUNBUFFERED; python3 {program}")
     run = kernel.collect(msg_id, on_output=on_output)
     assert run.status == "ok" and run.text() == "one\ntwo\n", run.outputs

@@ -45,7 +45,7 @@ from .ports import free_port
 from .processes import wait_for_file
 from .released_execd import ReleasedExecd
 from .test_runner_shells import run_in_background, wait_until_busy
-from .waiting import patience, wait_until
+from .waiting import patience, shell_waits_for, wait_until
 
 ENGINE = Path(__file__).resolve().parents[1] / "notebooks" / "engines" / "echo_engine.py"
 
@@ -155,7 +155,7 @@ def test_a_command_that_finishes_while_the_pipe_is_cut_delivers_its_result(make_
         # it finishes once the test says so, after the cut: on a loaded machine a "sleep 0.3" finished first,
         # its answer arrived on the pipe about to be cut, and there was nothing to resume
         worker, result = run_in_background(lambda: ex.run(
-            f"until [ -e {go} ]; do sleep 0.02; done; echo finished-while-cut; touch {flag}"))
+            f"{shell_waits_for(go, interval=0.02)}; echo finished-while-cut; touch {flag}"))
         wait_until_busy(client)
         door.clear()
         client.cut()

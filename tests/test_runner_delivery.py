@@ -21,7 +21,7 @@ from .conftest import box_with_release
 from .daemon_restart import restart_daemon
 from .processes import wait_for_file
 from .test_runner_shells import run_in_background, wait_until_busy
-from .waiting import patience, wait_until
+from .waiting import patience, shell_waits_for, wait_until
 
 
 @pytest.fixture(params=["local", "bwrap", "ssh", "opensandbox", "opensandbox-release", "opensandbox-external"])
@@ -37,7 +37,7 @@ def test_a_cut_pipe_resumes_and_the_answer_made_while_away_arrives(box, workspac
     instance = client.instance_id
     go = workspace / "go"  # made after the cut: the answer cannot have left on the pipe that is cut
     worker, result = run_in_background(
-        lambda: ex.run(f"until [ -e {go} ]; do sleep 0.02; done; echo finished-while-cut"))
+        lambda: ex.run(f"{shell_waits_for(go, interval=0.02)}; echo finished-while-cut"))
     wait_until_busy(client)
     client.cut()  # the relay dies mid-command, as a dropped connection would
     go.touch()
@@ -54,7 +54,7 @@ def test_many_cuts_lose_and_repeat_nothing(box, workspace):
     for i in range(12):
         # each command waits for the test's word to go on, so the cut surely lands while it runs (a
         # fixed 0.1 s could end before a loaded machine's first look saw it busy)
-        command = f"until [ -e go-{i} ]; do sleep 0.01; done; echo {i} >> count.txt; echo {i}"
+        command = f"{shell_waits_for(f'go-{i}', interval=0.01)}; echo {i} >> count.txt; echo {i}"
         worker, result = run_in_background(lambda command=command: ex.run(command))
         if i % 2 == 0:
             wait_until_busy(client, "counter")

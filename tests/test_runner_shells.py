@@ -13,7 +13,7 @@ from owsandbox import protocol as P
 from owsandbox.host.executor import DirectExecutor, RunnerExecutor
 
 from .processes import wait_for_file
-from .waiting import patience, wait_until
+from .waiting import patience, shell_waits_for, wait_until
 
 
 def run_in_background(fn) -> tuple[threading.Thread, dict]:
@@ -140,7 +140,7 @@ def test_a_busy_shell_never_holds_up_another(box, workspace):
     _, client = box
     slow = RunnerExecutor(client, cwd=str(workspace), shell="slow")
     go = workspace / "slow-may-finish"
-    worker, _ = run_in_background(lambda: slow.run(f"until [ -e {go} ]; do sleep 0.05; done"))
+    worker, _ = run_in_background(lambda: slow.run(shell_waits_for(go)))
     wait_until_busy(client, "slow")
     # The slow shell runs until the test lets it finish, so the fast one's answer came while it ran.
     try:

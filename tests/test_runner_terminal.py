@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -71,6 +72,14 @@ def test_programs_see_a_terminal_with_notebook_settings(box):
     assert narrow["output"] == "20 60\n60\n"
 
 
+def first_line_program(seen_one: Path) -> str:
+    """A Python program that prints "one", then "two" once `seen_one` exists (the test makes it when it
+    has seen "one"), or, after 20 s without it, "one was never seen"."""
+    return (f"import os, time\nprint('one')\nend = time.monotonic() + 20\n"
+            f"while not os.path.exists({str(seen_one)!r}) and time.monotonic() < end:\n    time.sleep(0.02)\n"
+            f"print('two' if os.path.exists({str(seen_one)!r}) else 'one was never seen')\n")
+
+
 def test_a_python_program_shows_its_first_line_at_once(box, workspace):
     """The program prints its second line only once the test has seen the first: a Python that held
     "one" back (as it does on a pipe) waits in vain and says so."""
@@ -81,10 +90,7 @@ def test_a_python_program_shows_its_first_line_at_once(box, workspace):
         if frame.get("method") == "shell.output" and "one" in frame.get("text", ""):
             seen_one.touch()
 
-    program = (f"import os, time\nprint('one')\nend = time.monotonic() + 20\n"
-               f"while not os.path.exists({str(seen_one)!r}) and time.monotonic() < end:\n    time.sleep(0.02)\n"
-               f"print('two' if os.path.exists({str(seen_one)!r}) else 'one was never seen')\n")
-    (workspace / "first_line.py").write_text(program)
+    (workspace / "first_line.py").write_text(first_line_program(seen_one))
     result, seen = run(client, UNBUFFERED_OFF + f"python3 {workspace / 'first_line.py'}", watch=watch)
     assert result["output"] == "one\ntwo\n", seen
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from ..waiting import patience, wait_until
+from ..waiting import patience, shell_waits_for, wait_until
 from .conftest import plain_user
 from .test_host_never_loads import chown_tree, on_host
 
@@ -206,7 +206,7 @@ def test_what_the_box_writes_after_the_cell_is_moved_at_the_boxs_end(attacker_fa
     """A program the cell leaves behind writes the config after the cell's check: the box's end catches it."""
     attacker = attacker_factory()
     attacker.start(project)
-    later = (f"(until [ -e go ]; do sleep 0.05; done; git init -q late && "
+    later = (f"({shell_waits_for('go')}; git init -q late && "
              f"git -C late config core.fsmonitor 'touch {marker}; false') >/dev/null 2>&1 &")
     assert attacker.run(later)["exit_code"] == 0
     said = attacker.step(after_cell=True)["note"]
